@@ -1,0 +1,3 @@
+from llmkit.cli import main
+
+main()

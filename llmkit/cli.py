@@ -1,0 +1,115 @@
+"""The `llmkit` root command: registers command groups lazily and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from llmkit import __version__
+
+# name -> (module, attribute, one-line help). Modules are imported only when their group runs,
+# so `llmkit --help` stays instant (no numpy/torch/faiss/llama_cpp at start-up).
+GROUPS = {
+    "tokenize": ("llmkit.commands.tokenize", "group", "Train, apply, inspect and compare subword tokenizers."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx):
+        return sorted(GROUPS)
+
+    def get_command(self, ctx, name):
+        if name not in GROUPS:
+            return None
+        module, attr, _ = GROUPS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, GROUPS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="llmkit")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or statistics on stderr.")
+@click.option("--debug", is_flag=True, help="Show tracebacks (also LLMKIT_DEBUG=1).")
+@click.pass_context
+def cli(ctx, quiet, debug):
+    """Composable tools for running LLMs on your own machine.
+
+    Data goes to stdout, everything else to stderr; '-' reads standard input.
+    """
+    from llmkit.commands._common import Settings
+
+    ctx.obj = Settings(quiet=quiet, debug=debug or _debug_env())
+
+
+def _debug_env() -> bool:
+    return os.environ.get("LLMKIT_DEBUG", "") not in ("", "0")
+
+
+def main(argv=None) -> None:
+    """Entry point: run the CLI and turn every failure into one line on stderr and an exit code."""
+    from llmkit.errors import LlmkitError
+
+    debug = _debug_env() or "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="llmkit", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        _exit(e.exit_code)
+    except click.ClickException as e:  # usage errors: exit 2
+        e.show()
+        _exit(e.exit_code)
+    except click.exceptions.Abort:
+        _exit(130)
+    except KeyboardInterrupt:
+        _flush_quietly()
+        _exit(130)
+    except BrokenPipeError:
+        # `llmkit ... | head`: the reader went away; exit quietly without a traceback.
+        _silence_stdout()
+        _exit(0)
+    except LlmkitError as e:
+        if debug:
+            raise
+        _flush_quietly()
+        click.echo(f"Error: {e}", err=True)
+        _exit(e.exit_code)
+    except Exception as e:  # anything unexpected: still one line, traceback with --debug
+        if debug:
+            raise
+        _flush_quietly()
+        click.echo(f"Error: {type(e).__name__}: {e}. Re-run with --debug for the traceback.", err=True)
+        _exit(1)
+    _flush_quietly()
+
+
+def _flush_quietly() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    except (OSError, ValueError):
+        pass
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _exit(code: int) -> None:
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

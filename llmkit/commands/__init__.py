@@ -1,0 +1,1 @@
+"""Thin CLI modules: parse arguments, call one library function, emit the result."""

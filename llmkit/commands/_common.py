@@ -1,0 +1,113 @@
+"""Shared CLI plumbing: settings, the output object, input resolution, progress bars."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import click
+
+
+@dataclass
+class Settings:
+    quiet: bool = False
+    debug: bool = False
+
+
+def settings() -> Settings:
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_object(Settings) if ctx else None
+    return obj or Settings()
+
+
+class Output:
+    """Decides where things go: data to stdout (flushed per record), messages to stderr."""
+
+    def __init__(self, jsonl: bool = False):
+        self.jsonl = jsonl
+        self.quiet = settings().quiet
+
+    def data(self, text: str) -> None:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def record(self, obj) -> None:
+        sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+    def json(self, obj) -> None:
+        sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.flush()
+
+    def info(self, text: str) -> None:
+        """Statistics and notes for humans: stderr, silenced by --quiet."""
+        if not self.quiet:
+            click.echo(text, err=True)
+
+    def warn(self, text: str) -> None:
+        click.echo(f"Warning: {text}", err=True)
+
+    def table(self, table) -> None:
+        """Print a rich table to stdout (it is the command's data)."""
+        from rich.console import Console
+
+        Console(file=sys.stdout, soft_wrap=True).print(table)
+
+
+def resolve_inputs(inputs: tuple[str, ...] | list[str], what: str = "input") -> list[str]:
+    """No inputs + piped stdin means stdin; no inputs + terminal is a usage error (never a hang)."""
+    if inputs:
+        return list(inputs)
+    if sys.stdin is None or sys.stdin.isatty():
+        raise click.UsageError(f"no {what} given. Pass file paths, or '-' / a pipe for standard input.")
+    return ["-"]
+
+
+def read_text_arg(value: str | None, what: str = "text") -> Iterator[str]:
+    """Yield the lines to process: the argument itself, or stdin lines for '-' / no argument."""
+    if value is not None and value != "-":
+        yield value
+        return
+    if value is None and (sys.stdin is None or sys.stdin.isatty()):
+        raise click.UsageError(f"no {what} given. Pass it as an argument, or '-' / a pipe for standard input.")
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        from llmkit.errors import BadInput
+
+        raise BadInput(f"standard input is not valid UTF-8 (byte {e.start}). Convert it to UTF-8 first.") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # a trailing newline does not make an extra empty record
+    for line in lines:
+        yield line[:-1] if line.endswith("\r") else line
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int, str], None]]:
+    """Yield a callback `update(done, total, note)`; a rich bar on stderr only when it is a terminal."""
+    if settings().quiet or not sys.stderr.isatty():
+        yield lambda done, total, note="": None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+    ) as prog:
+        task = prog.add_task(description, total=None, note="")
+
+        def update(done: int, total: int, note: str = "") -> None:
+            prog.update(task, completed=done, total=total or None, note=note)
+
+        yield update

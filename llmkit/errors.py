@@ -1,0 +1,25 @@
+"""Exceptions the library raises; the CLI maps them to one clear line on stderr."""
+
+
+class LlmkitError(Exception):
+    """Base class: the message is one sentence saying what is wrong and how to fix it."""
+
+    exit_code = 1
+
+
+class BadInput(LlmkitError):
+    """The user's data or arguments cannot be used (empty corpus, id out of range, ...)."""
+
+
+class BadFileFormat(LlmkitError):
+    """A file is not in the expected format (truncated JSON, not a GGUF, unknown version, ...)."""
+
+
+class MissingDependency(LlmkitError):
+    """An optional package is not installed."""
+
+    def __init__(self, package: str, extra: str):
+        super().__init__(
+            f"this command needs the Python package '{package}'. "
+            f"Install it with: pip install 'llmkit[{extra}]'"
+        )

@@ -1,0 +1,1 @@
+"""llmkit.kv (library layer; filled in by its own issue)."""

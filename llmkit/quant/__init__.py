@@ -1,0 +1,1 @@
+"""llmkit.quant (library layer; filled in by its own issue)."""

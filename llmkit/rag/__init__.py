@@ -1,0 +1,1 @@
+"""llmkit.rag (library layer; filled in by its own issue)."""

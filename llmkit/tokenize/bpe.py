@@ -1,0 +1,311 @@
+"""Byte-pair encoding: training (count words, merge the most frequent pair) and encoding by merge rank.
+
+Training follows HF `tokenizers`' BpeTrainer exactly, so both produce the same merges in the same
+order: the alphabet is sorted by code point, each step merges the pair with the highest count and,
+among equal counts, the smallest pair of token ids; pair counts are updated incrementally.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from llmkit.errors import BadInput
+from llmkit.tokenize import pretok
+
+Progress = Callable[[int, int, str], None]
+Trace = Callable[[dict], None]
+
+
+@dataclass
+class BPETrainResult:
+    vocab: list[str]
+    merges: list[tuple[str, str]]
+    special_tokens: list[str] = field(default_factory=list)
+
+
+def alphabet_of(word_counts: dict[str, int], initial_alphabet: Iterable[str] = (), limit_alphabet: int | None = None) -> list[str]:
+    """Characters of the corpus sorted by code point, optionally keeping only the most frequent.
+
+    >>> alphabet_of({"hug": 2, "bun": 1})
+    ['b', 'g', 'h', 'n', 'u']
+    """
+    counts: Counter = Counter()
+    for word, c in word_counts.items():
+        for ch in word:
+            counts[ch] += c
+    for ch in initial_alphabet:
+        counts[ch] = 1 << 62
+    kept = list(counts.items())
+    if limit_alphabet is not None and len(kept) > limit_alphabet:
+        kept.sort(key=lambda kv: kv[1])
+        kept = kept[len(kept) - limit_alphabet:]
+    return sorted((ch for ch, _ in kept), key=ord)
+
+
+def train_bpe(
+    word_counts: dict[str, int],
+    vocab_size: int,
+    min_frequency: int = 0,
+    special_tokens: Iterable[str] = (),
+    initial_alphabet: Iterable[str] = (),
+    limit_alphabet: int | None = None,
+    continuing_subword_prefix: str | None = None,
+    progress: Progress | None = None,
+    trace: Trace | None = None,
+    trace_top: int = 5,
+) -> BPETrainResult:
+    """Learn merges from {word: count} until the vocabulary has `vocab_size` entries.
+
+    >>> r = train_bpe({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 10)
+    >>> r.merges
+    [('u', 'g'), ('u', 'n'), ('h', 'ug')]
+    """
+    specials = list(dict.fromkeys(special_tokens))
+    id_to_tok: list[str] = list(specials)
+    tok_to_id: dict[str, int] = {t: i for i, t in enumerate(id_to_tok)}
+    alphabet = alphabet_of(word_counts, initial_alphabet, limit_alphabet)
+    for ch in alphabet:
+        if ch not in tok_to_id:
+            tok_to_id[ch] = len(id_to_tok)
+            id_to_tok.append(ch)
+    if vocab_size < len(id_to_tok):
+        raise BadInput(
+            f"vocab size {vocab_size} is smaller than the alphabet plus special tokens ({len(id_to_tok)}). "
+            f"Use --vocab-size {len(id_to_tok)} or more."
+        )
+    prefix = continuing_subword_prefix
+
+    # words as lists of symbol ids
+    words: list[list[int]] = []
+    counts: list[int] = []
+    for word, c in word_counts.items():
+        ids = []
+        for j, ch in enumerate(word):
+            if ch not in tok_to_id:
+                continue  # removed by limit_alphabet
+            s = ch if (j == 0 or not prefix) else prefix + ch
+            if s not in tok_to_id:
+                tok_to_id[s] = len(id_to_tok)
+                id_to_tok.append(s)
+            ids.append(tok_to_id[s])
+        words.append(ids)
+        counts.append(c)
+
+    pair_counts: dict[tuple[int, int], int] = defaultdict(int)
+    where: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for i, w in enumerate(words):
+        c = counts[i]
+        for pair in zip(w, w[1:]):
+            pair_counts[pair] += c
+            where[pair].add(i)
+
+    # max-heap on count, then the smallest (id_a, id_b) — HF's order. `seq` keeps tuples comparable.
+    heap = []
+    seq = 0
+    for pair, pos in where.items():
+        c = pair_counts[pair]
+        if c > 0:
+            heap.append((-c, pair[0], pair[1], seq, pos))
+            seq += 1
+    heapq.heapify(heap)
+    del where
+
+    merges: list[tuple[int, int]] = []
+    total_steps = max(1, vocab_size - len(tok_to_id))
+    step = 0
+    while len(tok_to_id) < vocab_size and heap:
+        negc, a, b, _, pos = heapq.heappop(heap)
+        cur = pair_counts[(a, b)]
+        if -negc != cur:
+            if cur > 0:
+                heapq.heappush(heap, (-cur, a, b, seq, pos))
+                seq += 1
+            continue
+        if cur < 1 or cur < min_frequency:
+            break
+        if trace is not None:
+            top = [(e[0], e[1], e[2]) for e in heapq.nsmallest(trace_top * 4, heap) if -e[0] == pair_counts[(e[1], e[2])]]
+            trace({
+                "step": step + 1,
+                "merge": [id_to_tok[a], id_to_tok[b]],
+                "count": cur,
+                "top_pairs": [[id_to_tok[x], id_to_tok[y], -n] for (n, x, y) in [(-cur, a, b)] + top][:trace_top],
+            })
+        tb = id_to_tok[b]
+        if prefix and tb.startswith(prefix):
+            tb = tb[len(prefix):]
+        new_tok = id_to_tok[a] + tb
+        nid = tok_to_id.get(new_tok)
+        if nid is None:
+            nid = len(id_to_tok)
+            tok_to_id[new_tok] = nid
+            id_to_tok.append(new_tok)
+        merges.append((a, b))
+
+        new_where: dict[tuple[int, int], set[int]] = defaultdict(set)
+        for wi in pos:
+            w = words[wi]
+            c = counts[wi]
+            i = 0
+            n = len(w)
+            # merge left to right; each merge updates the neighbouring pair counts (HF Word::merge)
+            while i < n - 1:
+                if w[i] == a and w[i + 1] == b:
+                    if i > 0:
+                        left = w[i - 1]
+                        pair_counts[(left, a)] -= c
+                        p = (left, nid)
+                        pair_counts[p] += c
+                        new_where[p].add(wi)
+                    w[i:i + 2] = (nid,)
+                    n -= 1
+                    if i < n - 1:
+                        right = w[i + 1]
+                        pair_counts[(b, right)] -= c
+                        p = (nid, right)
+                        pair_counts[p] += c
+                        new_where[p].add(wi)
+                i += 1
+        for p, ws in new_where.items():
+            c = pair_counts[p]
+            if c > 0:
+                heapq.heappush(heap, (-c, p[0], p[1], seq, ws))
+                seq += 1
+        step += 1
+        if progress is not None and (step % 64 == 0):
+            progress(step, total_steps, "merges")
+    if progress is not None:
+        progress(step, total_steps, "merges")
+    return BPETrainResult(
+        vocab=id_to_tok,
+        merges=[(id_to_tok[a], id_to_tok[b]) for a, b in merges],
+        special_tokens=specials,
+    )
+
+
+class BPE:
+    """A BPE model: vocabulary, ranked merges and a pre-tokenizer (byte-level GPT-2 style by default)."""
+
+    algorithm = "bpe"
+
+    def __init__(
+        self,
+        vocab: dict[str, int],
+        merges: list[tuple[str, str]],
+        byte_level: bool = True,
+        pattern: str = pretok.GPT2_PATTERN,
+        add_prefix_space: bool = False,
+        unk_token: str | None = None,
+        continuing_subword_prefix: str | None = None,
+        byte_fallback: bool = False,
+    ):
+        self.vocab = vocab
+        self.merges = merges
+        self.byte_level = byte_level
+        self.pattern = pattern
+        self.add_prefix_space = add_prefix_space
+        self.unk_token = unk_token
+        self.continuing_subword_prefix = continuing_subword_prefix
+        self.byte_fallback = byte_fallback
+        self.id_to_token = {i: t for t, i in vocab.items()}
+        # rank and result id per pair of ids
+        self._ranks: dict[tuple[int, int], tuple[int, int]] = {}
+        for rank, (x, y) in enumerate(merges):
+            ix, iy = vocab.get(x), vocab.get(y)
+            tb = y[len(continuing_subword_prefix):] if continuing_subword_prefix and y.startswith(continuing_subword_prefix) else y
+            new = vocab.get(x + tb)
+            if ix is None or iy is None or new is None:
+                continue
+            if (ix, iy) not in self._ranks:
+                self._ranks[(ix, iy)] = (rank, new)
+        self._cache: dict[str, list[int]] = {}
+
+    # -- encoding ---------------------------------------------------------------------------
+    def pre_tokenize(self, text: str) -> list[str]:
+        if self.byte_level:
+            return pretok.split_gpt2(text, self.pattern, self.add_prefix_space)
+        return text.split()
+
+    def _symbols(self, word: str) -> list[int]:
+        vocab = self.vocab
+        out = []
+        prefix = self.continuing_subword_prefix
+        for j, ch in enumerate(word):
+            s = ch if (j == 0 or not prefix) else prefix + ch
+            i = vocab.get(s)
+            if i is not None:
+                out.append(i)
+            elif self.byte_fallback:
+                out.extend(vocab[f"<0x{b:02X}>"] for b in ch.encode("utf-8"))
+            elif self.unk_token is not None and self.unk_token in vocab:
+                out.append(vocab[self.unk_token])
+            else:
+                raise BadInput(f"character {ch!r} is not in the vocabulary and the tokenizer has no unknown token.")
+        return out
+
+    def encode_word(self, word: str) -> list[int]:
+        """Apply merges by rank to one pre-token (already byte-mapped when byte-level)."""
+        ids = self._symbols(word)
+        ranks = self._ranks
+        while len(ids) > 1:
+            best = None
+            for pair in zip(ids, ids[1:]):
+                r = ranks.get(pair)
+                if r is not None and (best is None or r[0] < best[0]):
+                    best = (r[0], r[1], pair)
+            if best is None:
+                break
+            _, new, (a, b) = best
+            out = []
+            i = 0
+            n = len(ids)
+            while i < n:
+                if i < n - 1 and ids[i] == a and ids[i + 1] == b:
+                    out.append(new)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            ids = out
+        return ids
+
+    def encode(self, text: str) -> list[int]:
+        cache = self._cache
+        out: list[int] = []
+        if self.byte_level:
+            for piece in self.pre_tokenize(text):
+                ids = cache.get(piece)
+                if ids is None:
+                    ids = self.encode_word(pretok.to_byte_symbols(piece))
+                    if len(cache) < 500_000:
+                        cache[piece] = ids
+                out.extend(ids)
+        else:
+            for piece in self.pre_tokenize(text):
+                ids = cache.get(piece)
+                if ids is None:
+                    ids = self.encode_word(piece)
+                    cache[piece] = ids
+                out.extend(ids)
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        toks = [self.id_to_token[i] for i in ids]
+        if self.byte_level:
+            raw = pretok.from_byte_symbols("".join(toks))
+            try:
+                return raw.decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                return raw.decode("utf-8", "replace")
+        if self.byte_fallback:
+            buf = bytearray()
+            for t in toks:
+                if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+                    buf.append(int(t[3:5], 16))
+                else:
+                    buf += t.encode("utf-8")
+            return buf.decode("utf-8", "replace")
+        return " ".join(toks)

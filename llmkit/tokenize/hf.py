@@ -1,0 +1,235 @@
+"""Read and write HF `tokenizer.json` files (BPE, WordPiece and Unigram models)."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+
+from llmkit.errors import BadFileFormat
+from llmkit.tokenize import pretok
+from llmkit.tokenize.bpe import BPE
+from llmkit.tokenize.tokenizer import AddedToken, Tokenizer
+from llmkit.tokenize.unigram import Unigram
+from llmkit.tokenize.wordpiece import WordPiece
+
+# llmkit writes HF's own format (its top-level "version" field is the format version); HF refuses
+# unknown top-level keys, so no llmkit-specific marker is added.
+SUPPORTED_VERSIONS = ("1.0",)
+
+
+def _added(tok: Tokenizer) -> list[dict]:
+    return [
+        {"id": t.id, "content": t.content, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": t.special}
+        for t in sorted(tok.added, key=lambda t: t.id)
+    ]
+
+
+def to_hf_json(tok: Tokenizer) -> dict:
+    """The tokenizer as an HF tokenizer.json dictionary."""
+    m = tok.model
+    base = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": _added(tok)}
+    if isinstance(m, BPE):
+        if not m.byte_level:
+            pre = {"type": "WhitespaceSplit"}
+            dec = None
+        else:
+            pre = {"type": "ByteLevel", "add_prefix_space": m.add_prefix_space, "trim_offsets": True, "use_regex": True}
+            if m.pattern != pretok.GPT2_PATTERN:
+                pre = {"type": "Sequence", "pretokenizers": [
+                    {"type": "Split", "pattern": {"Regex": m.pattern}, "behavior": "Isolated", "invert": False},
+                    {"type": "ByteLevel", "add_prefix_space": m.add_prefix_space, "trim_offsets": True, "use_regex": False},
+                ]}
+            dec = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+        vocab = dict(sorted(m.vocab.items(), key=lambda kv: kv[1]))
+        model = {"type": "BPE", "dropout": None, "unk_token": m.unk_token, "continuing_subword_prefix": m.continuing_subword_prefix,
+                 "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": m.byte_fallback, "ignore_merges": False,
+                 "vocab": vocab, "merges": [[a, b] for a, b in m.merges]}
+        return {**base, "normalizer": None, "pre_tokenizer": pre, "post_processor": None, "decoder": dec, "model": model}
+    if isinstance(m, WordPiece):
+        norm = ({"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True, "strip_accents": False,
+                 "lowercase": m.lowercase} if m.bert_normalizer else ({"type": "Lowercase"} if m.lowercase else None))
+        vocab = dict(sorted(m.vocab.items(), key=lambda kv: kv[1]))
+        model = {"type": "WordPiece", "unk_token": m.unk_token, "continuing_subword_prefix": m.prefix,
+                 "max_input_chars_per_word": m.max_chars, "vocab": vocab}
+        return {**base, "normalizer": norm, "pre_tokenizer": {"type": "BertPreTokenizer"}, "post_processor": None,
+                "decoder": {"type": "WordPiece", "prefix": m.prefix, "cleanup": True}, "model": model}
+    if isinstance(m, Unigram):
+        scheme = "always" if m.prepend_space else "never"
+        meta = {"type": "Metaspace", "replacement": pretok.SPACE_MARK, "prepend_scheme": scheme, "split": True}
+        model = {"type": "Unigram", "unk_id": m.unk_id, "vocab": [[p, s] for p, s in m.pieces], "byte_fallback": m.byte_fallback}
+        return {**base, "normalizer": None, "pre_tokenizer": meta, "post_processor": None, "decoder": dict(meta),
+                "model": model}
+    raise BadFileFormat(f"a {tok.algorithm} tokenizer cannot be written as tokenizer.json. Use a BPE, WordPiece or Unigram tokenizer.")
+
+
+def load_hf_json(path: str) -> Tokenizer:
+    """Load a tokenizer.json written by llmkit or HF tokenizers."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BadFileFormat(f"'{path}' is not a tokenizer.json (not UTF-8 text). Pass a tokenizer.json or a .gguf model.") from None
+    except OSError as e:
+        raise BadFileFormat(f"cannot read '{path}': {e.strerror}. Check the path.") from None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadFileFormat(f"'{path}' is not valid JSON ({e.msg} at line {e.lineno}). Pass an intact tokenizer.json.") from None
+    try:
+        return from_hf_json(d)
+    except BadFileFormat as e:
+        raise BadFileFormat(f"'{path}': {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise BadFileFormat(f"'{path}' is not a usable tokenizer.json (bad or missing field {e}). Pass an intact tokenizer.json.") from None
+
+
+def from_hf_json(d: dict) -> Tokenizer:
+    if not isinstance(d, dict) or not isinstance(d.get("model"), dict):
+        raise BadFileFormat("no 'model' object found; this is not a tokenizer.json")
+    version = d.get("version", "1.0")
+    if str(version) not in SUPPORTED_VERSIONS:
+        raise BadFileFormat(f"tokenizer.json format version {version!r} is not supported (llmkit reads {', '.join(SUPPORTED_VERSIONS)})")
+    m = d["model"]
+    mtype = m.get("type") or _guess_type(m)
+    norm = _normalizer(d.get("normalizer"))
+    added = [AddedToken(t["content"], int(t["id"]), bool(t.get("special", True))) for t in d.get("added_tokens") or []]
+    if mtype == "BPE":
+        vocab = {str(k): int(v) for k, v in m["vocab"].items()}
+        merges = [tuple(x.split(" ", 1)) if isinstance(x, str) else tuple(x) for x in m.get("merges", [])]
+        pre = d.get("pre_tokenizer")
+        byte_level, pattern, prefix_space = _bpe_pretokenizer(pre)
+        model = BPE(vocab, merges, byte_level=byte_level, pattern=pattern, add_prefix_space=prefix_space,
+                    unk_token=m.get("unk_token"), continuing_subword_prefix=m.get("continuing_subword_prefix"),
+                    byte_fallback=bool(m.get("byte_fallback")))
+        if norm is not None:
+            model = _Normalized(model, norm)
+    elif mtype == "WordPiece":
+        vocab = {str(k): int(v) for k, v in m["vocab"].items()}
+        n = d.get("normalizer") or None
+        bert = isinstance(n, dict) and n.get("type") == "BertNormalizer"
+        lower = bool(n and (n.get("lowercase") if bert else n.get("type") == "Lowercase"))
+        if bert and (n.get("strip_accents") or (n.get("strip_accents") is None and lower)):
+            norm = _strip_accents_then(lower)
+            model = _Normalized(WordPiece(vocab, m.get("unk_token", "[UNK]"), m.get("continuing_subword_prefix", "##"),
+                                          m.get("max_input_chars_per_word", 100), False, True), norm)
+        else:
+            model = WordPiece(vocab, m.get("unk_token", "[UNK]"), m.get("continuing_subword_prefix", "##"),
+                              m.get("max_input_chars_per_word", 100), lower, bert)
+            if norm is not None and not bert and n.get("type") != "Lowercase":
+                model = _Normalized(model, norm)
+    elif mtype == "Unigram":
+        pieces = [(str(p), float(s)) for p, s in m["vocab"]]
+        pre = d.get("pre_tokenizer") or {}
+        prepend = _metaspace_prepend(pre)
+        model = Unigram(pieces, m.get("unk_id"), prepend_space=prepend, byte_fallback=bool(m.get("byte_fallback")))
+        if norm is not None:
+            model = _Normalized(model, norm)
+    else:
+        raise BadFileFormat(f"model type '{mtype}' is not supported (llmkit reads BPE, WordPiece and Unigram)")
+    return Tokenizer(model, added, source="tokenizer.json")
+
+
+def _guess_type(m: dict) -> str:
+    if "merges" in m:
+        return "BPE"
+    if isinstance(m.get("vocab"), list):
+        return "Unigram"
+    return "WordPiece"
+
+
+def _bpe_pretokenizer(pre) -> tuple[bool, str, bool]:
+    if pre is None:
+        return False, pretok.GPT2_PATTERN, False
+    t = pre.get("type")
+    if t == "ByteLevel":
+        return True, pretok.GPT2_PATTERN, bool(pre.get("add_prefix_space", False))
+    if t in ("Whitespace", "WhitespaceSplit"):
+        return False, pretok.GPT2_PATTERN, False
+    if t == "Sequence":
+        subs = pre.get("pretokenizers", [])
+        splits = [s for s in subs if s.get("type") == "Split"]
+        bls = [s for s in subs if s.get("type") == "ByteLevel"]
+        if len(splits) == 1 and len(bls) == 1 and len(subs) == 2:
+            pat = splits[0]["pattern"]
+            pattern = pat.get("Regex") or _escape(pat.get("String", ""))
+            return True, pattern, bool(bls[0].get("add_prefix_space", False))
+    raise BadFileFormat(f"pre-tokenizer {json.dumps(pre)[:120]} is not supported")
+
+
+def _escape(s: str) -> str:
+    import regex
+
+    return regex.escape(s)
+
+
+def _metaspace_prepend(pre: dict) -> bool:
+    if pre.get("type") == "Metaspace":
+        scheme = pre.get("prepend_scheme")
+        if scheme is None:
+            return bool(pre.get("add_prefix_space", True))
+        return scheme != "never"
+    if pre.get("type") == "Sequence":
+        for s in pre.get("pretokenizers", []):
+            if s.get("type") == "Metaspace":
+                return _metaspace_prepend(s)
+    raise BadFileFormat(f"Unigram pre-tokenizer {json.dumps(pre)[:120]} is not supported (expected Metaspace)")
+
+
+def _normalizer(n):
+    """A str -> str function for the supported HF normalizers (None when there is none)."""
+    if not n:
+        return None
+    t = n.get("type")
+    if t in ("NFC", "NFD", "NFKC", "NFKD"):
+        return lambda s, form=t: unicodedata.normalize(form, s)
+    if t == "Lowercase":
+        return str.lower
+    if t == "BertNormalizer":
+        return lambda s: pretok.bert_normalize(s, bool(n.get("lowercase")))
+    if t == "Sequence":
+        fs = [_normalizer(x) for x in n.get("normalizers", [])]
+        fs = [f for f in fs if f is not None]
+
+        def run(s):
+            for f in fs:
+                s = f(s)
+            return s
+
+        return run
+    if t == "Replace":
+        pat = n.get("pattern", {})
+        if "String" in pat:
+            return lambda s: s.replace(pat["String"], n.get("content", ""))
+    if t == "Prepend":
+        return lambda s: (n.get("prepend", "") + s) if s else s
+    raise BadFileFormat(f"normalizer '{t}' is not supported")
+
+
+def _strip_accents_then(lower: bool):
+    def run(s):
+        s = pretok.bert_normalize(s, lower)
+        s = unicodedata.normalize("NFD", s)
+        return "".join(c for c in s if unicodedata.category(c) != "Mn")
+
+    return run
+
+
+class _Normalized:
+    """Wrap a model so a normalizer runs on the text before it."""
+
+    def __init__(self, model, norm):
+        self.inner = model
+        self.norm = norm
+        self.algorithm = model.algorithm
+        self.vocab = model.vocab
+        self.id_to_token = model.id_to_token
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(self.norm(text))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.inner.decode(ids)

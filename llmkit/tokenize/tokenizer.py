@@ -1,0 +1,110 @@
+"""The Tokenizer facade: one subword model plus added (special) tokens, encode/decode/save."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterable
+
+import regex
+
+from llmkit.errors import BadInput
+
+
+@dataclass
+class AddedToken:
+    content: str
+    id: int
+    special: bool = True
+
+
+class Tokenizer:
+    """A subword model (BPE, WordPiece, Unigram, SPM) with added tokens matched verbatim first."""
+
+    def __init__(self, model, added_tokens: Iterable[AddedToken] = (), source: str = "llmkit"):
+        self.model = model
+        self.added = list(added_tokens)
+        self.source = source
+        self._added_by_content = {t.content: t.id for t in self.added}
+        self._added_ids = {t.id: t for t in self.added}
+        self._split = None
+        if self.added:
+            alts = sorted((t.content for t in self.added if t.content), key=len, reverse=True)
+            self._split = regex.compile("(" + "|".join(regex.escape(a) for a in alts) + ")") if alts else None
+        ids = list(model.id_to_token) + [t.id for t in self.added]
+        self.vocab_size = (max(ids) + 1) if ids else 0
+
+    @property
+    def algorithm(self) -> str:
+        return self.model.algorithm
+
+    @property
+    def special_tokens(self) -> list[str]:
+        return [t.content for t in self.added if t.special]
+
+    def id_to_token(self, i: int) -> str:
+        t = self._added_ids.get(i)
+        if t is not None:
+            return t.content
+        tok = self.model.id_to_token.get(i)
+        if tok is None:
+            raise BadInput(f"token id {i} is out of range for this tokenizer (vocabulary size {self.vocab_size}).")
+        return tok
+
+    def token_to_id(self, token: str) -> int | None:
+        i = self._added_by_content.get(token)
+        return i if i is not None else self.model.vocab.get(token)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids for `text`; added tokens are matched verbatim before the model runs."""
+        if self._split is None:
+            return self.model.encode(text)
+        out: list[int] = []
+        for k, part in enumerate(self._split.split(text)):
+            if not part:
+                continue
+            if k % 2 == 1:
+                out.append(self._added_by_content[part])
+            else:
+                out.extend(self.model.encode(part))
+        return out
+
+    def tokens(self, ids: list[int]) -> list[str]:
+        return [self.id_to_token(i) for i in ids]
+
+    def check_ids(self, ids: list[int]) -> None:
+        for i in ids:
+            if not isinstance(i, int) or i < 0 or (i not in self._added_ids and i not in self.model.id_to_token):
+                raise BadInput(
+                    f"token id {i} is out of range for this tokenizer (valid ids: 0..{self.vocab_size - 1})."
+                )
+
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """Text for ids; added tokens are written out verbatim (or dropped with skip_special)."""
+        self.check_ids(ids)
+        parts: list[str] = []
+        run: list[int] = []
+        for i in ids:
+            t = self._added_ids.get(i)
+            if t is None:
+                run.append(i)
+                continue
+            if run:
+                parts.append(self.model.decode(run))
+                run = []
+            if not (skip_special and t.special):
+                parts.append(t.content)
+        if run:
+            parts.append(self.model.decode(run))
+        return "".join(parts)
+
+    def to_hf(self) -> dict:
+        from llmkit.tokenize import hf
+
+        return hf.to_hf_json(self)
+
+    def save(self, path: str) -> None:
+        """Write an HF-compatible tokenizer.json atomically."""
+        from llmkit.io import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_hf(), ensure_ascii=False, indent=1) + "\n")

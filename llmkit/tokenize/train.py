@@ -1,0 +1,96 @@
+"""Training entry point: corpus lines -> word counts -> one of the three trainers -> Tokenizer."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Iterable
+
+import regex
+
+from llmkit.errors import BadInput
+from llmkit.tokenize import pretok
+from llmkit.tokenize.bpe import BPE, train_bpe
+from llmkit.tokenize.tokenizer import AddedToken, Tokenizer
+from llmkit.tokenize.unigram import Unigram, train_unigram
+from llmkit.tokenize.wordpiece import WordPiece, train_wordpiece
+
+ALGORITHMS = ("bpe", "wordpiece", "unigram")
+DEFAULT_SPECIALS = {"bpe": [], "wordpiece": ["[UNK]"], "unigram": ["<unk>"]}
+
+
+def count_words(lines: Iterable[str], algorithm: str, special_tokens: Iterable[str] = (), lowercase: bool = False) -> Counter:
+    """Pre-tokenize every line the way the algorithm's tokenizer will, and count the words.
+
+    >>> dict(count_words(["the cat the"], "bpe"))
+    {'the': 1, 'Ġcat': 1, 'Ġthe': 1}
+    """
+    specials = [s for s in special_tokens if s]
+    splitter = regex.compile("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True))) if specials else None
+    raw: Counter = Counter()
+    if algorithm == "bpe":
+        findall = pretok.compile_pattern(pretok.GPT2_PATTERN).findall
+        for line in lines:
+            if splitter is not None:
+                for part in splitter.split(line):
+                    raw.update(findall(part))
+            else:
+                raw.update(findall(line))
+        out: Counter = Counter()
+        for w, c in raw.items():
+            out[pretok.to_byte_symbols(w)] += c
+        return out
+    for line in lines:
+        line = line.rstrip("\r\n")
+        parts = splitter.split(line) if splitter is not None else [line]
+        for part in parts:
+            if algorithm == "wordpiece":
+                raw.update(pretok.split_bert(pretok.bert_normalize(part, lowercase)))
+            elif algorithm == "unigram":
+                if part.strip():
+                    raw.update(pretok.split_metaspace(part.lower() if lowercase else part))
+            else:
+                raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
+    return raw
+
+
+def train(
+    lines: Iterable[str],
+    algorithm: str,
+    vocab_size: int,
+    min_frequency: int = 0,
+    special_tokens: Iterable[str] | None = None,
+    lowercase: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+    trace: Callable[[dict], None] | None = None,
+) -> Tokenizer:
+    """Train a tokenizer of `algorithm` on text lines."""
+    if algorithm not in ALGORITHMS:
+        raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
+    if vocab_size < 1:
+        raise BadInput(f"vocab size must be positive, got {vocab_size}. Pass --vocab-size N with N > 0.")
+    specials = list(DEFAULT_SPECIALS[algorithm] if special_tokens is None else special_tokens)
+    counts = count_words(lines, algorithm, specials, lowercase)
+    if not counts:
+        raise BadInput("the corpus is empty (no words after pre-tokenization). Pass a non-empty text corpus.")
+    if algorithm == "bpe":
+        r = train_bpe(counts, vocab_size, min_frequency=min_frequency, special_tokens=specials,
+                      progress=progress, trace=trace)
+        vocab = {t: i for i, t in enumerate(r.vocab)}
+        model = BPE(vocab, r.merges, byte_level=True)
+        added = [AddedToken(s, vocab[s]) for s in r.special_tokens]
+    elif algorithm == "wordpiece":
+        unk = "[UNK]" if "[UNK]" in specials else (specials[0] if specials else "[UNK]")
+        if unk not in specials:
+            specials = [unk] + specials
+        r = train_wordpiece(counts, vocab_size, min_frequency=min_frequency, special_tokens=specials,
+                            progress=progress, trace=trace)
+        vocab = {t: i for i, t in enumerate(r.vocab)}
+        model = WordPiece(vocab, unk_token=unk, lowercase=lowercase)
+        added = [AddedToken(s, vocab[s]) for s in r.special_tokens]
+    else:
+        unk = "<unk>" if "<unk>" in specials else (specials[0] if specials else "<unk>")
+        r = train_unigram(counts, vocab_size, special_tokens=specials, unk_token=unk, min_frequency=min_frequency,
+                          progress=progress, trace=trace)
+        model = Unigram(r.pieces, r.unk_id)
+        added = [AddedToken(s, i) for i, s in enumerate(r.special_tokens)]
+    return Tokenizer(model, added)
