@@ -54,7 +54,9 @@ class Output:
         """Print a rich table to stdout (it is the command's data)."""
         from rich.console import Console
 
-        Console(file=sys.stdout, soft_wrap=True).print(table)
+        # a pipe gets the full table (rich would otherwise squeeze it to 80 columns)
+        width = None if sys.stdout.isatty() else 200
+        Console(file=sys.stdout, width=width).print(table)
 
 
 def resolve_inputs(inputs: tuple[str, ...] | list[str], what: str = "input") -> list[str]:

@@ -73,8 +73,9 @@ def train(
     if not counts:
         raise BadInput("the corpus is empty (no words after pre-tokenization). Pass a non-empty text corpus.")
     if algorithm == "bpe":
+        # all 256 byte symbols are in the vocabulary, so any text encodes (HF: ByteLevel.alphabet())
         r = train_bpe(counts, vocab_size, min_frequency=min_frequency, special_tokens=specials,
-                      progress=progress, trace=trace)
+                      initial_alphabet=pretok.bytes_to_unicode().values(), progress=progress, trace=trace)
         vocab = {t: i for i, t in enumerate(r.vocab)}
         model = BPE(vocab, r.merges, byte_level=True)
         added = [AddedToken(s, vocab[s]) for s in r.special_tokens]

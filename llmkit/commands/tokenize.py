@@ -1,0 +1,191 @@
+"""`llmkit tokenize`: train, encode, decode, inspect and compare tokenizers."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from llmkit.commands._common import Output, progress_bar, read_text_arg, resolve_inputs
+
+
+@click.group("tokenize")
+def group():
+    """Train, apply, inspect and compare subword tokenizers (BPE, WordPiece, Unigram).
+
+    TOKENIZER is a tokenizer.json (llmkit or HF) or a GGUF model (its vocabulary).
+    """
+
+
+def _load(path: str):
+    from llmkit import tokenize
+
+    return tokenize.load(path)
+
+
+@group.command("train")
+@click.argument("inputs", nargs=-1)
+@click.option("--algo", type=click.Choice(["bpe", "wordpiece", "unigram"]), default="bpe", show_default=True,
+              help="Subword algorithm.")
+@click.option("--vocab-size", type=click.IntRange(min=1), required=True, help="Target vocabulary size (special tokens included).")
+@click.option("--min-frequency", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Stop merging below this pair count (Unigram: drop rarer words).")
+@click.option("--special", "specials", multiple=True, help="Special token (repeatable). Default: none for BPE, [UNK] for WordPiece, <unk> for Unigram.")
+@click.option("--lowercase", is_flag=True, help="Lower-case text first (WordPiece, Unigram).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write tokenizer.json here (default: stdout).")
+@click.option("--trace", is_flag=True, help="Print every training step (merges/scores/pruning).")
+@click.option("--jsonl", is_flag=True, help="With --trace: one JSON object per step.")
+def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, output, trace, jsonl):
+    """Train a tokenizer on text FILES, directories or '-' (stdin).
+
+    \b
+    llmkit tokenize train --algo bpe --vocab-size 8000 -o tok.json corpus/
+    cat notes.txt | llmkit tokenize train --algo unigram --vocab-size 500 --trace > tok.json
+    """
+    from llmkit.io import expand_inputs, iter_lines
+    from llmkit.tokenize.train import train
+
+    out = Output(jsonl=jsonl)
+    paths = expand_inputs(resolve_inputs(inputs, "corpus"))
+    if not paths:
+        from llmkit.errors import BadInput
+
+        raise BadInput("no text files found in the given inputs. Pass .txt/.md files or directories containing them.")
+    trace_fn = None
+    if trace:
+        to_stdout = output is not None
+
+        def trace_fn(step: dict) -> None:
+            line = json.dumps(step, ensure_ascii=False) if jsonl else _trace_text(algo, step)
+            if to_stdout:
+                out.data(line)
+            else:
+                click.echo(line, err=True)
+
+    with progress_bar(f"training {algo}") as bar:
+        tok = train(iter_lines(paths), algo, vocab_size, min_frequency=min_frequency,
+                    special_tokens=list(specials) if specials else None, lowercase=lowercase,
+                    progress=bar, trace=trace_fn)
+    if output:
+        tok.save(output)
+        out.info(f"{algo}: {tok.vocab_size} tokens -> {output}")
+    else:
+        out.data(json.dumps(tok.to_hf(), ensure_ascii=False))
+
+
+def _trace_text(algo: str, s: dict) -> str:
+    if algo == "bpe":
+        top = ", ".join(f"({a},{b})={n}" for a, b, n in s["top_pairs"])
+        return f"step {s['step']}: merge ({s['merge'][0]}, {s['merge'][1]}) count={s['count']}  top: {top}"
+    if algo == "wordpiece":
+        top = ", ".join(f"({a},{b})={sc:.6g}" for a, b, sc in s["top_scores"])
+        return f"step {s['step']}: merge ({s['merge'][0]}, {s['merge'][1]}) score={s['score']:.6g}  top: {top}"
+    return (f"round {s['step']}: loss={s['viterbi_loss']:.1f} em={s['em_loss']:.4f} vocab={s['vocab']} "
+            f"removed={s['removed']} e.g. {', '.join(s['removed_sample'])}")
+
+
+@group.command("encode")
+@click.option("-t", "--tokenizer", "tokenizer_path", required=True, help="tokenizer.json or .gguf")
+@click.argument("text", required=False)
+@click.option("--tokens", "show_tokens", is_flag=True, help="Print token strings instead of ids.")
+@click.option("--jsonl", is_flag=True, help="One JSON object per input line: text, ids, tokens.")
+def encode_cmd(tokenizer_path, text, show_tokens, jsonl):
+    """Encode TEXT (or each line of stdin) into token ids.
+
+    \b
+    llmkit tokenize encode -t tok.json "Hello world"
+    cat lines.txt | llmkit tokenize encode -t model.gguf --jsonl
+    """
+    tok = _load(tokenizer_path)
+    out = Output(jsonl=jsonl)
+    for line in read_text_arg(text):
+        ids = tok.encode(line)
+        if jsonl:
+            out.record({"text": line, "ids": ids, "tokens": tok.tokens(ids)})
+        elif show_tokens:
+            out.data(" ".join(tok.tokens(ids)))
+        else:
+            out.data(" ".join(map(str, ids)))
+
+
+@group.command("decode")
+@click.option("-t", "--tokenizer", "tokenizer_path", required=True, help="tokenizer.json or .gguf")
+@click.argument("ids", required=False)
+@click.option("--skip-special", is_flag=True, help="Drop special tokens from the text.")
+@click.option("--jsonl", is_flag=True, help="One JSON object per input line: ids, text.")
+def decode_cmd(tokenizer_path, ids, skip_special, jsonl):
+    """Decode IDS ("1 2 3", "1,2,3", a JSON list, or JSONL with "ids") back to text, one line each."""
+    from llmkit.errors import BadInput
+
+    tok = _load(tokenizer_path)
+    out = Output(jsonl=jsonl)
+    for line in read_text_arg(ids, "ids"):
+        s = line.strip()
+        if not s:
+            out.data("")
+            continue
+        try:
+            if s.startswith("{"):
+                seq = json.loads(s)["ids"]
+            elif s.startswith("["):
+                seq = json.loads(s)
+            else:
+                seq = [int(x) for x in s.replace(",", " ").split()]
+            if not all(isinstance(x, int) for x in seq):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            raise BadInput(f"cannot read token ids from {s[:60]!r}. Give integers separated by spaces or commas, or a JSON list.") from None
+        text = tok.decode(seq, skip_special=skip_special)
+        if jsonl:
+            out.record({"ids": seq, "text": text})
+        else:
+            out.data(text)
+
+
+@group.command("inspect")
+@click.argument("tokenizer_path", metavar="TOKENIZER")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("-n", "--sample", default=10, show_default=True, help="How many merges/pieces to show.")
+def inspect_cmd(tokenizer_path, as_json, sample):
+    """Show a tokenizer's algorithm, vocabulary size, special tokens and sample merges/pieces."""
+    from llmkit.tokenize.stats import describe
+
+    d = describe(_load(tokenizer_path), sample)
+    out = Output()
+    if as_json:
+        out.json(d)
+        return
+    for k, v in d.items():
+        out.data(f"{k}: {v if not isinstance(v, list) else json.dumps(v, ensure_ascii=False)}")
+
+
+@group.command("stats")
+@click.option("-t", "--tokenizer", "tokenizers", multiple=True, required=True, help="Tokenizer (repeat to compare).")
+@click.argument("inputs", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def stats_cmd(tokenizers, inputs, as_json):
+    """Tokens per word/character, bytes per token and unknown rate of tokenizers on a corpus.
+
+    \b
+    llmkit tokenize stats -t bpe.json -t unigram.json -t model.gguf corpus.txt
+    """
+    from llmkit.io import expand_inputs, iter_lines
+    from llmkit.tokenize.stats import corpus_stats
+
+    paths = expand_inputs(resolve_inputs(inputs, "corpus"))
+    lines = list(iter_lines(paths))
+    rows = [corpus_stats(t, _load(t), lines) for t in tokenizers]
+    out = Output()
+    if as_json:
+        out.json([r.to_dict() for r in rows])
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{len(lines)} lines, {rows[0].words} words, {rows[0].bytes} bytes")
+    for col in ("tokenizer", "algo", "vocab", "tokens", "tok/word", "tok/char", "bytes/tok", "unk %"):
+        table.add_column(col, justify="left" if col in ("tokenizer", "algo") else "right")
+    for r in rows:
+        table.add_row(r.tokenizer, r.algorithm, str(r.vocab_size), str(r.tokens), f"{r.tokens_per_word:.3f}",
+                      f"{r.tokens_per_char:.3f}", f"{r.bytes_per_token:.2f}", f"{100 * r.unknown_rate:.2f}")
+    out.table(table)

@@ -1,0 +1,23 @@
+"""Subword tokenizers: byte-level BPE, WordPiece and Unigram — train, apply, load, save."""
+
+from __future__ import annotations
+
+from llmkit.errors import BadFileFormat
+
+
+def load(path: str):
+    """Load a tokenizer from an llmkit/HF tokenizer.json or a GGUF model's vocabulary."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except IsADirectoryError:
+        raise BadFileFormat(f"'{path}' is a directory. Pass a tokenizer.json or a .gguf file.") from None
+    except OSError as e:
+        raise BadFileFormat(f"cannot read tokenizer '{path}': {e.strerror}. Check the path.") from None
+    if head == b"GGUF":
+        from llmkit.tokenize.gguf_vocab import load_gguf_tokenizer
+
+        return load_gguf_tokenizer(path)
+    from llmkit.tokenize.hf import load_hf_json
+
+    return load_hf_json(path)

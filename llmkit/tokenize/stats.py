@@ -1,0 +1,89 @@
+"""Corpus statistics for one tokenizer: fertility, compression and unknown rate."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+
+@dataclass
+class TokenStats:
+    tokenizer: str
+    algorithm: str
+    vocab_size: int
+    tokens: int
+    words: int
+    chars: int
+    bytes: int
+    unknown: int
+
+    @property
+    def tokens_per_word(self) -> float:
+        return self.tokens / self.words if self.words else 0.0
+
+    @property
+    def tokens_per_char(self) -> float:
+        return self.tokens / self.chars if self.chars else 0.0
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.bytes / self.tokens if self.tokens else 0.0
+
+    @property
+    def unknown_rate(self) -> float:
+        return self.unknown / self.tokens if self.tokens else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(tokens_per_word=self.tokens_per_word, tokens_per_char=self.tokens_per_char,
+                 bytes_per_token=self.bytes_per_token, unknown_rate=self.unknown_rate)
+        return d
+
+
+def unknown_ids(tok) -> set[int]:
+    """Ids that mean 'unknown' for this tokenizer (empty for byte-level BPE)."""
+    ids = set()
+    m = getattr(tok.model, "inner", tok.model)
+    for name in ("unk_token",):
+        t = getattr(m, name, None)
+        if t is not None and t in m.vocab:
+            ids.add(m.vocab[t])
+    uid = getattr(m, "unk_id", None)
+    if uid is not None:
+        ids.add(uid)
+    return ids
+
+
+def corpus_stats(name: str, tok, lines: Iterable[str]) -> TokenStats:
+    """Encode every line and count tokens, words (whitespace-separated), characters and bytes."""
+    unk = unknown_ids(tok)
+    s = TokenStats(name, tok.algorithm, tok.vocab_size, 0, 0, 0, 0, 0)
+    for line in lines:
+        ids = tok.encode(line)
+        s.tokens += len(ids)
+        s.words += len(line.split())
+        s.chars += len(line)
+        s.bytes += len(line.encode("utf-8", "surrogatepass"))
+        if unk:
+            s.unknown += sum(1 for i in ids if i in unk)
+    return s
+
+
+def describe(tok, sample: int = 10) -> dict:
+    """A summary of a tokenizer: algorithm, sizes, special tokens and a sample of merges/pieces."""
+    m = getattr(tok.model, "inner", tok.model)
+    d = {"algorithm": tok.algorithm, "source": tok.source, "vocab_size": tok.vocab_size,
+         "special_tokens": tok.special_tokens}
+    if hasattr(m, "merges"):
+        d["merges"] = len(m.merges)
+        d["first_merges"] = [list(x) for x in m.merges[:sample]]
+        d["last_merges"] = [list(x) for x in m.merges[-sample:]] if m.merges else []
+        d["byte_level"] = getattr(m, "byte_level", False)
+    if hasattr(m, "pieces"):
+        d["top_pieces"] = [[p, s] for p, s in m.pieces[:sample]]
+    if tok.algorithm == "wordpiece":
+        d["continuing_subword_prefix"] = m.prefix
+        d["longest_tokens"] = sorted(m.vocab, key=len, reverse=True)[:sample]
+    if tok.algorithm == "spm":
+        d["top_pieces"] = sorted(([t, s] for t, s in zip(m.tokens, m.scores)), key=lambda x: -x[1])[:sample]
+    return d

@@ -1,0 +1,70 @@
+import gzip
+import io
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(args, input: str | bytes | None = None) -> Result:
+    """Run `llmkit ARGS` in-process through the real entry point (error mapping included)."""
+    from click.testing import CliRunner
+
+    from llmkit.cli import main
+
+    runner = CliRunner()
+    code = 0
+    with runner.isolation(input=input) as streams:
+        out_stream, err_stream = streams[0], streams[1]
+        try:
+            main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out = out_stream.getvalue().decode("utf-8", "replace")
+        err = err_stream.getvalue().decode("utf-8", "replace")
+    return Result(code, out, err)
+
+
+def run_subprocess(args, input: bytes | None = None, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmkit", *args], input=input, capture_output=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+
+
+@pytest.fixture(scope="session")
+def kernel_docs(tmp_path_factory) -> Path:
+    """~2.2 MB of real English text (Linux kernel documentation, GPL-2.0), see fixtures/README.md."""
+    p = tmp_path_factory.mktemp("corpus") / "kernel-docs.txt"
+    p.write_bytes(gzip.decompress((FIXTURES / "kernel-docs.txt.gz").read_bytes()))
+    return p
+
+
+@pytest.fixture(scope="session")
+def kernel_small(kernel_docs, tmp_path_factory) -> Path:
+    """The first ~300 kB of the kernel docs, for slower trainers."""
+    p = tmp_path_factory.mktemp("corpus") / "kernel-small.txt"
+    text = kernel_docs.read_text(encoding="utf-8")[:300_000]
+    p.write_text(text[: text.rindex("\n") + 1], encoding="utf-8")
+    return p
+
+
+@pytest.fixture(scope="session")
+def tang300(tmp_path_factory) -> Path:
+    """300 Tang poems in Simplified Chinese (Debian fortunes-zh, GPL-3.0+)."""
+    p = tmp_path_factory.mktemp("corpus") / "tang300.txt"
+    p.write_bytes(gzip.decompress((FIXTURES / "tang300.txt.gz").read_bytes()))
+    return p
