@@ -69,8 +69,17 @@ def train(
     if vocab_size < 1:
         raise BadInput(f"vocab size must be positive, got {vocab_size}. Pass --vocab-size N with N > 0.")
     specials = list(DEFAULT_SPECIALS[algorithm] if special_tokens is None else special_tokens)
-    counts = count_words(lines, algorithm, specials, lowercase)
-    if not counts:
+    seen_text = False
+
+    def watched(src):
+        nonlocal seen_text
+        for line in src:
+            if not seen_text and line.strip():
+                seen_text = True
+            yield line
+
+    counts = count_words(watched(lines), algorithm, specials, lowercase)
+    if not counts or not seen_text:
         raise BadInput("the corpus is empty (no words after pre-tokenization). Pass a non-empty text corpus.")
     if algorithm == "bpe":
         # all 256 byte symbols are in the vocabulary, so any text encodes (HF: ByteLevel.alphabet())
