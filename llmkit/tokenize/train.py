@@ -40,13 +40,14 @@ def count_words(lines: Iterable[str], algorithm: str, special_tokens: Iterable[s
             out[pretok.to_byte_symbols(w)] += c
         return out
     for line in lines:
-        line = line.rstrip("\r\n")
+        # WordPiece treats line ends as whitespace; Unigram keeps them as characters (as HF does when
+        # training from files), so '\n' is in the vocabulary and a newline never becomes <unk>.
         parts = splitter.split(line) if splitter is not None else [line]
         for part in parts:
             if algorithm == "wordpiece":
                 raw.update(pretok.split_bert(pretok.bert_normalize(part, lowercase)))
             elif algorithm == "unigram":
-                if part.strip():
+                if part:
                     raw.update(pretok.split_metaspace(part.lower() if lowercase else part))
             else:
                 raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Train three tokenizers on the same text, compare them, and round-trip a line through a pipeline.
+# Usage: examples/tokenize_pipeline.sh [CORPUS...]   (default: the kernel-docs test fixture)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ $# -eq 0 ]; then
+  zcat tests/fixtures/kernel-docs.txt.gz > "$work/full.txt"
+  head -c 1000000 "$work/full.txt" > "$work/corpus.txt"
+  set -- "$work/corpus.txt"
+fi
+for algo in bpe wordpiece unigram; do
+  llmkit tokenize train --algo "$algo" --vocab-size 2000 -o "$work/$algo.json" "$@"
+done
+llmkit tokenize stats -t "$work/bpe.json" -t "$work/wordpiece.json" -t "$work/unigram.json" "$@"
+# text -> ids -> text, one record per line, through a pipe
+printf 'The kernel schedules tasks.\n你好，世界 🙂\n' \
+  | llmkit tokenize encode -t "$work/bpe.json" \
+  | llmkit tokenize decode -t "$work/bpe.json"
+# the first BPE merges, as the course prints them
+head -c 20000 "$1" | llmkit tokenize train --algo bpe --vocab-size 262 --trace -o "$work/tiny.json" -
