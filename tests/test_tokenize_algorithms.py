@@ -133,4 +133,4 @@ def test_chinese_unigram_segments_and_round_trips(tang300):
         assert tok.decode(ids) == line
         n_tokens += len(ids)
     assert n_tokens < 0.9 * sum(len(ln) + 1 for ln in lines)  # multi-character pieces were learned
-    assert "▁作者：杜甫" in tok.model.vocab
+    assert any(p.startswith("▁作者：") and len(p) >= 6 for p in tok.model.vocab)  # "▁作者：<poet>" lines

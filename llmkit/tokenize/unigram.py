@@ -66,6 +66,77 @@ def seed_pieces(word_counts: dict[str, int], max_piece_length: int = 16, seed_si
     return out
 
 
+_BASE = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _codepoints(words: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All words joined with a separator, as code points; plus each word's start and end offset."""
+    lens = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
+    joined = "\x00".join(words) + "\x00"
+    cp = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    starts = np.concatenate([[0], np.cumsum(lens + 1)[:-1]]).astype(np.int64)
+    return cp, starts, starts + lens
+
+
+def _substring_hashes(cp: np.ndarray, word_end_of_pos: np.ndarray, max_len: int):
+    """Yield (L, start positions, 64-bit hashes) of every in-word substring of length L."""
+    n = len(cp)
+    h = np.zeros(n, dtype=np.uint64)
+    idx = np.arange(n, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        for L in range(1, max_len + 1):
+            valid = idx + L <= word_end_of_pos[idx]
+            if not valid.any():
+                break
+            idx = idx[valid]
+            h = h[valid] * _BASE + cp[idx + L - 1] + np.uint64(1)
+            yield L, idx, h
+
+
+def _string_hashes(strings: list[str]) -> np.ndarray:
+    """The same 64-bit hash for whole strings (pieces)."""
+    cp, starts, ends = _codepoints(strings)
+    end_of = np.repeat(ends, ends - starts + 1)
+    out = np.zeros(len(strings), dtype=np.uint64)
+    lens = ends - starts
+    for L, idx, h in _substring_hashes(cp, end_of, int(lens.max()) if len(lens) else 0):
+        pos = np.searchsorted(starts, idx)
+        hit = (pos < len(starts)) & (starts[np.minimum(pos, len(starts) - 1)] == idx) & (lens[np.minimum(pos, len(starts) - 1)] == L)
+        out[pos[hit]] = h[hit]
+    return out
+
+
+def seed_pieces_fast(word_counts: dict[str, int], max_piece_length: int = 16, seed_size: int = 1_000_000) -> dict[str, int]:
+    """seed_pieces(include_whole_words=True) with vectorized substring counting (hashes)."""
+    words = list(word_counts)
+    counts = np.fromiter((word_counts[w] for w in words), dtype=np.float64, count=len(words))
+    cp, starts, ends = _codepoints(words)
+    end_of = np.repeat(ends, ends - starts + 1)
+    weight = np.repeat(counts, ends - starts + 1)
+    joined = "\x00".join(words)
+    out: dict[str, int] = {}
+    cands = []  # (score, L, first position, freq)
+    for L, idx, h in _substring_hashes(cp, end_of, max_piece_length):
+        uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        freq = np.bincount(inv, weights=weight[idx])
+        pos = idx[first]
+        if L == 1:
+            for p, f in zip(pos.tolist(), freq.tolist()):
+                out[joined[p]] = int(f)
+        else:
+            cands.append((freq * L, np.full(len(pos), L), pos, freq))
+    if cands:
+        score = np.concatenate([c[0] for c in cands])
+        Ls = np.concatenate([c[1] for c in cands])
+        pos = np.concatenate([c[2] for c in cands])
+        freq = np.concatenate([c[3] for c in cands])
+        top = np.argsort(-score, kind="stable")[:seed_size]
+        for i in top.tolist():
+            p, L = int(pos[i]), int(Ls[i])
+            out[joined[p:p + L]] = int(freq[i])
+    return out
+
+
 class Lattice:
     """All words' segmentation lattices as flat numpy arrays (nodes = positions between chars)."""
 
@@ -75,29 +146,26 @@ class Lattice:
         self.off = np.concatenate([[0], np.cumsum(lens + 1)[:-1]]).astype(np.int64)
         self.ends = self.off + lens
         self.n_nodes = int(self.ends[-1]) + 1 if len(words) else 0
-        prefixes: set[str] = set()
-        for p in piece_id:
-            for k in range(1, len(p) + 1):
-                prefixes.add(p[:k])
-        es, ee, ep, ew = [], [], [], []
-        for wi, w in enumerate(words):
-            base = int(self.off[wi])
-            n = len(w)
-            for i in range(n):
-                for j in range(i + 1, min(n, i + max_piece_length) + 1):
-                    s = w[i:j]
-                    if s not in prefixes:
-                        break
-                    pid = piece_id.get(s)
-                    if pid is not None:
-                        es.append(base + i)
-                        ee.append(base + j)
-                        ep.append(pid)
-                        ew.append(wi)
-        self.es = np.array(es, dtype=np.int64)
-        self.ee = np.array(ee, dtype=np.int64)
-        self.ep = np.array(ep, dtype=np.int64)
-        self.ew = np.array(ew, dtype=np.int64)
+        pieces = sorted(piece_id, key=piece_id.get)
+        ph = _string_hashes(pieces)
+        order = np.argsort(ph)
+        ph_sorted = ph[order]
+        pid_sorted = np.array([piece_id[pieces[i]] for i in order.tolist()], dtype=np.int64)
+        cp, starts, ends = _codepoints(words)
+        end_of = np.repeat(ends, ends - starts + 1)
+        es, ee, ep = [], [], []
+        for L, idx, h in _substring_hashes(cp, end_of, max_piece_length):
+            k = np.searchsorted(ph_sorted, h)
+            k = np.minimum(k, len(ph_sorted) - 1)
+            hit = ph_sorted[k] == h
+            es.append(idx[hit])
+            ee.append(idx[hit] + L)
+            ep.append(pid_sorted[k[hit]])
+        self.es = np.concatenate(es) if es else np.zeros(0, dtype=np.int64)
+        self.ee = np.concatenate(ee) if ee else np.zeros(0, dtype=np.int64)
+        self.ep = np.concatenate(ep) if ep else np.zeros(0, dtype=np.int64)
+        node_word_all = np.repeat(np.arange(len(words)), lens + 1)
+        self.ew = node_word_all[self.es]
         self.node_word = np.repeat(np.arange(len(words)), lens + 1)
         self._index()
 
@@ -323,7 +391,7 @@ def train_unigram(
         specials.insert(0, unk_token)
     if min_frequency > 1:
         word_counts = {w: c for w, c in word_counts.items() if c >= min_frequency}
-    seed = seed_pieces(word_counts, max_piece_length, seed_size)
+    seed = seed_pieces_fast(word_counts, max_piece_length, seed_size)
     n_chars = sum(1 for p in seed if len(p) == 1)
     target = vocab_size - len(specials)
     if target < n_chars:
