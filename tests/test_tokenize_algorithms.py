@@ -134,3 +134,14 @@ def test_chinese_unigram_segments_and_round_trips(tang300):
         n_tokens += len(ids)
     assert n_tokens < 0.9 * sum(len(ln) + 1 for ln in lines)  # multi-character pieces were learned
     assert any(p.startswith("▁作者：") and len(p) >= 6 for p in tok.model.vocab)  # "▁作者：<poet>" lines
+
+
+def test_fast_bert_pretokenizer_equals_reference(kernel_small, tang300):
+    from llmkit.tokenize import pretok
+
+    lines = kernel_small.read_text(encoding="utf-8").splitlines()[:3000] + tang300.read_text(encoding="utf-8").splitlines()
+    lines += ["tab\there\u3000wide\u00a0nbsp \x00nul \x07bell “quotes” ¿qué? 1,000.5"]
+    for line in lines:
+        assert pretok.bert_normalize(line) == pretok.bert_normalize_slow(line)
+        n = pretok.bert_normalize(line)
+        assert pretok.split_bert(n) == pretok.split_bert_slow(n)

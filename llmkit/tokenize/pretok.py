@@ -102,8 +102,29 @@ def is_cjk(ch: str) -> bool:
     )
 
 
+_WS_CLASS = "".join(f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in _WS)
+_WS_RE = regex.compile(f"[{_WS_CLASS}]")
+_CONTROL_RE = regex.compile(r"[\x00\ufffd\p{Cc}\p{Cf}\p{Cn}\p{Co}\p{Cs}]")
+_CJK_RE = regex.compile("[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
+                        "\U0002b740-\U0002b81f\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f]")
+_PUNCT = r"!-/:-@\[-`{-~\p{P}"
+_BERT_SPLIT_RE = regex.compile(f"[^{_WS_CLASS}{_PUNCT}]+|[{_PUNCT}]")
+
+
 def bert_normalize(text: str, lowercase: bool = False) -> str:
-    """HF BertNormalizer(clean_text, handle_chinese_chars, no accent stripping, optional lowercase)."""
+    """HF BertNormalizer(clean_text, handle_chinese_chars, no accent stripping, optional lowercase).
+
+    Whitespace becomes ' ', control and unassigned characters go, CJK ideographs get spaces around:
+    >>> bert_normalize("ab\\tc中")
+    'ab c 中 '
+    """
+    text = _CONTROL_RE.sub("", _WS_RE.sub(" ", text))
+    text = _CJK_RE.sub(r" \g<0> ", text)
+    return text.lower() if lowercase else text
+
+
+def bert_normalize_slow(text: str, lowercase: bool = False) -> str:
+    """Character-by-character reference for bert_normalize (kept for the equality test)."""
     out = []
     for ch in text:
         if ch in ("\x00", "\ufffd"):
@@ -127,6 +148,11 @@ def split_bert(text: str) -> list[str]:
     >>> split_bert("Hi, there!  ok")
     ['Hi', ',', 'there', '!', 'ok']
     """
+    return _BERT_SPLIT_RE.findall(text)
+
+
+def split_bert_slow(text: str) -> list[str]:
+    """Character-by-character reference for split_bert (kept for the equality test)."""
     words: list[str] = []
     cur: list[str] = []
     for ch in text:
