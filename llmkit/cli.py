@@ -14,6 +14,7 @@ from llmkit import __version__
 # so `llmkit --help` stays instant (no numpy/torch/faiss/llama_cpp at start-up).
 GROUPS = {
     "tokenize": ("llmkit.commands.tokenize", "group", "Train, apply, inspect and compare subword tokenizers."),
+    "generate": ("llmkit.commands.generate", "command", "Stream text from a GGUF model (speculative decoding, lookup)."),
 }
 
 

@@ -35,3 +35,71 @@ def write_vocab_gguf(path, model: str, tokens, *, merges=None, scores=None, type
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def byte_vocab() -> list[str]:
+    """256 byte-level symbols (GPT-2 mapping) followed by <s> and </s>."""
+    from llmkit.tokenize.pretok import bytes_to_unicode
+
+    table = bytes_to_unicode()
+    return [table[b] for b in range(256)] + ["<s>", "</s>"]
+
+
+def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128, n_ctx=512,
+                     logit_scale=4.0, dtype=np.float32, merges=(("Ġ", "t"), ("h", "e"), ("Ġt", "he")),
+                     extra_tokens=("Ġt", "he", "Ġthe"), chat_template=None):
+    """A random-weight llama with a byte-level BPE vocabulary that llama.cpp loads and runs.
+
+    `logit_scale` sharpens the output layer so greedy choices are far from ties (batch-vs-single
+    evaluation noise then cannot flip them).
+    """
+    import gguf
+
+    tokens = byte_vocab() + list(extra_tokens)
+    n_vocab = len(tokens)
+    types = [1] * 256 + [3, 3] + [1] * len(extra_tokens)
+    rng = np.random.default_rng(seed)
+    head_dim = n_embd // n_head
+
+    def rand(*shape, scale=None):
+        s = scale if scale is not None else 1.0 / np.sqrt(shape[-1])
+        return (rng.standard_normal(shape) * s).astype(dtype)
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_dimension_count(head_dim)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(0 if dtype == np.float32 else 1)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([f"{a} {b}" for a, b in merges])
+    w.add_bos_token_id(256)
+    w.add_eos_token_id(257)
+    w.add_add_bos_token(False)
+    if chat_template:
+        w.add_chat_template(chat_template)
+    w.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
+    for i in range(n_layer):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_q.weight", rand(n_embd, n_embd))
+        w.add_tensor(f"blk.{i}.attn_k.weight", rand(n_head_kv * head_dim, n_embd))
+        w.add_tensor(f"blk.{i}.attn_v.weight", rand(n_head_kv * head_dim, n_embd))
+        w.add_tensor(f"blk.{i}.attn_output.weight", rand(n_embd, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", rand(n_ff, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", rand(n_ff, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", rand(n_embd, n_ff))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    w.add_tensor("output.weight", rand(n_vocab, n_embd, scale=logit_scale / np.sqrt(n_embd)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -1,0 +1,118 @@
+"""`llmkit generate`: stream text from a local GGUF model through llama.cpp."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from llmkit.commands._common import Output, settings
+
+
+@click.command("generate")
+@click.argument("prompt", required=False)
+@click.option("-m", "--model", "model_path", help="GGUF model (default: LLMKIT_MODEL or the packaged SmolLM2-135M-Instruct).")
+@click.option("-n", "--n-predict", default=128, show_default=True, type=int, help="Tokens to generate.")
+@click.option("--temp", default=0.8, show_default=True, type=float, help="Temperature (0 = greedy).")
+@click.option("--top-k", default=40, show_default=True, type=int)
+@click.option("--top-p", default=0.95, show_default=True, type=float)
+@click.option("--min-p", default=0.05, show_default=True, type=float)
+@click.option("--repeat-penalty", default=1.0, show_default=True, type=float)
+@click.option("--seed", type=int, default=None, help="Random seed (default: random).")
+@click.option("--stop", multiple=True, help="Stop when this text appears (repeatable).")
+@click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-sequence tokens.")
+@click.option("--chat", is_flag=True, help="Wrap the prompt in the model's own chat template.")
+@click.option("--system", help="System message for --chat.")
+@click.option("-c", "--ctx-size", "n_ctx", default=None, type=int, help="Context size in tokens (default: min(2048, training context)).")
+@click.option("-t", "--threads", type=int, help="CPU threads (default 1: fastest measured on 2 shared cores).")
+@click.option("-b", "--batch-size", default=512, show_default=True, type=int)
+@click.option("--ctk", "cache_type_k", default="f16", show_default=True, help="KV cache type for K (f16, q8_0, q4_0, ...).")
+@click.option("--ctv", "cache_type_v", default="f16", show_default=True, help="KV cache type for V.")
+@click.option("--flash-attn", is_flag=True)
+@click.option("--mlock", is_flag=True)
+@click.option("--no-mmap", is_flag=True)
+@click.option("-ngl", "--n-gpu-layers", default=0, show_default=True, type=int, help="Passed through (no-op on CPU builds).")
+@click.option("--context-shift", is_flag=True, help="Drop the oldest tokens when the context fills instead of stopping.")
+@click.option("--keep", default=0, show_default=True, type=int, help="Tokens at the start never dropped by --context-shift.")
+@click.option("--draft-model", "draft_path", help="Draft GGUF for speculative decoding (same vocabulary).")
+@click.option("--draft-max", default=8, show_default=True, type=int, help="Most draft tokens per step.")
+@click.option("--draft-min", default=0, show_default=True, type=int, help="Fewest draft tokens when drafting.")
+@click.option("--fixed-draft", is_flag=True, help="Always draft --draft-max tokens (no adaptive length).")
+@click.option("--lookup", default=0, type=int, help="Prompt-lookup drafting with n-grams up to N (no draft model).")
+@click.option("--grammar", help="GBNF grammar constraining the output.")
+@click.option("--grammar-file", type=click.Path(dir_okay=False), help="GBNF grammar file.")
+@click.option("--json-schema", help="JSON schema constraining the output.")
+@click.option("--json", "as_json", is_flag=True, help="Print text and statistics as one JSON object.")
+def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos, chat,
+            system, n_ctx, threads, batch_size, cache_type_k, cache_type_v, flash_attn, mlock, no_mmap, n_gpu_layers,
+            context_shift, keep, draft_path, draft_max, draft_min, fixed_draft, lookup, grammar, grammar_file,
+            json_schema, as_json):
+    """Generate text from PROMPT (or stdin) with llama.cpp, streaming to stdout.
+
+    \b
+    llmkit generate "The capital of France is"
+    llmkit generate -m big.gguf --draft-model small.gguf --temp 0 "def fib(n):"
+    echo "Rewrite this sentence." | llmkit generate --chat --lookup 3 -
+    """
+    from llmkit.errors import BadInput
+    from llmkit.llama import runtime
+    from llmkit.llama.sampling import SamplingParams
+
+    out = Output()
+    if prompt is None or prompt == "-":
+        if prompt is None and sys.stdin.isatty():
+            raise click.UsageError("no prompt given. Pass it as an argument, or '-' / a pipe for standard input.")
+        prompt = sys.stdin.read()
+    params = SamplingParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
+    params.validate()
+    if n_predict <= 0:
+        raise BadInput(f"-n must be a positive number of tokens, got {n_predict}.")
+    constrained = grammar or grammar_file or json_schema
+    if constrained and (draft_path or lookup):
+        raise click.UsageError("--grammar/--json-schema cannot be combined with --draft-model or --lookup.")
+    opts = runtime.ModelOptions(n_ctx=n_ctx, n_threads=threads, n_batch=batch_size, cache_type_k=cache_type_k,
+                                cache_type_v=cache_type_v, flash_attn=flash_attn, use_mlock=mlock,
+                                use_mmap=not no_mmap, n_gpu_layers=n_gpu_layers, verbose=settings().debug)
+    path = model_path or runtime.default_model_path()
+    model = runtime.open_model(path, opts)
+    if chat:
+        from llmkit.llama.chat import chat_prompt
+
+        prompt = chat_prompt(model, prompt, system)
+    tokens = model.tokenize(prompt.encode("utf-8"), add_bos=_add_bos(model), special=chat)
+
+    def stream(piece: str) -> None:
+        if not as_json:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+    if constrained:
+        from llmkit.llama.constrained import generate_constrained
+
+        text, stats = generate_constrained(model, tokens, n_predict, params, grammar=grammar, grammar_file=grammar_file,
+                                           json_schema=json_schema, stop=stop, on_text=stream)
+    else:
+        from llmkit.llama.generate import Generator
+
+        draft = runtime.open_model(draft_path, opts) if draft_path else None
+        gen = Generator(model, params, draft=draft, lookup=lookup, draft_max=draft_max, draft_min=draft_min,
+                        adaptive=not fixed_draft, ignore_eos=ignore_eos, context_shift=context_shift, keep=keep)
+        text, stats = gen.run(tokens, n_predict, tuple(stop), on_text=stream)
+    if as_json:
+        out.json({"model": path, "text": text, "stats": stats.to_dict()})
+        return
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    d = stats.to_dict()
+    line = (f"prompt {d['prompt_tokens']} tok, prefill {d['prefill_s'] * 1000:.0f} ms | generated {d['generated_tokens']} tok "
+            f"in {d['decode_s']:.2f} s = {d['tokens_per_s']:.1f} tok/s | stop: {d['stop_reason']}")
+    if d.get("drafted"):
+        line += (f"\ndrafted {d['drafted']}, accepted {d['accepted']} ({100 * d['acceptance']:.0f}%), "
+                 f"{d['mean_accepted_per_step']:.2f} accepted per target step, draft {d['draft_s']:.2f} s, "
+                 f"verify {d['verify_s']:.2f} s")
+    out.info(line)
+
+
+def _add_bos(model) -> bool:
+    v = model.metadata.get("tokenizer.ggml.add_bos_token")
+    return str(v).lower() == "true" if v is not None else True

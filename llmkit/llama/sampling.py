@@ -1,0 +1,81 @@
+"""Sampling as pure numpy functions: logits + parameters -> a probability distribution.
+
+Speculative decoding needs the *distributions* (not just a sampled token) of both models, so the
+same processing (repeat penalty, temperature, top-k, top-p, min-p) runs for target and draft.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmkit.errors import BadInput
+
+
+@dataclass
+class SamplingParams:
+    temp: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    seed: int | None = None
+
+    def validate(self) -> None:
+        if self.temp < 0:
+            raise BadInput(f"--temp must be >= 0, got {self.temp}.")
+        if self.top_k < 0:
+            raise BadInput(f"--top-k must be >= 0 (0 = off), got {self.top_k}.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise BadInput(f"--top-p must be in (0, 1], got {self.top_p}.")
+        if not 0.0 <= self.min_p < 1.0:
+            raise BadInput(f"--min-p must be in [0, 1), got {self.min_p}.")
+        if self.repeat_penalty <= 0:
+            raise BadInput(f"--repeat-penalty must be > 0, got {self.repeat_penalty}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temp <= 0
+
+
+def distribution(logits: np.ndarray, params: SamplingParams, history=()) -> np.ndarray:
+    """The probability of every token after penalties, temperature and truncation.
+
+    >>> distribution(np.array([1.0, 3.0, 2.0]), SamplingParams(temp=0)).tolist()
+    [0.0, 1.0, 0.0]
+    """
+    x = np.array(logits, dtype=np.float64)
+    if params.repeat_penalty != 1.0 and len(history):
+        recent = np.unique(np.asarray(history[-params.repeat_last_n:], dtype=np.int64))
+        v = x[recent]
+        x[recent] = np.where(v > 0, v / params.repeat_penalty, v * params.repeat_penalty)
+    if params.greedy:
+        p = np.zeros_like(x)
+        p[int(np.argmax(x))] = 1.0
+        return p
+    x = x / params.temp
+    keep = np.ones(len(x), dtype=bool)
+    if 0 < params.top_k < len(x):
+        kth = np.partition(x, -params.top_k)[-params.top_k]
+        keep &= x >= kth
+    x = np.where(keep, x, -np.inf)
+    p = np.exp(x - x.max())
+    p /= p.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        cut = int(np.searchsorted(cum, params.top_p)) + 1  # smallest prefix with mass >= top_p
+        mask = np.zeros(len(p), dtype=bool)
+        mask[order[:cut]] = True
+        p = np.where(mask, p, 0.0)
+    if params.min_p > 0.0:
+        p = np.where(p >= params.min_p * p.max(), p, 0.0)
+    return p / p.sum()
+
+
+def sample(p: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw one token from a distribution (inverse CDF; argmax for one-hot)."""
+    c = np.cumsum(p)
+    return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), len(p) - 1))

@@ -1,0 +1,72 @@
+"""Speculative decoding's acceptance rule as pure functions (no llama.cpp here).
+
+Rejection sampling (Leviathan et al. 2023; Chen et al. 2023): a draft token x proposed with
+probability q(x) is accepted with probability min(1, p(x)/q(x)); at the first rejection the next
+token is drawn from normalise(max(0, p - q)); if all K are accepted a bonus token comes from p.
+The output is distributed exactly as sampling from p alone. Greedy decoding is the special case
+of one-hot p and q: accept while the argmaxes agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmkit.llama.sampling import sample
+
+
+def verify(draft: list[int], q: list[np.ndarray], p: list[np.ndarray], rng: np.random.Generator) -> tuple[int, int]:
+    """Accept a prefix of `draft`; returns (number accepted, the token that follows them).
+
+    `q[i]` is the draft's distribution for draft[i]; `p[i]` the target's at the same position,
+    with one extra `p[len(draft)]` for the bonus token.
+
+    >>> rng = np.random.default_rng(0)
+    >>> one = lambda i: np.eye(3)[i]
+    >>> verify([1, 2], [one(1), one(2)], [one(1), one(0), one(2)], rng)
+    (1, 0)
+    """
+    for i, x in enumerate(draft):
+        px, qx = p[i][x], q[i][x]
+        if qx <= 0.0 or rng.random() >= min(1.0, px / qx):
+            residual = np.maximum(p[i] - q[i], 0.0)
+            total = residual.sum()
+            return i, sample(residual / total if total > 0 else p[i], rng)
+    return len(draft), sample(p[len(draft)], rng)
+
+
+def verify_sample_and_match(draft: list[int], p: list[np.ndarray], rng: np.random.Generator) -> tuple[int, int]:
+    """The weaker rule (llama-cpp-python's draft hook): sample from p, accept while it equals the draft."""
+    for i, x in enumerate(draft):
+        t = sample(p[i], rng)
+        if t != x:
+            return i, t
+    return len(draft), sample(p[len(draft)], rng)
+
+
+def lookup_draft(tokens: list[int], ngram_max: int, k: int, ngram_min: int = 1) -> list[int]:
+    """Prompt-lookup drafting: find the latest earlier occurrence of the context's last n-gram
+    (longest n first) and propose the tokens that followed it.
+
+    >>> lookup_draft([5, 6, 7, 8, 1, 5, 6], 2, 3)
+    [7, 8, 1]
+    """
+    n_tok = len(tokens)
+    for n in range(min(ngram_max, n_tok - 1), ngram_min - 1, -1):
+        tail = tokens[n_tok - n:]
+        for start in range(n_tok - n - 1, -1, -1):
+            if tokens[start:start + n] == tail:
+                follow = tokens[start + n:start + n + k]
+                if follow:
+                    return follow
+    return []
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Expected tokens produced by one verification of k drafts with acceptance rate alpha.
+
+    >>> round(expected_tokens(0.5, 2), 3)
+    1.75
+    """
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
