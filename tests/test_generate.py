@@ -246,3 +246,39 @@ def test_default_model_is_packaged_smollm2(monkeypatch):
     assert d["stats"]["generated_tokens"] >= 1 and d["text"].strip()
     monkeypatch.setenv("LLMKIT_MODEL", "/nonexistent/model.gguf")
     assert default_model_path() == "/nonexistent/model.gguf"
+
+
+def test_rejection_sampling_beats_sample_and_match_on_real_models(models, tmp_path):
+    """Same target/draft pair at temperature 1: rejection sampling accepts more drafts."""
+    from ggufmake import write_tiny_llama
+    from llmkit.llama.generate import Generator
+
+    near = str(write_tiny_llama(tmp_path / "near.gguf", seed=1, logit_scale=3.0))  # same weights, flatter output
+    target, draft = _open(models["target"]), _open(near)
+    prompt = target.tokenize(PROMPT.encode(), add_bos=False)
+    rates = {}
+    for rule in ("rejection", "match"):
+        acc = drafted = 0
+        for seed in range(12):
+            g = Generator(target, SamplingParams(temp=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed), draft=draft,
+                          adaptive=False, draft_max=4, ignore_eos=True, acceptance_rule=rule)
+            _, st = g.run(prompt, 40)
+            acc, drafted = acc + st.accepted, drafted + st.drafted
+        rates[rule] = acc / drafted
+    assert rates["rejection"] > rates["match"] + 0.1
+
+
+def test_ctrl_c_exits_130_with_partial_output(models):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "llmkit", "generate", "-m", models["target"], "-n", "10000000", "-c", "256",
+                          "--ignore-eos", "--context-shift", "--temp", "0", "hello"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(4)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130
+    assert len(out) > 0 and b"Traceback" not in err

@@ -18,7 +18,7 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.llama.sampling import SamplingParams, distribution, sample
-from llmkit.llama.speculative import expected_tokens, lookup_draft, verify
+from llmkit.llama.speculative import expected_tokens, lookup_draft, verify, verify_sample_and_match
 
 
 @dataclass
@@ -60,6 +60,7 @@ class DraftLengthChooser:
         self.t_draft = 0.0 if draft_cost_known_zero else None
         self.alpha, self.n_obs = 0.7, 0
         self.rounds_without_draft = 0
+        self.probe_every = 32
 
     def observe_batch(self, b: int, seconds: float) -> None:
         old = self.t_batch.get(b)
@@ -107,8 +108,12 @@ class DraftLengthChooser:
             rate = expected_tokens(self.alpha, k) / (k * td + self.cost(k + 1))
             if rate > best_rate * 1.001:
                 best_k, best_rate = k, rate
-        if best_k == 0 and self.rounds_without_draft >= 48:
-            best_k = self.k_min  # occasional probe so a changed acceptance rate is noticed
+        if best_k == 0 and self.rounds_without_draft >= self.probe_every:
+            # occasional probe so a changed acceptance rate is noticed; back off while it keeps failing
+            best_k = self.k_min
+            self.probe_every *= 2
+        elif best_k > 0:
+            self.probe_every = 32
         return best_k
 
 
@@ -117,8 +122,11 @@ class Generator:
 
     def __init__(self, target, params: SamplingParams, draft=None, lookup: int = 0, draft_max: int = 8,
                  draft_min: int = 0, adaptive: bool = True, ignore_eos: bool = False,
-                 context_shift: bool = False, keep: int = 0):
+                 context_shift: bool = False, keep: int = 0, acceptance_rule: str = "rejection"):
         params.validate()
+        if acceptance_rule not in ("rejection", "match"):
+            raise BadInput(f"unknown acceptance rule {acceptance_rule!r}; use 'rejection' or 'match'.")
+        self.acceptance_rule = acceptance_rule
         if draft is not None and lookup:
             raise BadInput("use either --draft-model or --lookup, not both.")
         if draft_max < 1 or draft_min < 0 or draft_min > draft_max:
@@ -152,8 +160,19 @@ class Generator:
         tgt = self.target
         tgt.reset()
         t0 = time.perf_counter()
-        if len(prompt) > 1:
+        b = self.chooser.k_max + 1
+        if self.drafting and self.chooser.adaptive and len(prompt) > b + 8:
+            # time the last b prompt tokens as one batch: the cost of verifying k_max drafts,
+            # measured for free during prefill instead of by a wasted drafting round
+            tgt.eval(prompt[:-1 - b])
+            t1 = time.perf_counter()
+            tgt.eval(prompt[-1 - b:-1])
+            self.chooser.observe_batch(b, time.perf_counter() - t1)
+        elif len(prompt) > 1:
             tgt.eval(prompt[:-1])
+        if self.draft is not None:  # the draft reads the prompt too: part of prefill, not decoding
+            self.draft.reset()
+            self.draft.eval(prompt)
         st.prefill_s = time.perf_counter() - t0
         ctx = list(prompt)
         gen_ids: list[int] = []
@@ -178,7 +197,10 @@ class Generator:
             self.chooser.observe_batch(1 + len(drafts), dt)
             ps = [distribution(tgt.scores[n0 + i], self.params, _History(ctx, drafts[:i])) for i in range(len(drafts) + 1)]
             if drafts:
-                n_acc, nxt = verify(drafts, qs, ps, self.rng)
+                if self.acceptance_rule == "rejection":
+                    n_acc, nxt = verify(drafts, qs, ps, self.rng)
+                else:  # sample-and-match, for comparison (llama-cpp-python's draft hook)
+                    n_acc, nxt = verify_sample_and_match(drafts, ps, self.rng)
                 st.drafted += len(drafts)
                 st.accepted += n_acc
                 st.draft_lengths[len(drafts)] = st.draft_lengths.get(len(drafts), 0) + 1
