@@ -9,7 +9,7 @@ import pytest
 from conftest import run_cli, run_subprocess
 
 COMMANDS = [[], ["tokenize"], ["tokenize", "train"], ["tokenize", "encode"], ["tokenize", "decode"],
-            ["tokenize", "inspect"], ["tokenize", "stats"]]
+            ["tokenize", "inspect"], ["tokenize", "stats"], ["generate"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)

@@ -54,10 +54,14 @@ class DraftLengthChooser:
     """Picks K each round from measured verify cost T(b) (b = K + 1 tokens), draft cost per token
     and the running acceptance rate: maximise E[tokens](alpha, K) / (K * t_draft + T(K + 1))."""
 
-    def __init__(self, k_min: int, k_max: int, adaptive: bool, draft_cost_known_zero: bool = False):
+    def __init__(self, k_min: int, k_max: int, adaptive: bool, draft_cost_known_zero: bool = False,
+                 draft_cost_ratio: float = 0.2):
         self.k_min, self.k_max, self.adaptive = max(1, k_min), k_max, adaptive
         self.t_batch: dict[int, float] = {}
         self.t_draft = 0.0 if draft_cost_known_zero else None
+        # decoding is memory-bound: before measuring, a draft token costs about T(1) times the ratio
+        # of the two models' weight bytes
+        self.draft_cost_ratio = draft_cost_ratio
         self.alpha, self.n_obs = 0.7, 0
         self.rounds_without_draft = 0
         self.probe_every = 32
@@ -92,7 +96,8 @@ class DraftLengthChooser:
         slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
         return max(lo[1] + slope * (b - lo[0]), 1e-9)
 
-    def choose(self, available: int) -> int:
+    def choose(self, available: int, behind: int = 0) -> int:
+        """Best K for the next round; `behind` = tokens the draft model must catch up on first."""
         k_max = min(self.k_max, available)
         if k_max < self.k_min:
             return 0
@@ -100,15 +105,19 @@ class DraftLengthChooser:
             return k_max
         if 1 not in self.t_batch:
             return 0  # measure plain decoding first
-        if k_max + 1 not in self.t_batch and self.rounds_without_draft > 0:
-            return k_max  # measure the cost of one full-length verification once
-        td = self.t_draft if self.t_draft is not None else self.cost(1) * 0.2
+        if not any(b > 1 for b in self.t_batch) and self.rounds_without_draft > 0:
+            return k_max  # short prompt: no batch was timed in prefill, so measure one verification
+        td = self.t_draft if self.t_draft is not None else self.cost(1) * self.draft_cost_ratio
+        catch_up = behind * td * 0.5 if self.t_draft != 0.0 else 0.0  # batched catch-up, ~half a step each
         best_k, best_rate = 0, 1.0 / self.cost(1)
         for k in range(self.k_min, k_max + 1):
-            rate = expected_tokens(self.alpha, k) / (k * td + self.cost(k + 1))
+            rate = expected_tokens(self.alpha, k) / (k * td + self.cost(k + 1) + catch_up)
             if rate > best_rate * 1.001:
                 best_k, best_rate = k, rate
-        if best_k == 0 and self.rounds_without_draft >= self.probe_every:
+        # the most drafting could ever give (every draft accepted): probes re-sync the draft model,
+        # which costs real time, so only probe when a changed acceptance rate could pay well
+        ideal = max(expected_tokens(1.0, k) / (k * td + self.cost(k + 1)) for k in range(self.k_min, k_max + 1))
+        if best_k == 0 and self.rounds_without_draft >= self.probe_every and ideal * self.cost(1) > 1.3:
             # occasional probe so a changed acceptance rate is noticed; back off while it keeps failing
             best_k = self.k_min
             self.probe_every *= 2
@@ -137,7 +146,16 @@ class Generator:
         self.ignore_eos = ignore_eos
         self.context_shift, self.keep = context_shift, keep
         self.n_vocab = target.n_vocab()
-        self.chooser = DraftLengthChooser(draft_min, draft_max, adaptive, draft_cost_known_zero=bool(lookup))
+        ratio = 0.2
+        if draft is not None:
+            import os
+
+            try:
+                ratio = os.path.getsize(draft.model_path) / os.path.getsize(target.model_path)
+            except (OSError, AttributeError, TypeError):
+                pass
+        self.chooser = DraftLengthChooser(draft_min, draft_max, adaptive, draft_cost_known_zero=bool(lookup),
+                                          draft_cost_ratio=ratio)
         self.drafting = draft is not None or lookup > 0
         if draft is not None:
             check_vocab_compatible(target, draft)
@@ -186,7 +204,8 @@ class Generator:
                     break
                 self._shift(ctx)
                 room = n_ctx - tgt.n_tokens - 1
-            k = self.chooser.choose(min(room, n_predict - st.generated_tokens - 1)) if self.drafting else 0
+            behind = len(ctx) - self.draft.n_tokens if self.draft is not None else 0
+            k = self.chooser.choose(min(room, n_predict - st.generated_tokens - 1), behind) if self.drafting else 0
             drafts, qs = self._draft(ctx, k, st) if k > 0 else ([], [])
             n0 = tgt.n_tokens
             t1 = time.perf_counter()
