@@ -145,3 +145,31 @@ def test_fast_bert_pretokenizer_equals_reference(kernel_small, tang300):
         assert pretok.bert_normalize(line) == pretok.bert_normalize_slow(line)
         n = pretok.bert_normalize(line)
         assert pretok.split_bert(n) == pretok.split_bert_slow(n)
+
+
+def test_foreign_hf_files_bert_template_and_llama2_byte_fallback(hf):
+    """HF files llmkit did not write: BERT (lowercase, [CLS]/[SEP] template) and Llama-2 style BPE."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    from llmkit.tokenize.hf import from_hf_json
+
+    text = "Hello, world! The quick brown fox — naïve café 中文 🙂  end"
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}
+    for w in "hello , world ! the quick brown fox naive cafe 中 文 end ##s".split():
+        vocab.setdefault(w, len(vocab))
+    bert = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    bert.normalizer = normalizers.BertNormalizer(lowercase=True)
+    bert.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    bert.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    assert from_hf_json(json.loads(bert.to_str())).encode(text) == bert.encode(text).ids
+
+    toks = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + list("▁Helowrd,!Thquickbnfx") + ["▁H", "el", "lo", "▁w", "or"]
+    v = {}
+    for x in toks:
+        v.setdefault(x, len(v))
+    bpe = models.BPE(v, [("▁", "H"), ("e", "l"), ("l", "o"), ("▁", "w"), ("o", "r")], unk_token="<unk>",
+                     byte_fallback=True, fuse_unk=True)
+    llama2 = Tokenizer(bpe)
+    llama2.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    ours = from_hf_json(json.loads(llama2.to_str()))
+    assert ours.encode(text) == llama2.encode(text).ids

@@ -24,7 +24,7 @@ from llmkit.commands._common import Output, settings
 @click.option("--chat", is_flag=True, help="Wrap the prompt in the model's own chat template.")
 @click.option("--system", help="System message for --chat.")
 @click.option("-c", "--ctx-size", "n_ctx", default=None, type=int, help="Context size in tokens (default: min(2048, training context)).")
-@click.option("-t", "--threads", type=int, help="CPU threads (default 1: fastest measured on 2 shared cores).")
+@click.option("-t", "--threads", type=int, help="CPU threads (default: the idle cores, i.e. cores minus the current load).")
 @click.option("-b", "--batch-size", default=512, show_default=True, type=int)
 @click.option("--ctk", "cache_type_k", default="f16", show_default=True, help="KV cache type for K (f16, q8_0, q4_0, ...).")
 @click.option("--ctv", "cache_type_v", default="f16", show_default=True, help="KV cache type for V.")

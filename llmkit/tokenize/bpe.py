@@ -201,7 +201,11 @@ class BPE:
         unk_token: str | None = None,
         continuing_subword_prefix: str | None = None,
         byte_fallback: bool = False,
+        split: str = "whitespace",
+        ignore_merges: bool = False,
     ):
+        self.split = split  # non-byte-level pre-tokenizer: "whitespace", "whitespace_punct" or "none"
+        self.ignore_merges = ignore_merges
         self.vocab = vocab
         self.merges = merges
         self.byte_level = byte_level
@@ -227,6 +231,10 @@ class BPE:
     def pre_tokenize(self, text: str) -> list[str]:
         if self.byte_level:
             return pretok.split_gpt2(text, self.pattern, self.add_prefix_space)
+        if self.split == "none":
+            return [text] if text else []
+        if self.split == "whitespace_punct":
+            return pretok.compile_pattern(r"\w+|[^\w\s]+").findall(text)
         return text.split()
 
     def _symbols(self, word: str) -> list[int]:
@@ -248,6 +256,10 @@ class BPE:
 
     def encode_word(self, word: str) -> list[int]:
         """Apply merges by rank to one pre-token (already byte-mapped when byte-level)."""
+        if self.ignore_merges:  # HF option (Llama 3): a pre-token that is a token is kept whole
+            whole = self.vocab.get(word)
+            if whole is not None:
+                return [whole]
         ids = self._symbols(word)
         ranks = self._ranks
         while len(ids) > 1:

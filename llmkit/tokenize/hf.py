@@ -98,10 +98,11 @@ def from_hf_json(d: dict) -> Tokenizer:
         vocab = {str(k): int(v) for k, v in m["vocab"].items()}
         merges = [tuple(x.split(" ", 1)) if isinstance(x, str) else tuple(x) for x in m.get("merges", [])]
         pre = d.get("pre_tokenizer")
-        byte_level, pattern, prefix_space = _bpe_pretokenizer(pre)
+        byte_level, pattern, prefix_space, split = _bpe_pretokenizer(pre)
         model = BPE(vocab, merges, byte_level=byte_level, pattern=pattern, add_prefix_space=prefix_space,
                     unk_token=m.get("unk_token"), continuing_subword_prefix=m.get("continuing_subword_prefix"),
-                    byte_fallback=bool(m.get("byte_fallback")))
+                    byte_fallback=bool(m.get("byte_fallback")), split=split,
+                    ignore_merges=bool(m.get("ignore_merges")))
         if norm is not None:
             model = _Normalized(model, norm)
     elif mtype == "WordPiece":
@@ -127,7 +128,35 @@ def from_hf_json(d: dict) -> Tokenizer:
             model = _Normalized(model, norm)
     else:
         raise BadFileFormat(f"model type '{mtype}' is not supported (llmkit reads BPE, WordPiece and Unigram)")
-    return Tokenizer(model, added, source="tokenizer.json")
+    return Tokenizer(model, added, source="tokenizer.json", template=_template(d.get("post_processor")))
+
+
+def _template(pp) -> tuple[list[int], list[int]]:
+    """Ids the post-processor puts around a single sequence (TemplateProcessing, Bert, Roberta)."""
+    if not pp:
+        return [], []
+    t = pp.get("type")
+    if t in ("BertProcessing", "RobertaProcessing"):
+        return [int(pp["cls"][1])], [int(pp["sep"][1])]
+    if t == "TemplateProcessing":
+        specials = pp.get("special_tokens", {})
+        pre, post, seen_seq = [], [], False
+        for piece in pp.get("single", []):
+            if "Sequence" in piece:
+                seen_seq = True
+            elif "SpecialToken" in piece:
+                ids = [int(i) for i in specials[piece["SpecialToken"]["id"]]["ids"]]
+                (post if seen_seq else pre).extend(ids)
+        return pre, post
+    if t == "Sequence":
+        pre, post = [], []
+        for sub in pp.get("processors", []):
+            a, b = _template(sub)
+            pre, post = pre + a, post + b
+        return pre, post
+    if t == "ByteLevel":
+        return [], []
+    raise BadFileFormat(f"post-processor '{t}' is not supported")
 
 
 def _guess_type(m: dict) -> str:
@@ -138,14 +167,17 @@ def _guess_type(m: dict) -> str:
     return "WordPiece"
 
 
-def _bpe_pretokenizer(pre) -> tuple[bool, str, bool]:
+def _bpe_pretokenizer(pre) -> tuple[bool, str, bool, str]:
+    """(byte_level, regex, add_prefix_space, split mode for non-byte-level models)."""
     if pre is None:
-        return False, pretok.GPT2_PATTERN, False
+        return False, pretok.GPT2_PATTERN, False, "none"
     t = pre.get("type")
     if t == "ByteLevel":
-        return True, pretok.GPT2_PATTERN, bool(pre.get("add_prefix_space", False))
-    if t in ("Whitespace", "WhitespaceSplit"):
-        return False, pretok.GPT2_PATTERN, False
+        return True, pretok.GPT2_PATTERN, bool(pre.get("add_prefix_space", False)), "whitespace"
+    if t == "WhitespaceSplit":
+        return False, pretok.GPT2_PATTERN, False, "whitespace"
+    if t == "Whitespace":
+        return False, pretok.GPT2_PATTERN, False, "whitespace_punct"
     if t == "Sequence":
         subs = pre.get("pretokenizers", [])
         splits = [s for s in subs if s.get("type") == "Split"]
@@ -153,7 +185,7 @@ def _bpe_pretokenizer(pre) -> tuple[bool, str, bool]:
         if len(splits) == 1 and len(bls) == 1 and len(subs) == 2:
             pat = splits[0]["pattern"]
             pattern = pat.get("Regex") or _escape(pat.get("String", ""))
-            return True, pattern, bool(bls[0].get("add_prefix_space", False))
+            return True, pattern, bool(bls[0].get("add_prefix_space", False)), "whitespace"
     raise BadFileFormat(f"pre-tokenizer {json.dumps(pre)[:120]} is not supported")
 
 

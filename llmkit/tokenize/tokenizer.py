@@ -21,8 +21,10 @@ class AddedToken:
 class Tokenizer:
     """A subword model (BPE, WordPiece, Unigram, SPM) with added tokens matched verbatim first."""
 
-    def __init__(self, model, added_tokens: Iterable[AddedToken] = (), source: str = "llmkit"):
+    def __init__(self, model, added_tokens: Iterable[AddedToken] = (), source: str = "llmkit",
+                 template: tuple[list[int], list[int]] = ([], [])):
         self.model = model
+        self.template = template  # ids added before/after every encoded text (HF post-processor)
         self.added = list(added_tokens)
         self.source = source
         self._added_by_content = {t.content: t.id for t in self.added}
@@ -55,8 +57,16 @@ class Tokenizer:
         i = self._added_by_content.get(token)
         return i if i is not None else self.model.vocab.get(token)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids for `text`; added tokens are matched verbatim before the model runs."""
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids for `text`; added tokens are matched verbatim before the model runs, and the
+        post-processor's special tokens (e.g. BERT's [CLS] ... [SEP]) wrap the result."""
+        ids = self._encode(text)
+        pre, post = self.template
+        if add_special_tokens and (pre or post):
+            return pre + ids + post
+        return ids
+
+    def _encode(self, text: str) -> list[int]:
         if self._split is None:
             return self.model.encode(text)
         out: list[int] = []
