@@ -15,6 +15,7 @@ from llmkit import __version__
 GROUPS = {
     "tokenize": ("llmkit.commands.tokenize", "group", "Train, apply, inspect and compare subword tokenizers."),
     "generate": ("llmkit.commands.generate", "command", "Stream text from a GGUF model (speculative decoding, lookup)."),
+    "kv": ("llmkit.commands.kv", "group", "Plan KV-cache memory; save and restore KV slots."),
 }
 
 

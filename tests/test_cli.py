@@ -9,7 +9,8 @@ import pytest
 from conftest import run_cli, run_subprocess
 
 COMMANDS = [[], ["tokenize"], ["tokenize", "train"], ["tokenize", "encode"], ["tokenize", "decode"],
-            ["tokenize", "inspect"], ["tokenize", "stats"], ["generate"]]
+            ["tokenize", "inspect"], ["tokenize", "stats"], ["generate"], ["kv"], ["kv", "plan"], ["kv", "save"],
+            ["kv", "restore"], ["kv", "ls"], ["kv", "show"], ["kv", "erase"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)

@@ -42,11 +42,13 @@ from llmkit.commands._common import Output, settings
 @click.option("--grammar", help="GBNF grammar constraining the output.")
 @click.option("--grammar-file", type=click.Path(dir_okay=False), help="GBNF grammar file.")
 @click.option("--json-schema", help="JSON schema constraining the output.")
+@click.option("--slot", "slot_path", type=click.Path(dir_okay=False), help="Restore this KV slot first; reuse its longest common prefix.")
+@click.option("--slot-dir", type=click.Path(file_okay=False), help="Prompt cache: reuse the slot sharing the longest prefix, save the new one.")
 @click.option("--json", "as_json", is_flag=True, help="Print text and statistics as one JSON object.")
 def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos, chat,
             system, n_ctx, threads, batch_size, cache_type_k, cache_type_v, flash_attn, mlock, no_mmap, n_gpu_layers,
             context_shift, keep, draft_path, draft_max, draft_min, fixed_draft, lookup, grammar, grammar_file,
-            json_schema, as_json):
+            json_schema, slot_path, slot_dir, as_json):
     """Generate text from PROMPT (or stdin) with llama.cpp, streaming to stdout.
 
     \b
@@ -86,6 +88,11 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
             sys.stdout.write(piece)
             sys.stdout.flush()
 
+    if constrained and (slot_path or slot_dir):
+        raise click.UsageError("--grammar/--json-schema cannot be combined with --slot/--slot-dir.")
+    slot_note = ""
+    if slot_path or slot_dir:
+        slot_note = _restore_for(model, path, opts, tokens, slot_path, slot_dir)
     if constrained:
         from llmkit.llama.constrained import generate_constrained
 
@@ -97,9 +104,11 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
         draft = runtime.open_model(draft_path, opts) if draft_path else None
         gen = Generator(model, params, draft=draft, lookup=lookup, draft_max=draft_max, draft_min=draft_min,
                         adaptive=not fixed_draft, ignore_eos=ignore_eos, context_shift=context_shift, keep=keep)
-        text, stats = gen.run(tokens, n_predict, tuple(stop), on_text=stream)
+        text, stats = gen.run(tokens, n_predict, tuple(stop), on_text=stream, reuse_cache=bool(slot_path or slot_dir))
+        if slot_dir:
+            slot_note += _save_to_dir(model, path, opts, slot_dir, prompt + text)
     if as_json:
-        out.json({"model": path, "text": text, "stats": stats.to_dict()})
+        out.json({"model": path, "text": text, "stats": stats.to_dict(), **({"slot": slot_note} if slot_note else {})})
         return
     sys.stdout.write("\n")
     sys.stdout.flush()
@@ -110,7 +119,75 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
         line += (f"\ndrafted {d['drafted']}, accepted {d['accepted']} ({100 * d['acceptance']:.0f}%), "
                  f"{d['mean_accepted_per_step']:.2f} accepted per target step, draft {d['draft_s']:.2f} s, "
                  f"verify {d['verify_s']:.2f} s")
+    if slot_note or d.get("prefill_reused"):
+        line += f"\nKV slot: {slot_note} reused {d['prefill_reused']} prompt tokens; time to first token {d['ttft_s'] * 1000:.0f} ms"
     out.info(line)
+
+
+def _restore_for(model, path, opts, tokens, slot_path, slot_dir) -> str:
+    """Restore the given slot, or the one in slot_dir sharing the longest prefix with `tokens`."""
+    from llmkit.kv.slots import common_prefix, list_slots, model_fingerprint, restore_slot
+
+    if slot_path:
+        restore_slot(model, slot_path, path, opts)
+        return f"restored {slot_path};"
+    import os
+
+    os.makedirs(slot_dir, exist_ok=True)
+    fp = model_fingerprint(path)
+    best, best_n = None, 0
+    for p, h, _ in list_slots(slot_dir):
+        if h.model_fingerprint != fp or (h.cache_type_k, h.cache_type_v) != (opts.cache_type_k, opts.cache_type_v):
+            continue
+        n = common_prefix(h.tokens, tokens)
+        if n > best_n:
+            best, best_n = p, n
+    if best is None:
+        return "no cached prefix;"
+    restore_slot(model, best, path, opts)
+    return f"restored {best};"
+
+
+def _save_to_dir(model, path, opts, slot_dir, text) -> str:
+    import hashlib
+    import os
+
+    from llmkit.kv.slots import save_slot
+
+    ids = [int(t) for t in model.input_ids[:model.n_tokens]]
+    name = hashlib.sha1(str(ids).encode()).hexdigest()[:16] + ".slot"
+    out = os.path.join(slot_dir, name)
+    save_slot(model, out, path, opts, text=text)
+    return f" saved {out} ({len(ids)} tokens);"
+
+
+def run_with_slot(model_path, opts, slot, slot_dir, prompt, n_predict, temp, as_json, append=False):
+    """`llmkit kv restore`: restore a slot and continue with extra text, reusing the cached tokens."""
+    from llmkit.kv.slots import read_header, restore_slot
+    from llmkit.llama import runtime
+    from llmkit.llama.generate import Generator
+    from llmkit.llama.sampling import SamplingParams
+
+    path = model_path or runtime.default_model_path()
+    model = runtime.open_model(path, opts)
+    hdr, _ = read_header(slot)
+    restore_slot(model, slot, path, opts)
+    tokens = hdr.tokens + model.tokenize(prompt.encode("utf-8"), add_bos=False, special=True) if prompt else list(hdr.tokens)
+
+    def stream(piece):
+        if not as_json:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+    gen = Generator(model, SamplingParams(temp=temp))
+    text, st = gen.run(tokens, n_predict, on_text=stream, reuse_cache=True)
+    d = st.to_dict()
+    if as_json:
+        Output().json({"model": path, "slot": slot, "text": text, "stats": d})
+        return
+    sys.stdout.write("\n")
+    Output().info(f"restored {slot}: reused {d['prefill_reused']} of {d['prompt_tokens']} prompt tokens, "
+                  f"time to first token {d['ttft_s'] * 1000:.0f} ms, {d['tokens_per_s']:.1f} tok/s")
 
 
 def _add_bos(model) -> bool:

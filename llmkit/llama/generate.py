@@ -34,6 +34,8 @@ class GenerateStats:
     verify_s: float = 0.0
     stop_reason: str = ""
     draft_lengths: dict = field(default_factory=dict)
+    prefill_reused: int = 0  # prompt tokens whose KV came from the cache (restored slot)
+    ttft_s: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -163,7 +165,12 @@ class Generator:
 
     # -- public ---------------------------------------------------------------------------------
     def run(self, prompt: list[int], n_predict: int, stop: tuple[str, ...] = (),
-            on_text: Callable[[str], None] | None = None) -> tuple[str, GenerateStats]:
+            on_text: Callable[[str], None] | None = None, reuse_cache: bool = False) -> tuple[str, GenerateStats]:
+        """Generate up to n_predict tokens after `prompt`.
+
+        With reuse_cache, tokens already in the target's cache that match the start of the prompt
+        (e.g. a restored KV slot) are kept and only the rest is evaluated (llama-server's cache_prompt).
+        """
         if n_predict <= 0:
             raise BadInput(f"-n must be a positive number of tokens, got {n_predict}.")
         if not prompt:
@@ -176,10 +183,23 @@ class Generator:
         prompt = self._fit_prompt(list(prompt), n_ctx)
         st = GenerateStats(prompt_tokens=len(prompt))
         tgt = self.target
-        tgt.reset()
+        reused = 0
+        if reuse_cache and tgt.n_tokens:
+            have = [int(t) for t in tgt.input_ids[:tgt.n_tokens]]
+            reused = 0
+            lim = min(len(have), len(prompt) - 1)
+            while reused < lim and have[reused] == prompt[reused]:
+                reused += 1
+            tgt.n_tokens = reused
+        else:
+            tgt.reset()
+        st.prefill_reused = reused
         t0 = time.perf_counter()
         b = self.chooser.k_max + 1
-        if self.drafting and self.chooser.adaptive and len(prompt) > b + 8:
+        if reused:
+            if len(prompt) - 1 > reused:
+                tgt.eval(prompt[reused:-1])
+        elif self.drafting and self.chooser.adaptive and len(prompt) > b + 8:
             # time the last b prompt tokens as one batch: the cost of verifying k_max drafts,
             # measured for free during prefill instead of by a wasted drafting round
             tgt.eval(prompt[:-1 - b])
@@ -230,6 +250,8 @@ class Generator:
                 self.chooser.rounds_without_draft += 1
             tgt.n_tokens = n0 + 1 + n_acc  # roll back past the first rejection
             done = False
+            if not st.ttft_s:
+                st.ttft_s = st.prefill_s + (time.perf_counter() - t_start)
             for tok in drafts[:n_acc] + [nxt]:
                 ctx.append(tok)
                 gen_ids.append(tok)

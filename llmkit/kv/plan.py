@@ -1,0 +1,180 @@
+"""KV-cache memory planning from GGUF metadata (no model load).
+
+bytes = sum over layers of kv_cells(layer) x (row_bytes(type_k, n_head_kv x head_dim_k)
+        + row_bytes(type_v, n_head_kv x head_dim_v)) x streams
+
+as llama.cpp allocates it: the context is padded to 256 cells, grouped-query attention stores only
+`head_count_kv` heads, per-layer head counts may differ, sliding-window layers keep only about
+window + micro-batch cells, and quantized cache types store blocks (q8_0: 34 bytes per 32 values).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from llmkit.errors import BadFileFormat, BadInput
+
+# cache type -> (block size, bytes per block)
+CACHE_TYPES = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20),
+               "q5_0": (32, 22), "q5_1": (32, 24), "iq4_nl": (32, 18)}
+PAD = 256
+# architectures whose sliding-window layer pattern llama.cpp sets in code (every n-th layer is global)
+SWA_PATTERNS = {"gemma3": 6, "gemma3n": 5, "cohere2": 4}
+
+
+def row_bytes(cache_type: str, n: int) -> int:
+    """Bytes of one row of n values in a cache type.
+
+    >>> row_bytes("f16", 64), row_bytes("q8_0", 64)
+    (128, 68)
+    """
+    if cache_type not in CACHE_TYPES:
+        raise BadInput(f"unknown cache type '{cache_type}'. Use one of: {', '.join(CACHE_TYPES)}.")
+    bs, size = CACHE_TYPES[cache_type]
+    if n % bs:
+        raise BadInput(f"cache type {cache_type} needs rows divisible by {bs}, but a layer has {n} values per row.")
+    return n // bs * size
+
+
+@dataclass
+class KVPlan:
+    model: str
+    architecture: str
+    n_layer: int
+    n_ctx: int
+    n_ctx_cells: int
+    n_seq: int
+    cache_type_k: str
+    cache_type_v: str
+    head_count_kv: list[int]
+    head_dim_k: int
+    head_dim_v: int
+    swa_layers: int
+    swa_cells: int
+    k_bytes: int
+    v_bytes: int
+    weights_bytes: int
+    bandwidth_gbs: float | None = None
+    per_layer_bytes: list[int] = field(default_factory=list)
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.kv_bytes + self.weights_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return self.kv_bytes / (self.n_ctx_cells * self.n_seq)
+
+    def decode_bound_tok_s(self, filled_tokens: int | None = None) -> float | None:
+        """Upper bound on decode speed: every token reads all weights plus the filled KV cache."""
+        if not self.bandwidth_gbs:
+            return None
+        kv_read = self.kv_bytes_per_token * (filled_tokens if filled_tokens is not None else self.n_ctx)
+        return self.bandwidth_gbs * 1e9 / (self.weights_bytes + kv_read)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(kv_bytes=self.kv_bytes, total_bytes=self.total_bytes, kv_bytes_per_token=self.kv_bytes_per_token,
+                 decode_bound_tok_s_full_ctx=self.decode_bound_tok_s())
+        return d
+
+
+def _hparam(g, arch: str, key: str, default=None):
+    return g.get(f"{arch}.{key}", default)
+
+
+def plan(path: str, n_ctx: int | None = None, n_seq: int = 1, cache_type_k: str = "f16", cache_type_v: str = "f16",
+         n_ubatch: int = 512, bandwidth_gbs: float | None = None) -> KVPlan:
+    """Compute the KV cache llama.cpp will allocate for a model and settings."""
+    from llmkit.gguf.reader import read_gguf
+
+    if n_seq < 1:
+        raise BadInput(f"--parallel must be at least 1, got {n_seq}.")
+    g = read_gguf(path)
+    arch = g.get("general.architecture")
+    if not arch:
+        raise BadFileFormat(f"'{path}' has no general.architecture; it is not a llama.cpp model.")
+    n_layer = _hparam(g, arch, "block_count")
+    n_embd = _hparam(g, arch, "embedding_length")
+    n_head = _hparam(g, arch, "attention.head_count")
+    if not all(isinstance(x, (int, np.integer, np.ndarray)) for x in (n_layer, n_embd, n_head)):
+        raise BadFileFormat(f"'{path}' lacks {arch}.block_count/embedding_length/attention.head_count.")
+    n_layer = int(n_layer)
+    heads = _per_layer(n_head, n_layer)
+    kv = _hparam(g, arch, "attention.head_count_kv", n_head)
+    heads_kv = _per_layer(kv, n_layer)
+    head_dim_default = int(n_embd) // max(heads[0], 1)
+    hk = int(_hparam(g, arch, "attention.key_length", head_dim_default))
+    hv = int(_hparam(g, arch, "attention.value_length", head_dim_default))
+    train_ctx = int(_hparam(g, arch, "context_length", 2048) or 2048)
+    n_ctx = n_ctx or min(2048, train_ctx)
+    if n_ctx < 1:
+        raise BadInput(f"context size must be positive, got {n_ctx}.")
+    cells = math.ceil(n_ctx / PAD) * PAD
+    window = _hparam(g, arch, "attention.sliding_window")
+    pattern = SWA_PATTERNS.get(arch)
+    swa_cells = 0
+    is_swa = [False] * n_layer
+    if window and pattern:
+        is_swa = [(il % pattern) < pattern - 1 for il in range(n_layer)]
+        swa_cells = min(cells, math.ceil((int(window) * n_seq + n_ubatch) / PAD) * PAD)
+    k_bytes = v_bytes = 0
+    per_layer = []
+    for il in range(n_layer):
+        if heads_kv[il] == 0:  # layers without attention (hybrid models)
+            per_layer.append(0)
+            continue
+        c = swa_cells if is_swa[il] else cells
+        kb = row_bytes(cache_type_k, heads_kv[il] * hk) * c
+        vb = row_bytes(cache_type_v, heads_kv[il] * hv) * c
+        k_bytes += kb
+        v_bytes += vb
+        per_layer.append(kb + vb)
+    weights = sum(t.nbytes for t in g.tensors)
+    return KVPlan(model=path, architecture=arch, n_layer=n_layer, n_ctx=n_ctx, n_ctx_cells=cells, n_seq=n_seq,
+                  cache_type_k=cache_type_k, cache_type_v=cache_type_v, head_count_kv=heads_kv, head_dim_k=hk,
+                  head_dim_v=hv, swa_layers=sum(is_swa), swa_cells=swa_cells, k_bytes=k_bytes, v_bytes=v_bytes,
+                  weights_bytes=weights, bandwidth_gbs=bandwidth_gbs, per_layer_bytes=per_layer)
+
+
+def _per_layer(v, n_layer: int) -> list[int]:
+    if isinstance(v, np.ndarray):
+        if len(v) != n_layer:
+            raise BadFileFormat(f"a per-layer head count has {len(v)} entries for {n_layer} layers.")
+        return [int(x) for x in v]
+    return [int(v)] * n_layer
+
+
+def measured_bandwidth(cache_dir: str | None = None) -> float:
+    """This machine's memory read bandwidth in GB/s (numpy sum over 256 MB), measured once and cached."""
+    cache = Path(cache_dir or os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llmkit" / "bandwidth.json"
+    try:
+        return float(json.loads(cache.read_text())["read_gbs"])
+    except (OSError, ValueError, KeyError):
+        pass
+    a = np.ones(256 * 1024 * 1024 // 8)
+    a.sum()
+    best = 0.0
+    for _ in range(3):
+        t = time.perf_counter()
+        a.sum()
+        best = max(best, a.nbytes / (time.perf_counter() - t) / 1e9)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        from llmkit.io import atomic_write_text
+
+        atomic_write_text(cache, json.dumps({"read_gbs": best, "measured": time.strftime("%Y-%m-%d")}))
+    except OSError:
+        pass
+    return best

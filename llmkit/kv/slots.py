@@ -1,0 +1,163 @@
+"""KV slots on disk: one sequence's llama.cpp state plus a header that says what it belongs to.
+
+File layout: b"LLMKSLOT", u32 format version, u32 header length, the JSON header (model
+fingerprint, n_ctx, cache types, tokens, created), then the llama.cpp per-sequence state blob
+(`llama_state_seq_get_data`). The header is checked before llama.cpp sees the blob: llama.cpp can
+crash or silently mis-load state from another model or other settings.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import struct
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from llmkit.errors import BadFileFormat, BadInput
+
+MAGIC = b"LLMKSLOT"
+VERSION = 1
+MAX_HEADER = 64 << 20
+
+
+@dataclass
+class SlotHeader:
+    format: str
+    version: int
+    model_fingerprint: str
+    model_path: str
+    n_ctx: int
+    cache_type_k: str
+    cache_type_v: str
+    flash_attn: bool
+    tokens: list[int]
+    created: str
+    text: str = ""
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+
+def model_fingerprint(path: str) -> str:
+    """sha256 over the GGUF header, metadata and tensor table (the first 4 MiB) plus the file size."""
+    h = hashlib.sha256()
+    size = os.path.getsize(path)
+    h.update(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(4 << 20))
+    return h.hexdigest()[:32]
+
+
+def save_slot(model, path: str, model_path: str, opts, text: str = "", seq_id: int = 0) -> SlotHeader:
+    """Write the model's sequence state (its evaluated tokens and their KV) to `path` atomically."""
+    import llama_cpp
+
+    from llmkit.io import atomic_write_bytes
+
+    n = model.n_tokens
+    if n == 0:
+        raise BadInput("nothing to save: the prompt produced no tokens.")
+    size = llama_cpp.llama_state_seq_get_size(model.ctx, seq_id)
+    buf = (ctypes.c_uint8 * size)()
+    written = llama_cpp.llama_state_seq_get_data(model.ctx, buf, size, seq_id)
+    if written == 0:
+        raise BadInput("llama.cpp returned an empty state for this sequence; nothing was saved.")
+    hdr = SlotHeader(format="llmkit-kv-slot", version=VERSION, model_fingerprint=model_fingerprint(model_path),
+                     model_path=os.path.abspath(model_path), n_ctx=int(model.n_ctx()), cache_type_k=opts.cache_type_k,
+                     cache_type_v=opts.cache_type_v, flash_attn=bool(opts.flash_attn),
+                     tokens=[int(t) for t in model.input_ids[:n]], created=time.strftime("%Y-%m-%dT%H:%M:%S"), text=text)
+    head = json.dumps(asdict(hdr), ensure_ascii=False).encode()
+    atomic_write_bytes(path, MAGIC + struct.pack("<II", VERSION, len(head)) + head + bytes(buf[:written]))
+    return hdr
+
+
+def read_header(path: str) -> tuple[SlotHeader, int]:
+    """The slot's header and the byte offset of the state blob; refuses foreign files."""
+    try:
+        with open(path, "rb") as f:
+            pre = f.read(16)
+            if len(pre) < 16 or pre[:8] != MAGIC:
+                raise BadFileFormat(f"'{path}' is not an llmkit KV slot file (bad magic). Save one with `llmkit kv save`.")
+            version, n = struct.unpack("<II", pre[8:])
+            if version > VERSION:
+                raise BadFileFormat(f"'{path}' is a slot of format version {version}; this llmkit reads {VERSION}. Upgrade llmkit.")
+            if n > MAX_HEADER or n > os.path.getsize(path) - 16:
+                raise BadFileFormat(f"'{path}' is truncated or corrupt (header length {n}).")
+            raw = f.read(n)
+    except OSError as e:
+        raise BadInput(f"cannot read slot '{path}': {e.strerror}. Check the path.") from None
+    try:
+        d = json.loads(raw)
+        hdr = SlotHeader(**{k: d[k] for k in SlotHeader.__dataclass_fields__ if k in d})
+    except (ValueError, TypeError, KeyError) as e:
+        raise BadFileFormat(f"'{path}' has a corrupt header ({e}).") from None
+    return hdr, 16 + n
+
+
+def check_compatible(hdr: SlotHeader, path: str, model, model_path: str, opts) -> None:
+    """Refuse a slot from another model or with settings whose state layout differs."""
+    fp = model_fingerprint(model_path)
+    if hdr.model_fingerprint != fp:
+        raise BadInput(f"slot '{path}' was saved with a different model ({hdr.model_path}). "
+                       "Use the same model file, or save a new slot.")
+    if (hdr.cache_type_k, hdr.cache_type_v) != (opts.cache_type_k, opts.cache_type_v):
+        raise BadInput(f"slot '{path}' has KV cache types {hdr.cache_type_k}/{hdr.cache_type_v}; "
+                       f"pass --ctk {hdr.cache_type_k} --ctv {hdr.cache_type_v}.")
+    if bool(hdr.flash_attn) != bool(opts.flash_attn):
+        raise BadInput(f"slot '{path}' was saved {'with' if hdr.flash_attn else 'without'} --flash-attn; "
+                       "use the same setting to restore it.")
+    if hdr.n_tokens >= model.n_ctx():
+        raise BadInput(f"slot '{path}' holds {hdr.n_tokens} tokens, more than the context ({model.n_ctx()}). Raise -c.")
+
+
+def restore_slot(model, path: str, model_path: str, opts, seq_id: int = 0) -> SlotHeader:
+    """Load a slot into the model's sequence and set its token history."""
+    import llama_cpp
+
+    hdr, off = read_header(path)
+    check_compatible(hdr, path, model, model_path, opts)
+    blob = Path(path).read_bytes()[off:]
+    buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+    model.reset()
+    model._ctx.kv_cache_clear()
+    got = llama_cpp.llama_state_seq_set_data(model.ctx, buf, len(blob), seq_id)
+    if got == 0:
+        raise BadFileFormat(f"llama.cpp refused the state in '{path}' (corrupt or from another llama.cpp build).")
+    n = hdr.n_tokens
+    model.input_ids[:n] = hdr.tokens
+    model.n_tokens = n
+    return hdr
+
+
+def list_slots(directory: str) -> list[tuple[str, SlotHeader, int]]:
+    """(path, header, file size) for every readable slot file in a directory."""
+    out = []
+    d = Path(directory)
+    if not d.is_dir():
+        raise BadInput(f"'{directory}' is not a directory.")
+    for p in sorted(d.iterdir()):
+        if p.is_file() and not p.name.startswith("."):
+            try:
+                hdr, _ = read_header(str(p))
+            except (BadFileFormat, BadInput):
+                continue
+            out.append((str(p), hdr, p.stat().st_size))
+    return out
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix.
+
+    >>> common_prefix([1, 2, 3], [1, 2, 4, 5])
+    2
+    """
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,134 @@
+"""KV planning against llama.cpp's real allocation; KV slots saved, restored, reused and refused."""
+
+import ctypes
+import json
+import re
+
+import pytest
+
+from conftest import run_cli
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+
+@pytest.fixture(scope="module")
+def gqa_model(tmp_path_factory):
+    from ggufmake import write_tiny_llama
+
+    d = tmp_path_factory.mktemp("kv")
+    return str(write_tiny_llama(d / "gqa.gguf", seed=1, n_embd=256, n_head=8, n_head_kv=2, n_layer=3, n_ctx=4096))
+
+
+@pytest.fixture(scope="module")
+def small_models(tmp_path_factory):
+    from ggufmake import write_tiny_llama
+
+    d = tmp_path_factory.mktemp("kvs")
+    return str(write_tiny_llama(d / "a.gguf", seed=1)), str(write_tiny_llama(d / "b.gguf", seed=2))
+
+
+def _llama_kv_log(path, n_ctx, tk, tv, fa):
+    """Load the model with llama.cpp and return (cells, K MiB, V MiB) from its own log line."""
+    lines = []
+
+    @llama_cpp.llama_log_callback
+    def cb(level, text, user_data):
+        lines.append(text.decode("utf-8", "replace"))
+
+    llama_cpp.llama_log_set(cb, ctypes.c_void_p(0))
+    try:
+        types = {"f16": 1, "q8_0": 8, "q4_0": 2}
+        m = llama_cpp.Llama(path, n_ctx=n_ctx, type_k=types[tk], type_v=types[tv], flash_attn=fa, verbose=True)
+        del m
+    finally:
+        import llmkit.llama.runtime as rt
+
+        rt._LOG_CALLBACK = None
+        rt._silence_llama_log()
+    line = next(x for x in lines if "cells" in x and "K (" in x)
+    cells = int(re.search(r"\(\s*(\d+) cells", line).group(1))
+    k = float(re.search(r"K \(\w+\):\s*([\d.]+) MiB", line).group(1))
+    v = float(re.search(r"V \(\w+\):\s*([\d.]+) MiB", line).group(1))
+    return cells, k, v
+
+
+@pytest.mark.parametrize("n_ctx,tk,tv,fa", [(2048, "f16", "f16", False), (1500, "q8_0", "q8_0", True),
+                                             (1000, "q8_0", "f16", False), (3000, "q4_0", "q4_0", True)])
+def test_plan_equals_llama_cpp_allocation(gqa_model, n_ctx, tk, tv, fa):
+    from llmkit.kv.plan import plan
+
+    p = plan(gqa_model, n_ctx, cache_type_k=tk, cache_type_v=tv)
+    cells, k, v = _llama_kv_log(gqa_model, n_ctx, tk, tv, fa)
+    assert p.n_ctx_cells == cells
+    assert p.k_bytes / 2**20 == pytest.approx(k, rel=0.01, abs=0.006)
+    assert p.v_bytes / 2**20 == pytest.approx(v, rel=0.01, abs=0.006)
+    assert p.head_count_kv == [2, 2, 2]  # grouped-query attention: 2 of 8 heads are cached
+
+
+def test_plan_cli_json(gqa_model):
+    r = run_cli(["kv", "plan", "-m", gqa_model, "-c", "1024", "-c", "4096", "--ctk", "q8_0", "--json"])
+    rows = json.loads(r.stdout)
+    assert [x["n_ctx"] for x in rows] == [1024, 4096]
+    assert rows[1]["kv_bytes"] == 4 * rows[0]["kv_bytes"]
+    assert rows[0]["decode_bound_tok_s_full_ctx"] > 0
+
+
+PROMPT = "You are a helpful assistant. Answer briefly and precisely. " * 3
+
+
+def _gen_json(args):
+    r = run_cli(["generate", "--temp", "0", "-n", "12", "--ignore-eos", "--json", *args])
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_slot_restore_reuses_prefix_and_matches_fresh(small_models, tmp_path):
+    a, _ = small_models
+    slot = tmp_path / "sys.slot"
+    r = run_cli(["kv", "save", "-m", a, "-o", str(slot), PROMPT])
+    assert r.exit_code == 0, r.stderr
+    fresh = _gen_json(["-m", a, PROMPT + "Question: why?"])
+    cached = _gen_json(["-m", a, "--slot", str(slot), PROMPT + "Question: why?"])
+    assert cached["text"] == fresh["text"]
+    n_slot = len(json.loads(run_cli(["kv", "show", "--json", str(slot)]).stdout)["tokens"])
+    assert n_slot > 100 and cached["stats"]["prefill_reused"] >= n_slot - 2
+    assert fresh["stats"]["prefill_reused"] == 0
+    show = run_cli(["kv", "show", str(slot)])
+    assert show.stdout == PROMPT
+    ls = run_cli(["kv", "ls", "--json", str(tmp_path)])
+    rec = json.loads(ls.stdout.splitlines()[0])
+    assert rec["tokens"] > 100 and rec["path"].endswith("sys.slot")
+
+
+def test_slot_dir_is_a_prefix_cache_across_runs(small_models, tmp_path):
+    a, _ = small_models
+    d = tmp_path / "cache"
+    first = _gen_json(["-m", a, "--slot-dir", str(d), PROMPT + "Q1"])
+    second = _gen_json(["-m", a, "--slot-dir", str(d), PROMPT + "Q2"])
+    fresh = _gen_json(["-m", a, PROMPT + "Q2"])
+    assert first["stats"]["prefill_reused"] == 0
+    assert second["stats"]["prefill_reused"] > 100
+    assert second["text"] == fresh["text"]
+    assert len(list(d.glob("*.slot"))) == 2
+
+
+def test_foreign_and_broken_slots_are_refused(small_models, tmp_path):
+    a, b = small_models
+    slot = tmp_path / "a.slot"
+    assert run_cli(["kv", "save", "-m", a, "-o", str(slot), PROMPT]).exit_code == 0
+    r = run_cli(["generate", "-m", b, "--slot", str(slot), PROMPT])
+    assert r.exit_code == 1 and "different model" in r.stderr
+    r = run_cli(["generate", "-m", a, "--ctk", "q8_0", "--slot", str(slot), PROMPT])
+    assert r.exit_code == 1 and "--ctk f16" in r.stderr
+    junk = tmp_path / "junk.slot"
+    junk.write_bytes(b"not a slot at all")
+    for cmd in (["generate", "-m", a, "--slot", str(junk), "x"], ["kv", "show", str(junk)], ["kv", "erase", str(junk)]):
+        r = run_cli(cmd)
+        assert r.exit_code == 1 and "not an llmkit KV slot" in r.stderr and "Traceback" not in r.stderr
+    assert junk.exists()  # erase refuses files that are not slots
+    data = slot.read_bytes()
+    trunc = tmp_path / "trunc.slot"
+    trunc.write_bytes(data[:40])
+    r = run_cli(["kv", "show", str(trunc)])
+    assert r.exit_code == 1 and "truncated" in r.stderr
+    assert run_cli(["kv", "erase", str(slot)]).exit_code == 0 and not slot.exists()
