@@ -185,3 +185,78 @@ def restore_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threa
 
     run_with_slot(model_path, _model_opts(n_ctx, cache_type_k, cache_type_v, flash_attn, threads), slot, None,
                   prompt or "", n_predict, temp, as_json, append=True)
+
+
+@group.command("simulate")
+@click.argument("trace", required=False)
+@click.option("--requests", "n_requests", default=300, show_default=True, help="Built-in trace: number of requests.")
+@click.option("--rate", default=4.0, show_default=True, help="Built-in trace: arrivals per second (Poisson).")
+@click.option("--prompt-mean", default=160, show_default=True, help="Built-in trace: mean prompt tokens (log-normal).")
+@click.option("--output-mean", default=340, show_default=True, help="Built-in trace: mean output tokens (log-normal).")
+@click.option("--shared-prefix", default=0, show_default=True, help="Built-in trace: tokens of a common system prompt.")
+@click.option("-n", "--samples", default=1, show_default=True, help="Built-in trace: parallel samples / beams per request.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--budget-tokens", type=int, help="KV budget in tokens.")
+@click.option("--budget-bytes", type=float, help="KV budget in bytes (needs -m to convert to tokens).")
+@click.option("-m", "--model", "model_path", help="Model for bytes per token (and --gpu-gb).")
+@click.option("--gpu-gb", type=float, help="With -m: budget = GPU memory minus the weights.")
+@click.option("--policy", "policies", multiple=True, type=click.Choice(["max", "pow2", "oracle", "paged"]),
+              help="Policies to compare (default: all four).")
+@click.option("--block-size", default=16, show_default=True)
+@click.option("--max-len", default=2048, show_default=True, help="Longest sequence (what 'max' reserves).")
+@click.option("--preempt", type=click.Choice(["recompute", "swap"]), default="recompute", show_default=True)
+@click.option("--step-ms", default=20.0, show_default=True, help="Simulated time of one decoding step.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG of memory use over time.")
+@click.option("--json", "as_json", is_flag=True)
+def simulate_cmd(trace, n_requests, rate, prompt_mean, output_mean, shared_prefix, samples, seed, budget_tokens,
+                 budget_bytes, model_path, gpu_gb, policies, block_size, max_len, preempt, step_ms, plot_path, as_json):
+    """Replay a request trace (JSONL, or the built-in generator) against a KV budget under
+    Max / Pow2 / Oracle / Paged allocation and compare memory waste, batch size and throughput.
+
+    \b
+    llmkit kv simulate --budget-tokens 20000 --plot kv.png
+    llmkit kv simulate trace.jsonl -m model.gguf --gpu-gb 24 --policy paged --preempt swap --json
+    """
+    import copy
+
+    from llmkit.errors import BadInput
+    from llmkit.kv import simulate as sim
+
+    if trace:
+        from llmkit.io import read_text, split_lines
+
+        reqs = sim.read_trace(split_lines(read_text(trace)))
+    else:
+        reqs = sim.synthetic_trace(n_requests, rate, seed, prompt_mean, output_mean, shared_prefix, samples, max_len)
+    if budget_tokens is None:
+        if not model_path or (budget_bytes is None and gpu_gb is None):
+            raise click.UsageError("give --budget-tokens, or -m MODEL with --budget-bytes or --gpu-gb.")
+        from llmkit.kv.plan import plan
+
+        p = plan(model_path, max_len)
+        per_token = p.kv_bytes_per_token
+        if budget_bytes is None:
+            budget_bytes = gpu_gb * 1e9 - p.weights_bytes
+            if budget_bytes <= 0:
+                raise BadInput(f"the weights ({p.weights_bytes / 1e9:.2f} GB) do not fit in {gpu_gb} GB.")
+        budget_tokens = int(budget_bytes // per_token)
+    results = [sim.simulate(copy.deepcopy(reqs), pol, budget_tokens, block_size, max_len, preempt, step_ms / 1000)
+               for pol in (policies or sim.POLICIES)]
+    if plot_path:
+        sim.plot(results, plot_path)
+    out = Output()
+    if as_json:
+        out.json({"budget_tokens": budget_tokens, "requests": len(reqs), "results": [r.to_dict() for r in results]})
+        return
+    from rich.table import Table
+
+    t = Table(title=f"{len(reqs)} requests, KV budget {budget_tokens} tokens, block {block_size}")
+    for col in ("policy", "used", "reserved", "internal", "external", "waste", "mean batch", "peak", "req/s",
+                "prefix hits", "preempt"):
+        t.add_column(col, justify="right")
+    for r in results:
+        d = r.to_dict()
+        t.add_row(r.policy, *(f"{100 * d[k]:.1f}%" for k in ("used", "reserved", "internal", "external", "waste")),
+                  f"{r.mean_batch:.1f}", str(r.peak_batch), f"{r.throughput_rps:.2f}", f"{100 * r.prefix_hit_rate:.0f}%",
+                  str(r.preemptions))
+    out.table(t)
