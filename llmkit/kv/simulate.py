@@ -238,6 +238,9 @@ def simulate(reqs: list[Request], policy: str, budget_tokens: int, block_size: i
             if paged:
                 st = admit_paged(r, r.__dict__.get("_resume", 0))
                 if st is None:
+                    if math.ceil((r.prompt + r.output * r.n) / block_size) + 1 > n_blocks:
+                        raise BadInput(f"request {r.id} ({r.prompt} + {r.output} tokens x {r.n}) needs more KV blocks "
+                                       f"than the budget holds ({n_blocks}). Give a larger budget.")
                     break
                 st["generated"] = r.__dict__.pop("_resume", 0)
             else:
