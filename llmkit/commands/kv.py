@@ -102,8 +102,10 @@ def save_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads,
         from llmkit.errors import BadInput
 
         raise BadInput(f"the prompt has {len(tokens)} tokens but the context holds {model.n_ctx()}. Raise -c.")
+    from llmkit.llama.generate import eval_no_logits
+
     t = time.perf_counter()
-    model.eval(tokens)
+    eval_no_logits(model, tokens)
     dt = time.perf_counter() - t
     hdr = save_slot(model, output, path, opts, text=text)
     import os
