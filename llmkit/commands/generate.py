@@ -44,11 +44,13 @@ from llmkit.commands._common import Output, settings
 @click.option("--json-schema", help="JSON schema constraining the output.")
 @click.option("--slot", "slot_path", type=click.Path(dir_okay=False), help="Restore this KV slot first; reuse its longest common prefix.")
 @click.option("--slot-dir", type=click.Path(file_okay=False), help="Prompt cache: reuse the slot sharing the longest prefix, save the new one.")
+@click.option("--server", help="Generate on a running llama-server (URL) instead of in-process.")
+@click.option("--slot-id", type=int, help="With --server: the server slot (its cached prompt is reused).")
 @click.option("--json", "as_json", is_flag=True, help="Print text and statistics as one JSON object.")
 def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos, chat,
             system, n_ctx, threads, batch_size, cache_type_k, cache_type_v, flash_attn, mlock, no_mmap, n_gpu_layers,
             context_shift, keep, draft_path, draft_max, draft_min, fixed_draft, lookup, grammar, grammar_file,
-            json_schema, slot_path, slot_dir, as_json):
+            json_schema, slot_path, slot_dir, server, slot_id, as_json):
     """Generate text from PROMPT (or stdin) with llama.cpp, streaming to stdout.
 
     \b
@@ -69,6 +71,9 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
     params.validate()
     if n_predict <= 0:
         raise BadInput(f"-n must be a positive number of tokens, got {n_predict}.")
+    if server:
+        _generate_on_server(server, slot_id, prompt, n_predict, temp, seed, as_json, out)
+        return
     constrained = grammar or grammar_file or json_schema
     if constrained and (draft_path or lookup):
         raise click.UsageError("--grammar/--json-schema cannot be combined with --draft-model or --lookup.")
@@ -122,6 +127,26 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
     if slot_note or d.get("prefill_reused"):
         line += f"\nKV slot: {slot_note} reused {d['prefill_reused']} prompt tokens; time to first token {d['ttft_s'] * 1000:.0f} ms"
     out.info(line)
+
+
+def _generate_on_server(url, slot_id, prompt, n_predict, temp, seed, as_json, out) -> None:
+    from llmkit.kv.server import LlamaServer
+
+    def stream(piece):
+        if not as_json:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+    r = LlamaServer(url).completion(prompt, n_predict, slot_id, temperature=temp, seed=seed, on_text=stream)
+    t = r.get("timings", {})
+    stats = {"prompt_tokens": t.get("prompt_n"), "cached_tokens": r.get("tokens_cached"), "prefill_ms": t.get("prompt_ms"),
+             "generated_tokens": t.get("predicted_n"), "tokens_per_s": t.get("predicted_per_second"), "slot": r.get("id_slot")}
+    if as_json:
+        out.json({"server": url, "text": r["content"], "stats": stats})
+        return
+    sys.stdout.write("\n")
+    out.info(f"server slot {stats['slot']}: evaluated {stats['prompt_tokens']} prompt tokens "
+             f"({stats['cached_tokens']} cached in total), {stats['generated_tokens']} generated")
 
 
 def _restore_for(model, path, opts, tokens, slot_path, slot_dir) -> str:

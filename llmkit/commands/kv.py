@@ -81,14 +81,29 @@ def model_options(f):
 @model_options
 @click.argument("prompt", required=False)
 @click.option("--prompt-file", type=click.Path(dir_okay=False, exists=True), help="Read the prompt from a file.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Slot file to write.")
-def save_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads, prompt, prompt_file, output):
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Slot file to write.")
+@click.option("--server", help="Drive a running llama-server instead (URL); NAME is then the file name in its --slot-save-path.")
+@click.option("--slot", "slot_id", type=int, default=0, show_default=True, help="With --server: the server slot.")
+def save_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads, prompt, prompt_file, output, server, slot_id):
     """Evaluate PROMPT and save its KV state (with the tokens) to a slot file.
 
     \b
     llmkit kv save -m model.gguf --prompt-file system.txt -o system.slot
+    llmkit kv save --server http://127.0.0.1:8080 --slot 0 system.bin
     """
     import time
+
+    if server:
+        name = output or prompt
+        if not name:
+            raise click.UsageError("with --server give the file name: llmkit kv save --server URL --slot 0 NAME.bin")
+        from llmkit.kv.server import LlamaServer
+
+        r = LlamaServer(server).slot_action(slot_id, "save", name)
+        Output().info(f"server slot {slot_id}: saved {r.get('n_saved', '?')} tokens ({r.get('n_written', '?')} bytes) to {name}")
+        return
+    if not output:
+        raise click.UsageError("give -o NAME.slot for the slot file to write.")
 
     from llmkit.kv.slots import save_slot
     from llmkit.llama import runtime
@@ -128,12 +143,22 @@ def _read_prompt(prompt, prompt_file) -> str:
 @group.command("ls")
 @click.argument("directory", default=".")
 @click.option("--json", "as_json", is_flag=True)
-def ls_cmd(directory, as_json):
+@click.option("--server", help="List a running llama-server's slots instead (GET /slots).")
+def ls_cmd(directory, as_json, server):
     """List the slot files in DIRECTORY: model, tokens, size, created."""
     from llmkit.kv.slots import list_slots
 
-    rows = list_slots(directory)
     out = Output()
+    if server:
+        from llmkit.kv.server import LlamaServer
+
+        for sl in LlamaServer(server).slots():
+            if as_json:
+                out.record(sl)
+            else:
+                out.data(f"slot {sl.get('id')}\tn_ctx {sl.get('n_ctx')}\t{'busy' if sl.get('is_processing') else 'idle'}")
+        return
+    rows = list_slots(directory)
     if as_json:
         for path, h, size in rows:
             out.record({"path": path, "model": h.model_path, "tokens": h.n_tokens, "bytes": size, "created": h.created,
@@ -161,12 +186,23 @@ def show_cmd(slot, as_json):
 
 
 @group.command("erase")
-@click.argument("slots", nargs=-1, required=True)
-def erase_cmd(slots):
-    """Delete slot files (only files that really are llmkit slots)."""
+@click.argument("slots", nargs=-1)
+@click.option("--server", help="Erase a running llama-server's slot instead.")
+@click.option("--slot", "slot_id", type=int, default=0, show_default=True, help="With --server: the server slot.")
+def erase_cmd(slots, server, slot_id):
+    """Delete slot files (only files that really are llmkit slots), or clear a server slot."""
     import os
 
     from llmkit.kv.slots import read_header
+
+    if server:
+        from llmkit.kv.server import LlamaServer
+
+        r = LlamaServer(server).slot_action(slot_id, "erase")
+        Output().info(f"server slot {slot_id}: erased {r.get('n_erased', '?')} tokens")
+        return
+    if not slots:
+        raise click.UsageError("give the slot files to erase (or --server URL --slot N).")
 
     for s in slots:
         read_header(s)  # refuses anything that is not a slot
@@ -181,9 +217,19 @@ def erase_cmd(slots):
 @click.option("-n", "--n-predict", default=64, show_default=True, type=int)
 @click.option("--temp", default=0.0, show_default=True, type=float)
 @click.option("--json", "as_json", is_flag=True)
-def restore_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads, slot, prompt, n_predict, temp, as_json):
+@click.option("--server", help="Restore into a running llama-server's slot instead (SLOT = file name there).")
+@click.option("--slot", "slot_id", type=int, default=0, show_default=True, help="With --server: the server slot.")
+def restore_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads, slot, prompt, n_predict, temp, as_json,
+                server, slot_id):
     """Restore SLOT and continue with PROMPT appended to its text (only new tokens are evaluated)."""
     from llmkit.commands.generate import run_with_slot
+
+    if server:
+        from llmkit.kv.server import LlamaServer
+
+        r = LlamaServer(server).slot_action(slot_id, "restore", slot)
+        Output().info(f"server slot {slot_id}: restored {r.get('n_restored', '?')} tokens from {slot}")
+        return
 
     run_with_slot(model_path, _model_opts(n_ctx, cache_type_k, cache_type_v, flash_attn, threads), slot, None,
                   prompt or "", n_predict, temp, as_json, append=True)

@@ -1,0 +1,106 @@
+"""`llmkit kv ... --server` and `generate --server` against a real llama-server (built by
+scripts/build_llama_server.sh, which the README's install command runs)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+ROOT = Path(__file__).parent.parent
+
+
+def _server_binary() -> str:
+    exe = os.environ.get("LLMKIT_LLAMA_SERVER")
+    if exe:
+        return exe
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHON": sys.executable}, timeout=3600)
+    if p.returncode != 0:
+        pytest.fail(f"llama-server could not be built: {p.stderr[-2000:]}")
+    return p.stdout.strip().splitlines()[-1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from ggufmake import write_tiny_llama
+
+    d = tmp_path_factory.mktemp("server")
+    model = write_tiny_llama(d / "tiny.gguf", seed=1)
+    slots = d / "slots"
+    slots.mkdir()
+    port = _free_port()
+    proc = subprocess.Popen([_server_binary(), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+                             "--slot-save-path", str(slots) + "/", "-np", "1", "-c", "512", "-t", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"llama-server exited: {proc.stderr.read().decode()[-2000:]}")
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail("llama-server did not become healthy in 120 s")
+    yield {"url": url, "slots": slots, "model": str(model)}
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+PROMPT = "You are a helpful assistant. Answer briefly. " * 4
+
+
+def test_generate_on_server_reuses_cached_prompt(server):
+    r1 = run_cli(["generate", "--server", server["url"], "--slot-id", "0", "-n", "8", "--temp", "0", "--json", PROMPT + "Q1"])
+    assert r1.exit_code == 0, r1.stderr
+    r2 = run_cli(["generate", "--server", server["url"], "--slot-id", "0", "-n", "8", "--temp", "0", "--json", PROMPT + "Q2"])
+    s1, s2 = json.loads(r1.stdout)["stats"], json.loads(r2.stdout)["stats"]
+    assert s2["prompt_tokens"] < s1["prompt_tokens"]  # the shared prefix came from the slot's cache
+
+
+def test_server_slot_verbs(server):
+    url = server["url"]
+    assert run_cli(["generate", "--server", url, "--slot-id", "0", "-n", "4", "--temp", "0", PROMPT]).exit_code == 0
+    r = run_cli(["kv", "save", "--server", url, "--slot", "0", "sys.bin"])
+    assert r.exit_code == 0, r.stderr
+    assert (server["slots"] / "sys.bin").stat().st_size > 1000
+    r = run_cli(["kv", "erase", "--server", url, "--slot", "0"])
+    assert r.exit_code == 0 and "erased" in r.stderr
+    r = run_cli(["kv", "restore", "--server", url, "--slot", "0", "sys.bin"])
+    assert r.exit_code == 0 and "restored" in r.stderr
+    r = run_cli(["kv", "ls", "--server", url, "--json"])
+    rec = json.loads(r.stdout.splitlines()[0])
+    assert rec["id"] == 0 and rec["n_ctx"] >= 512
+
+
+def test_server_errors_are_clear(server):
+    url = server["url"]
+    r = run_cli(["kv", "restore", "--server", url, "--slot", "0", "missing.bin"])
+    assert r.exit_code == 1 and "llama-server" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli(["kv", "save", "--server", url, "--slot", "0", "../escape.bin"])
+    assert r.exit_code == 1 and "400" in r.stderr
+    r = run_cli(["kv", "ls", "--server", f"http://127.0.0.1:{_free_port()}"])
+    assert r.exit_code == 1 and "cannot reach llama-server" in r.stderr
+    r = run_cli(["kv", "ls", "--server", "localhost:8080"])
+    assert r.exit_code == 1 and "http://" in r.stderr
