@@ -132,3 +132,22 @@ def test_foreign_and_broken_slots_are_refused(small_models, tmp_path):
     r = run_cli(["kv", "show", str(trunc)])
     assert r.exit_code == 1 and "truncated" in r.stderr
     assert run_cli(["kv", "erase", str(slot)]).exit_code == 0 and not slot.exists()
+
+
+def test_cache_reuse_shifts_later_chunks_exactly_on_one_layer(tmp_path):
+    """A change in the middle: the chunk after it is reused by shifting its KV positions. With one
+    layer K/V depend only on token and position, so greedy output equals a fresh run."""
+    from ggufmake import write_tiny_llama
+
+    model = str(write_tiny_llama(tmp_path / "one.gguf", seed=4, n_layer=1))
+    head, gap, tail = "System rules: be brief. " * 2, "Some context that will be removed later. ", "Now the question text comes here. " * 2
+    slot = tmp_path / "a.slot"
+    assert run_cli(["kv", "save", "-m", model, "-o", str(slot), head + gap + tail]).exit_code == 0
+    new = head + tail + "Answer:"
+    fresh = _gen_json(["-m", model, new])
+    reused = _gen_json(["-m", model, "--slot", str(slot), "--cache-reuse", "8", new])
+    assert reused["stats"]["shifted"] > len(tail) // 2  # the tail chunk came from the cache
+    assert reused["stats"]["prefill_reused"] > len(head) // 2 + reused["stats"]["shifted"] // 2
+    assert reused["text"] == fresh["text"]
+    plain = _gen_json(["-m", model, "--slot", str(slot), new])  # without --cache-reuse only the prefix is kept
+    assert plain["stats"]["shifted"] == 0 and plain["text"] == fresh["text"]

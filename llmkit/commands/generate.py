@@ -44,13 +44,15 @@ from llmkit.commands._common import Output, settings
 @click.option("--json-schema", help="JSON schema constraining the output.")
 @click.option("--slot", "slot_path", type=click.Path(dir_okay=False), help="Restore this KV slot first; reuse its longest common prefix.")
 @click.option("--slot-dir", type=click.Path(file_okay=False), help="Prompt cache: reuse the slot sharing the longest prefix, save the new one.")
+@click.option("--cache-reuse", default=0, show_default=True, type=int,
+              help="With --slot/--slot-dir: also reuse cached chunks of >= N tokens after a change, shifting them.")
 @click.option("--server", help="Generate on a running llama-server (URL) instead of in-process.")
 @click.option("--slot-id", type=int, help="With --server: the server slot (its cached prompt is reused).")
 @click.option("--json", "as_json", is_flag=True, help="Print text and statistics as one JSON object.")
 def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos, chat,
             system, n_ctx, threads, batch_size, cache_type_k, cache_type_v, flash_attn, mlock, no_mmap, n_gpu_layers,
             context_shift, keep, draft_path, draft_max, draft_min, fixed_draft, lookup, grammar, grammar_file,
-            json_schema, slot_path, slot_dir, server, slot_id, as_json):
+            json_schema, slot_path, slot_dir, cache_reuse, server, slot_id, as_json):
     """Generate text from PROMPT (or stdin) with llama.cpp, streaming to stdout.
 
     \b
@@ -109,7 +111,8 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
         draft = runtime.open_model(draft_path, opts) if draft_path else None
         gen = Generator(model, params, draft=draft, lookup=lookup, draft_max=draft_max, draft_min=draft_min,
                         adaptive=not fixed_draft, ignore_eos=ignore_eos, context_shift=context_shift, keep=keep)
-        text, stats = gen.run(tokens, n_predict, tuple(stop), on_text=stream, reuse_cache=bool(slot_path or slot_dir))
+        text, stats = gen.run(tokens, n_predict, tuple(stop), on_text=stream, reuse_cache=bool(slot_path or slot_dir),
+                              cache_reuse=cache_reuse)
         if slot_dir:
             slot_note += _save_to_dir(model, path, opts, slot_dir, prompt + text)
     if as_json:
@@ -125,7 +128,8 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
                  f"{d['mean_accepted_per_step']:.2f} accepted per target step, draft {d['draft_s']:.2f} s, "
                  f"verify {d['verify_s']:.2f} s")
     if slot_note or d.get("prefill_reused"):
-        line += f"\nKV slot: {slot_note} reused {d['prefill_reused']} prompt tokens; time to first token {d['ttft_s'] * 1000:.0f} ms"
+        line += (f"\nKV slot: {slot_note} reused {d['prefill_reused']} prompt tokens ({d['shifted']} by shifting); "
+                 f"time to first token {d['ttft_s'] * 1000:.0f} ms")
     out.info(line)
 
 

@@ -35,6 +35,7 @@ class GenerateStats:
     stop_reason: str = ""
     draft_lengths: dict = field(default_factory=dict)
     prefill_reused: int = 0  # prompt tokens whose KV came from the cache (restored slot)
+    shifted: int = 0  # of those, tokens reused from later chunks by shifting (--cache-reuse)
     ttft_s: float = 0.0
 
     @property
@@ -165,11 +166,14 @@ class Generator:
 
     # -- public ---------------------------------------------------------------------------------
     def run(self, prompt: list[int], n_predict: int, stop: tuple[str, ...] = (),
-            on_text: Callable[[str], None] | None = None, reuse_cache: bool = False) -> tuple[str, GenerateStats]:
+            on_text: Callable[[str], None] | None = None, reuse_cache: bool = False,
+            cache_reuse: int = 0) -> tuple[str, GenerateStats]:
         """Generate up to n_predict tokens after `prompt`.
 
         With reuse_cache, tokens already in the target's cache that match the start of the prompt
         (e.g. a restored KV slot) are kept and only the rest is evaluated (llama-server's cache_prompt).
+        With cache_reuse = N > 0, later cached chunks of >= N tokens that reappear in the prompt are
+        kept too, their positions shifted into place (llama-server's --cache-reuse).
         """
         if n_predict <= 0:
             raise BadInput(f"-n must be a positive number of tokens, got {n_predict}.")
@@ -191,6 +195,8 @@ class Generator:
             while reused < lim and have[reused] == prompt[reused]:
                 reused += 1
             tgt.n_tokens = reused
+            if cache_reuse > 0:
+                reused, st.shifted = self._reuse_chunks(have, prompt, reused, cache_reuse)
         else:
             tgt.reset()
         st.prefill_reused = reused
@@ -306,6 +312,35 @@ class Generator:
         st.draft_s += dt
         self.chooser.observe_draft(dt / max(k, 1))
         return drafts, qs
+
+    def _reuse_chunks(self, have: list[int], prompt: list[int], n_past: int, min_chunk: int) -> tuple[int, int]:
+        """Keep cached chunks that reappear later in the prompt by shifting their KV positions.
+
+        Exact only where a token's K/V do not depend on the tokens removed before it (e.g. the first
+        layer: K/V there come from the token and its RoPE position alone); deeper layers saw the
+        removed tokens, so reuse is an approximation there, as in llama-server.
+        """
+        tgt = self.target
+        head_c, head_p = n_past, n_past
+        end = len(prompt) - 1  # the last prompt token is evaluated for its logits anyway
+        shifted = 0
+        while head_c < len(have) and head_p < end:
+            n = 0
+            while head_c + n < len(have) and head_p + n < end and have[head_c + n] == prompt[head_p + n]:
+                n += 1
+            if n >= min_chunk:
+                delta = head_p - head_c
+                tgt._ctx.kv_cache_seq_rm(0, head_p, head_c)
+                tgt._ctx.kv_cache_seq_shift(0, head_c, head_c + n, delta)
+                tgt.input_ids[head_p:head_p + n] = prompt[head_p:head_p + n]
+                head_c += n
+                head_p += n
+                shifted += n
+            else:
+                head_c += 1
+        tgt._ctx.kv_cache_seq_rm(0, head_p, -1)
+        tgt.n_tokens = head_p
+        return head_p, shifted
 
     def _fit_prompt(self, prompt: list[int], n_ctx: int) -> list[int]:
         if len(prompt) < n_ctx:
