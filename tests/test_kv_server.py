@@ -104,3 +104,20 @@ def test_server_errors_are_clear(server):
     assert r.exit_code == 1 and "cannot reach llama-server" in r.stderr
     r = run_cli(["kv", "ls", "--server", "localhost:8080"])
     assert r.exit_code == 1 and "http://" in r.stderr
+
+
+def test_slot_files_interchange_with_embedded_mode(server):
+    """llama-server's slot files restore in-process (flash attention on, as the server runs), and
+    llmkit's --raw files restore in the server."""
+    url, model = server["url"], server["model"]
+    assert run_cli(["generate", "--server", url, "--slot-id", "0", "-n", "2", "--temp", "0", PROMPT]).exit_code == 0
+    assert run_cli(["kv", "save", "--server", url, "--slot", "0", "from_server.bin"]).exit_code == 0
+    r = run_cli(["kv", "restore", "-m", model, "--flash-attn", "-c", "512", str(server["slots"] / "from_server.bin"),
+                 "Q:", "-n", "4", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["stats"]["prefill_reused"] > 50
+    out = server["slots"] / "from_llmkit.bin"
+    r = run_cli(["kv", "save", "-m", model, "--flash-attn", "-c", "512", "--raw", "-o", str(out), PROMPT])
+    assert r.exit_code == 0, r.stderr
+    r = run_cli(["kv", "restore", "--server", url, "--slot", "0", "from_llmkit.bin"])
+    assert r.exit_code == 0 and "restored" in r.stderr

@@ -192,15 +192,14 @@ def _save_to_dir(model, path, opts, slot_dir, text) -> str:
 
 def run_with_slot(model_path, opts, slot, slot_dir, prompt, n_predict, temp, as_json, append=False):
     """`llmkit kv restore`: restore a slot and continue with extra text, reusing the cached tokens."""
-    from llmkit.kv.slots import read_header, restore_slot
+    from llmkit.kv.slots import restore_slot
     from llmkit.llama import runtime
     from llmkit.llama.generate import Generator
     from llmkit.llama.sampling import SamplingParams
 
     path = model_path or runtime.default_model_path()
     model = runtime.open_model(path, opts)
-    hdr, _ = read_header(slot)
-    restore_slot(model, slot, path, opts)
+    hdr = restore_slot(model, slot, path, opts)
     tokens = hdr.tokens + model.tokenize(prompt.encode("utf-8"), add_bos=False, special=True) if prompt else list(hdr.tokens)
 
     def stream(piece):

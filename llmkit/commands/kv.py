@@ -84,7 +84,9 @@ def model_options(f):
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Slot file to write.")
 @click.option("--server", help="Drive a running llama-server instead (URL); NAME is then the file name in its --slot-save-path.")
 @click.option("--slot", "slot_id", type=int, default=0, show_default=True, help="With --server: the server slot.")
-def save_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads, prompt, prompt_file, output, server, slot_id):
+@click.option("--raw", is_flag=True, help="Write llama.cpp's own state format (what llama-server restores; no llmkit header).")
+def save_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads, prompt, prompt_file, output, server, slot_id,
+             raw):
     """Evaluate PROMPT and save its KV state (with the tokens) to a slot file.
 
     \b
@@ -122,10 +124,15 @@ def save_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads,
     t = time.perf_counter()
     eval_no_logits(model, tokens)
     dt = time.perf_counter() - t
-    hdr = save_slot(model, output, path, opts, text=text)
     import os
 
-    Output().info(f"saved {hdr.n_tokens} tokens ({os.path.getsize(output)} bytes) to {output}; prefill took {dt * 1000:.0f} ms")
+    if raw:
+        from llmkit.kv.slots import save_raw
+
+        n_saved = save_raw(model, output)
+    else:
+        n_saved = save_slot(model, output, path, opts, text=text).n_tokens
+    Output().info(f"saved {n_saved} tokens ({os.path.getsize(output)} bytes) to {output}; prefill took {dt * 1000:.0f} ms")
 
 
 def _read_prompt(prompt, prompt_file) -> str:

@@ -119,6 +119,10 @@ def restore_slot(model, path: str, model_path: str, opts, seq_id: int = 0) -> Sl
     """Load a slot into the model's sequence and set its token history."""
     import llama_cpp
 
+    if is_raw_state(path):
+        n = restore_raw(model, path, seq_id)
+        return SlotHeader("llama.cpp-state", 0, "", "", int(model.n_ctx()), opts.cache_type_k, opts.cache_type_v,
+                          bool(opts.flash_attn), [int(t) for t in model.input_ids[:n]], "")
     hdr, off = read_header(path)
     check_compatible(hdr, path, model, model_path, opts)
     blob = Path(path).read_bytes()[off:]
@@ -161,3 +165,93 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+# ---- llama.cpp's own sequence-state files (what llama-server writes to --slot-save-path) -------
+
+RAW_MAGIC = 0x67677371  # 'ggsq'
+
+
+def is_raw_state(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return len(head) == 4 and struct.unpack("<I", head)[0] == RAW_MAGIC
+
+
+def server_tokens_decode(t: list[int]) -> list[int]:
+    """llama-server stores its prompt as [-1, 1, n, tok_1..tok_n, 0] in the state file's token list
+    (a text-only chunk list); plain llama.cpp files hold the tokens themselves.
+
+    >>> server_tokens_decode([-1, 1, 2, 7, 8, 0]), server_tokens_decode([7, 8])
+    ([7, 8], [7, 8])
+    """
+    if len(t) >= 3 and t[0] == -1 and 0 <= t[2] <= len(t) - 3:
+        return t[3:3 + t[2]]
+    return t
+
+
+def server_tokens_encode(t: list[int]) -> list[int]:
+    return [-1, 1, len(t), *t, 0]
+
+
+def read_raw_tokens(path: str, n_vocab: int, n_ctx: int) -> list[int]:
+    """The token list of a llama.cpp state file, bounds-checked before llama.cpp reads it."""
+    import numpy as np
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12:
+            raise BadFileFormat(f"'{path}' is a truncated llama.cpp state file.")
+        _, _version, n = struct.unpack("<III", head)
+        if n >= n_ctx + 8:
+            raise BadInput(f"'{path}' holds {n} tokens, more than the context ({n_ctx}). Raise -c.")
+        if 12 + 4 * n > size:
+            raise BadFileFormat(f"'{path}' is a truncated llama.cpp state file ({n} tokens declared).")
+        toks = np.array(server_tokens_decode(np.frombuffer(f.read(4 * n), dtype="<i4").tolist()), dtype=np.int64)
+    if len(toks) and (toks.min() < 0 or toks.max() >= n_vocab):
+        raise BadInput(f"'{path}' contains token ids outside this model's vocabulary; it was saved with another model.")
+    return [int(t) for t in toks]
+
+
+def restore_raw(model, path: str, seq_id: int = 0) -> int:
+    """Load a llama-server slot file (llama.cpp's format: no model check is possible beyond ids)."""
+    import llama_cpp
+
+    n_ctx = model.n_ctx()
+    toks = read_raw_tokens(path, model.n_vocab(), n_ctx)
+    model.reset()
+    model._ctx.kv_cache_clear()
+    cap = n_ctx + 8
+    out = (llama_cpp.llama_token * cap)()
+    count = ctypes.c_size_t(0)
+    got = llama_cpp.llama_state_seq_load_file(model.ctx, path.encode(), seq_id, out, cap, ctypes.byref(count))
+    if got == 0 or server_tokens_decode(list(out[:count.value])) != toks:
+        raise BadFileFormat(f"llama.cpp refused the state in '{path}': another model, or other settings "
+                            "(llama-server turns flash attention on: pass --flash-attn).")
+    model.input_ids[:len(toks)] = toks
+    model.n_tokens = len(toks)
+    return len(toks)
+
+
+def save_raw(model, path: str, seq_id: int = 0) -> int:
+    """Write the sequence in llama.cpp's state format with llama-server's token list, for its slots."""
+    import llama_cpp
+
+    n = model.n_tokens
+    if n == 0:
+        raise BadInput("nothing to save: the prompt produced no tokens.")
+    enc = server_tokens_encode([int(t) for t in model.input_ids[:n]])
+    toks = (llama_cpp.llama_token * len(enc))(*enc)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        if llama_cpp.llama_state_seq_save_file(model.ctx, tmp.encode(), seq_id, toks, len(enc)) == 0:
+            raise BadInput(f"llama.cpp could not write '{path}'.")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return n
