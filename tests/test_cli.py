@@ -10,7 +10,7 @@ from conftest import run_cli, run_subprocess
 
 COMMANDS = [[], ["tokenize"], ["tokenize", "train"], ["tokenize", "encode"], ["tokenize", "decode"],
             ["tokenize", "inspect"], ["tokenize", "stats"], ["generate"], ["kv"], ["kv", "plan"], ["kv", "save"],
-            ["kv", "restore"], ["kv", "ls"], ["kv", "show"], ["kv", "erase"], ["kv", "simulate"]]
+            ["kv", "restore"], ["kv", "ls"], ["kv", "show"], ["kv", "erase"], ["kv", "simulate"], ["gguf"], ["gguf", "inspect"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)
