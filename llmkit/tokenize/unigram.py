@@ -115,21 +115,29 @@ def seed_pieces_fast(word_counts: dict[str, int], max_piece_length: int = 16, se
     weight = np.repeat(counts, ends - starts + 1)
     joined = "\x00".join(words)
     out: dict[str, int] = {}
-    cands = []  # (score, L, first position, freq)
+    # running top-`seed_size` candidates (score, length, first position, frequency): memory stays
+    # bounded by the seed size instead of growing with every distinct substring of every length
+    score = np.zeros(0)
+    Ls = np.zeros(0, dtype=np.int32)
+    pos = np.zeros(0, dtype=np.int64)
+    freq = np.zeros(0)
     for L, idx, h in _substring_hashes(cp, end_of, max_piece_length):
         uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
-        freq = np.bincount(inv, weights=weight[idx])
-        pos = idx[first]
+        f = np.bincount(inv, weights=weight[idx])
+        p = idx[first]
+        del uniq, first, inv
         if L == 1:
-            for p, f in zip(pos.tolist(), freq.tolist()):
-                out[joined[p]] = int(f)
-        else:
-            cands.append((freq * L, np.full(len(pos), L), pos, freq))
-    if cands:
-        score = np.concatenate([c[0] for c in cands])
-        Ls = np.concatenate([c[1] for c in cands])
-        pos = np.concatenate([c[2] for c in cands])
-        freq = np.concatenate([c[3] for c in cands])
+            for pp, ff in zip(p.tolist(), f.tolist()):
+                out[joined[pp]] = int(ff)
+            continue
+        score = np.concatenate([score, f * L])
+        Ls = np.concatenate([Ls, np.full(len(p), L, dtype=np.int32)])
+        pos = np.concatenate([pos, p])
+        freq = np.concatenate([freq, f])
+        if len(score) > seed_size:
+            keep = np.sort(np.argpartition(-score, seed_size - 1)[:seed_size])
+            score, Ls, pos, freq = score[keep], Ls[keep], pos[keep], freq[keep]
+    if len(score):
         top = np.argsort(-score, kind="stable")[:seed_size]
         for i in top.tolist():
             p, L = int(pos[i]), int(Ls[i])
@@ -161,11 +169,13 @@ class Lattice:
             es.append(idx[hit])
             ee.append(idx[hit] + L)
             ep.append(pid_sorted[k[hit]])
-        self.es = np.concatenate(es) if es else np.zeros(0, dtype=np.int64)
-        self.ee = np.concatenate(ee) if ee else np.zeros(0, dtype=np.int64)
-        self.ep = np.concatenate(ep) if ep else np.zeros(0, dtype=np.int64)
-        node_word_all = np.repeat(np.arange(len(words)), lens + 1)
+        # int32 edge arrays: a 1M-piece seed on 10 MB of text has tens of millions of edges
+        self.es = np.concatenate(es).astype(np.int32) if es else np.zeros(0, dtype=np.int32)
+        self.ee = np.concatenate(ee).astype(np.int32) if ee else np.zeros(0, dtype=np.int32)
+        self.ep = np.concatenate(ep).astype(np.int32) if ep else np.zeros(0, dtype=np.int32)
+        node_word_all = np.repeat(np.arange(len(words), dtype=np.int32), lens + 1)
         self.ew = node_word_all[self.es]
+        del node_word_all
         self.node_word = np.repeat(np.arange(len(words)), lens + 1)
         self._index()
 
@@ -179,9 +189,9 @@ class Lattice:
         local_end = self.ee - self.off[self.ew]
         local_start = self.es - self.off[self.ew]
         # forward order: by local end, then end node, then start (ties keep the longest last piece)
-        self.fwd = np.lexsort((self.es, self.ee, local_end))
+        self.fwd = np.lexsort((self.es, self.ee, local_end)).astype(np.int32)
         self.fwd_batches = _batches(local_end[self.fwd], self.ee[self.fwd])
-        self.bwd = np.lexsort((self.ee, self.es, -local_start))
+        self.bwd = np.lexsort((self.ee, self.es, -local_start)).astype(np.int32)
         self.bwd_batches = _batches(-local_start[self.bwd], self.es[self.bwd])
 
     def forward(self, logp: np.ndarray, mode: str = "sum"):
