@@ -166,13 +166,18 @@ class Lattice:
             k = np.searchsorted(ph_sorted, h)
             k = np.minimum(k, len(ph_sorted) - 1)
             hit = ph_sorted[k] == h
-            es.append(idx[hit])
-            ee.append(idx[hit] + L)
-            ep.append(pid_sorted[k[hit]])
+            start = idx[hit].astype(np.int32)
+            es.append(start)
+            ee.append(start + np.int32(L))
+            ep.append(pid_sorted[k[hit]].astype(np.int32))
+            del k, hit
         # int32 edge arrays: a 1M-piece seed on 10 MB of text has tens of millions of edges
-        self.es = np.concatenate(es).astype(np.int32) if es else np.zeros(0, dtype=np.int32)
-        self.ee = np.concatenate(ee).astype(np.int32) if ee else np.zeros(0, dtype=np.int32)
-        self.ep = np.concatenate(ep).astype(np.int32) if ep else np.zeros(0, dtype=np.int32)
+        self.es = np.concatenate(es) if es else np.zeros(0, dtype=np.int32)
+        del es
+        self.ee = np.concatenate(ee) if ee else np.zeros(0, dtype=np.int32)
+        del ee
+        self.ep = np.concatenate(ep) if ep else np.zeros(0, dtype=np.int32)
+        del ep
         node_word_all = np.repeat(np.arange(len(words), dtype=np.int32), lens + 1)
         self.ew = node_word_all[self.es]
         del node_word_all
@@ -186,8 +191,10 @@ class Lattice:
         self._index()
 
     def _index(self) -> None:
-        local_end = self.ee - self.off[self.ew]
-        local_start = self.es - self.off[self.ew]
+        off = self.off.astype(np.int32)[self.ew]
+        local_end = self.ee - off
+        local_start = self.es - off
+        del off
         # forward order: by local end, then end node, then start (ties keep the longest last piece)
         self.fwd = np.lexsort((self.es, self.ee, local_end)).astype(np.int32)
         self.fwd_batches = _batches(local_end[self.fwd], self.ee[self.fwd])

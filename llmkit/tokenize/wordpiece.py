@@ -75,14 +75,17 @@ def train_wordpiece(
             freq[t] += c
 
     pair_counts: dict[tuple[int, int], int] = defaultdict(int)
-    where: dict[tuple[int, int], set[int]] = defaultdict(set)
+    # pair -> words containing it, as lists (duplicates allowed, removed when used): a list costs
+    # a third of a set per pair, and there are ~10^6 pairs on 10 MB of text
+    where: dict[tuple[int, int], list[int]] = defaultdict(list)
     pairs_of: dict[int, set[tuple[int, int]]] = defaultdict(set)
     first_seen: dict[tuple[int, int], tuple[int, int]] = {}
     for i, w in enumerate(words):
         c = counts[i]
         for j, p in enumerate(zip(w, w[1:])):
             pair_counts[p] += c
-            where[p].add(i)
+            if not where[p] or where[p][-1] != i:
+                where[p].append(i)
             if p not in first_seen:
                 first_seen[p] = (i, j)
     for p in pair_counts:
@@ -128,7 +131,7 @@ def train_wordpiece(
             tok_to_id[new_tok] = nid
             id_to_tok.append(new_tok)
         touched: set[tuple[int, int]] = set()
-        for wi in sorted(where[p]):
+        for wi in sorted(set(where.pop(p, ()))):
             w = words[wi]
             wc = counts[wi]
             i = 0
@@ -140,7 +143,7 @@ def train_wordpiece(
                         pair_counts[(left, a)] -= wc
                         q = (left, nid)
                         pair_counts[q] += wc
-                        where[q].add(wi)
+                        where[q].append(wi)
                         if q not in first_seen:
                             first_seen[q] = (wi, i - 1)
                         pairs_of[left].add(q)
@@ -156,7 +159,7 @@ def train_wordpiece(
                         pair_counts[(b, right)] -= wc
                         q = (nid, right)
                         pair_counts[q] += wc
-                        where[q].add(wi)
+                        where[q].append(wi)
                         if q not in first_seen:
                             first_seen[q] = (wi, i)
                         pairs_of[nid].add(q)
