@@ -13,7 +13,6 @@ import argparse
 import os
 import time
 
-import numpy as np
 
 SMOL = "models/smollm2-135m-instruct-q4_1.gguf"
 QWEN_S = "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -32,15 +31,6 @@ def sum_squares(values):
 <|im_start|>assistant
 '''
 STORY_PROMPT = "<|im_start|>user\nWrite a Python function that checks whether a number is prime.<|im_end|>\n<|im_start|>assistant\n"
-
-
-def read_bandwidth_gbs() -> float:
-    a = np.ones(256 * 1024 * 1024 // 8)  # 256 MB
-    a.sum()
-    t = time.perf_counter()
-    for _ in range(5):
-        a.sum()
-    return 5 * a.nbytes / (time.perf_counter() - t) / 1e9
 
 
 def open_model(path, threads):
@@ -97,8 +87,10 @@ def main():
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
-    bw = read_bandwidth_gbs()
-    print(f"read bandwidth: {bw:.1f} GB/s (numpy sum over 256 MB)")
+    from llmkit.kv.plan import measure_read_bandwidth
+
+    bw = measure_read_bandwidth()
+    print(f"read bandwidth: {bw:.1f} GB/s (best numpy sum over 256 MB)")
     if os.path.exists(SMOL):
         ref = plain_llama_cpp(SMOL, STORY_PROMPT, a.n, a.threads)
         m = open_model(SMOL, a.threads)

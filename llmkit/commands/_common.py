@@ -68,6 +68,30 @@ def resolve_inputs(inputs: tuple[str, ...] | list[str], what: str = "input") -> 
     return ["-"]
 
 
+def read_prompt(prompt: str | None, prompt_file: str | None = None) -> str:
+    """A whole prompt: from --prompt-file, the argument, or stdin for '-' / no argument with a pipe."""
+    if prompt_file:
+        from llmkit.io import read_text
+
+        return read_text(prompt_file)
+    if prompt is None or prompt == "-":
+        if prompt is None and (sys.stdin is None or sys.stdin.isatty()):
+            raise click.UsageError("no prompt given. Pass it as an argument, --prompt-file, or '-' / a pipe.")
+        return sys.stdin.read()
+    return prompt
+
+
+def stdout_stream(enabled: bool):
+    """A callback that writes streamed text to stdout and flushes (a no-op when not enabled)."""
+
+    def write(piece: str) -> None:
+        if enabled:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+    return write
+
+
 def read_text_arg(value: str | None, what: str = "text") -> Iterator[str]:
     """Yield the lines to process: the argument itself, or stdin lines for '-' / no argument."""
     if value is not None and value != "-":

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from llmkit.commands._common import Output, settings
+from llmkit.commands._common import Output, read_prompt, settings, stdout_stream
 
 
 @click.command("generate")
@@ -65,10 +65,7 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
     from llmkit.llama.sampling import SamplingParams
 
     out = Output()
-    if prompt is None or prompt == "-":
-        if prompt is None and sys.stdin.isatty():
-            raise click.UsageError("no prompt given. Pass it as an argument, or '-' / a pipe for standard input.")
-        prompt = sys.stdin.read()
+    prompt = read_prompt(prompt)
     params = SamplingParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
     params.validate()
     if n_predict <= 0:
@@ -90,11 +87,7 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
         prompt = chat_prompt(model, prompt, system)
     tokens = model.tokenize(prompt.encode("utf-8"), add_bos=_add_bos(model), special=chat)
 
-    def stream(piece: str) -> None:
-        if not as_json:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-
+    stream = stdout_stream(not as_json)
     if constrained and (slot_path or slot_dir):
         raise click.UsageError("--grammar/--json-schema cannot be combined with --slot/--slot-dir.")
     slot_note = ""
@@ -136,11 +129,7 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
 def _generate_on_server(url, slot_id, prompt, n_predict, temp, seed, as_json, out) -> None:
     from llmkit.kv.server import LlamaServer
 
-    def stream(piece):
-        if not as_json:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-
+    stream = stdout_stream(not as_json)
     r = LlamaServer(url).completion(prompt, n_predict, slot_id, temperature=temp, seed=seed, on_text=stream)
     t = r.get("timings", {})
     stats = {"prompt_tokens": t.get("prompt_n"), "cached_tokens": r.get("tokens_cached"), "prefill_ms": t.get("prompt_ms"),
@@ -155,7 +144,8 @@ def _generate_on_server(url, slot_id, prompt, n_predict, temp, seed, as_json, ou
 
 def _restore_for(model, path, opts, tokens, slot_path, slot_dir) -> str:
     """Restore the given slot, or the one in slot_dir sharing the longest prefix with `tokens`."""
-    from llmkit.kv.slots import common_prefix, list_slots, model_fingerprint, restore_slot
+    from llmkit.kv.slots import list_slots, model_fingerprint, restore_slot
+    from llmkit.llama.generate import common_prefix
 
     if slot_path:
         restore_slot(model, slot_path, path, opts)
@@ -202,11 +192,7 @@ def run_with_slot(model_path, opts, slot, slot_dir, prompt, n_predict, temp, as_
     hdr = restore_slot(model, slot, path, opts)
     tokens = hdr.tokens + model.tokenize(prompt.encode("utf-8"), add_bos=False, special=True) if prompt else list(hdr.tokens)
 
-    def stream(piece):
-        if not as_json:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-
+    stream = stdout_stream(not as_json)
     gen = Generator(model, SamplingParams(temp=temp))
     text, st = gen.run(tokens, n_predict, on_text=stream, reuse_cache=True)
     d = st.to_dict()

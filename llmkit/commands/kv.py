@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from llmkit.commands._common import Output, settings
+from llmkit.commands._common import Output, read_prompt, settings
 
 
 @click.group("kv")
@@ -110,7 +110,7 @@ def save_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads,
     from llmkit.kv.slots import save_slot
     from llmkit.llama import runtime
 
-    text = _read_prompt(prompt, prompt_file)
+    text = read_prompt(prompt, prompt_file)
     opts = _model_opts(n_ctx, cache_type_k, cache_type_v, flash_attn, threads)
     path = model_path or runtime.default_model_path()
     model = runtime.open_model(path, opts, logits_all=False)
@@ -133,18 +133,6 @@ def save_cmd(model_path, n_ctx, cache_type_k, cache_type_v, flash_attn, threads,
     else:
         n_saved = save_slot(model, output, path, opts, text=text).n_tokens
     Output().info(f"saved {n_saved} tokens ({os.path.getsize(output)} bytes) to {output}; prefill took {dt * 1000:.0f} ms")
-
-
-def _read_prompt(prompt, prompt_file) -> str:
-    if prompt_file:
-        from llmkit.io import read_text
-
-        return read_text(prompt_file)
-    if prompt is None or prompt == "-":
-        if prompt is None and sys.stdin.isatty():
-            raise click.UsageError("no prompt given. Pass it as an argument, --prompt-file, or '-' / a pipe.")
-        return sys.stdin.read()
-    return prompt
 
 
 @group.command("ls")

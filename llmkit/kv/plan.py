@@ -156,6 +156,18 @@ def _per_layer(v, n_layer: int) -> list[int]:
     return [int(v)] * n_layer
 
 
+def measure_read_bandwidth(repeats: int = 3) -> float:
+    """Read bandwidth in GB/s now: the best of a few numpy sums over 256 MB."""
+    a = np.ones(256 * 1024 * 1024 // 8)
+    a.sum()
+    best = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a.sum()
+        best = max(best, a.nbytes / (time.perf_counter() - t) / 1e9)
+    return best
+
+
 def measured_bandwidth(cache_dir: str | None = None) -> float:
     """This machine's memory read bandwidth in GB/s (numpy sum over 256 MB), measured once and cached."""
     cache = Path(cache_dir or os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llmkit" / "bandwidth.json"
@@ -163,13 +175,7 @@ def measured_bandwidth(cache_dir: str | None = None) -> float:
         return float(json.loads(cache.read_text())["read_gbs"])
     except (OSError, ValueError, KeyError):
         pass
-    a = np.ones(256 * 1024 * 1024 // 8)
-    a.sum()
-    best = 0.0
-    for _ in range(3):
-        t = time.perf_counter()
-        a.sum()
-        best = max(best, a.nbytes / (time.perf_counter() - t) / 1e9)
+    best = measure_read_bandwidth()
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         from llmkit.io import atomic_write_text

@@ -154,19 +154,6 @@ def list_slots(directory: str) -> list[tuple[str, SlotHeader, int]]:
     return out
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix.
-
-    >>> common_prefix([1, 2, 3], [1, 2, 4, 5])
-    2
-    """
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 # ---- llama.cpp's own sequence-state files (what llama-server writes to --slot-save-path) -------
 
 RAW_MAGIC = 0x67677371  # 'ggsq'

@@ -65,7 +65,7 @@ class DraftLengthChooser:
         # decoding is memory-bound: before measuring, a draft token costs about T(1) times the ratio
         # of the two models' weight bytes
         self.draft_cost_ratio = draft_cost_ratio
-        self.alpha, self.n_obs = 0.7, 0
+        self.alpha = 0.7
         self.rounds_without_draft = 0
         self.probe_every = 32
 
@@ -81,7 +81,6 @@ class DraftLengthChooser:
             rate = accepted / drafted
             w = min(0.3, drafted / (drafted + 4.0))
             self.alpha = (1 - w) * self.alpha + w * rate
-            self.n_obs += drafted
 
     def cost(self, b: int) -> float:
         if b in self.t_batch:
@@ -98,6 +97,9 @@ class DraftLengthChooser:
             lo, hi = pts[-2], pts[-1]
         slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
         return max(lo[1] + slope * (b - lo[0]), 1e-9)
+
+    def _ideal_rate(self, td: float, k_max: int) -> float:
+        return max(expected_tokens(1.0, k) / (k * td + self.cost(k + 1)) for k in range(self.k_min, k_max + 1))
 
     def choose(self, available: int, behind: int = 0) -> int:
         """Best K for the next round; `behind` = tokens the draft model must catch up on first."""
@@ -119,8 +121,7 @@ class DraftLengthChooser:
                 best_k, best_rate = k, rate
         # the most drafting could ever give (every draft accepted): probes re-sync the draft model,
         # which costs real time, so only probe when a changed acceptance rate could pay well
-        ideal = max(expected_tokens(1.0, k) / (k * td + self.cost(k + 1)) for k in range(self.k_min, k_max + 1))
-        if best_k == 0 and self.rounds_without_draft >= self.probe_every and ideal * self.cost(1) > 1.3:
+        if best_k == 0 and self.rounds_without_draft >= self.probe_every and self._ideal_rate(td, k_max) * self.cost(1) > 1.3:
             # occasional probe so a changed acceptance rate is noticed; back off while it keeps failing
             best_k = self.k_min
             self.probe_every *= 2
@@ -190,10 +191,7 @@ class Generator:
         reused = 0
         if reuse_cache and tgt.n_tokens:
             have = [int(t) for t in tgt.input_ids[:tgt.n_tokens]]
-            reused = 0
-            lim = min(len(have), len(prompt) - 1)
-            while reused < lim and have[reused] == prompt[reused]:
-                reused += 1
+            reused = common_prefix(have, prompt[:-1])
             tgt.n_tokens = reused
             if cache_reuse > 0:
                 reused, st.shifted = self._reuse_chunks(have, prompt, reused, cache_reuse)
@@ -288,16 +286,9 @@ class Generator:
             return drafts, [np.eye(1, self.n_vocab, t).ravel() for t in drafts]
         d = self.draft
         t0 = time.perf_counter()
-        have = d.n_tokens
-        common = 0
-        ids = d.input_ids
-        lim = min(have, len(ctx))
-        while common < lim and ids[common] == ctx[common]:
-            common += 1
-        if common == len(ctx):
-            d.n_tokens = common
-        else:
-            d.n_tokens = common
+        common = common_prefix(d.input_ids[:d.n_tokens], ctx)
+        d.n_tokens = common
+        if common < len(ctx):
             d.eval(ctx[common:])
         drafts, qs = [], []
         for j in range(k):
@@ -373,6 +364,19 @@ def _fit(logits: np.ndarray, n: int) -> np.ndarray:
     if len(logits) > n:
         return logits[:n]
     return np.concatenate([logits, np.full(n - len(logits), -np.inf, dtype=logits.dtype)])
+
+
+def common_prefix(a, b) -> int:
+    """Length of the longest common prefix of two token sequences.
+
+    >>> common_prefix([1, 2, 3], [1, 2, 4, 5])
+    2
+    """
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def eval_no_logits(model, tokens: list[int]) -> None:

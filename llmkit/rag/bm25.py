@@ -9,7 +9,6 @@ replaced by epsilon x the mean idf, and tf (k1 + 1) / (tf + k1 (1 - b + b |d| / 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import Counter
 from dataclasses import dataclass

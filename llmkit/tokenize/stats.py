@@ -44,10 +44,9 @@ def unknown_ids(tok) -> set[int]:
     """Ids that mean 'unknown' for this tokenizer (empty for byte-level BPE)."""
     ids = set()
     m = getattr(tok.model, "inner", tok.model)
-    for name in ("unk_token",):
-        t = getattr(m, name, None)
-        if t is not None and t in m.vocab:
-            ids.add(m.vocab[t])
+    t = getattr(m, "unk_token", None)
+    if t is not None and t in m.vocab:
+        ids.add(m.vocab[t])
     uid = getattr(m, "unk_id", None)
     if uid is not None:
         ids.add(uid)

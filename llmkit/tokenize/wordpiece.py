@@ -9,7 +9,7 @@ the '##' continuation prefix.
 from __future__ import annotations
 
 import heapq
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
