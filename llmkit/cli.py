@@ -16,6 +16,7 @@ GROUPS = {
     "tokenize": ("llmkit.commands.tokenize", "group", "Train, apply, inspect and compare subword tokenizers."),
     "generate": ("llmkit.commands.generate", "command", "Stream text from a GGUF model (speculative decoding, lookup)."),
     "kv": ("llmkit.commands.kv", "group", "Plan KV-cache memory; save and restore KV slots."),
+    "rag": ("llmkit.commands.rag", "group", "Index documents; BM25 + dense hybrid search, rerank, answer, evaluate."),
     "gguf": ("llmkit.commands.gguf", "group", "Inspect GGUF files (hardened reader)."),
 }
 

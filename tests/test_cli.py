@@ -10,7 +10,8 @@ from conftest import run_cli, run_subprocess
 
 COMMANDS = [[], ["tokenize"], ["tokenize", "train"], ["tokenize", "encode"], ["tokenize", "decode"],
             ["tokenize", "inspect"], ["tokenize", "stats"], ["generate"], ["kv"], ["kv", "plan"], ["kv", "save"],
-            ["kv", "restore"], ["kv", "ls"], ["kv", "show"], ["kv", "erase"], ["kv", "simulate"], ["gguf"], ["gguf", "inspect"]]
+            ["kv", "restore"], ["kv", "ls"], ["kv", "show"], ["kv", "erase"], ["kv", "simulate"], ["gguf"], ["gguf", "inspect"],
+            ["rag"], ["rag", "index"], ["rag", "query"], ["rag", "answer"], ["rag", "eval"], ["rag", "cranfield"], ["rag", "info"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)

@@ -205,5 +205,6 @@ def run_with_slot(model_path, opts, slot, slot_dir, prompt, n_predict, temp, as_
 
 
 def _add_bos(model) -> bool:
-    v = model.metadata.get("tokenizer.ggml.add_bos_token")
-    return str(v).lower() == "true" if v is not None else True
+    from llmkit.llama.runtime import add_bos
+
+    return add_bos(model)

@@ -77,6 +77,12 @@ def check_model_file(path: str):
     return g
 
 
+def add_bos(model) -> bool:
+    """Whether prompts for this model start with BOS (GGUF tokenizer.ggml.add_bos_token, default yes)."""
+    v = model.metadata.get("tokenizer.ggml.add_bos_token")
+    return str(v).lower() == "true" if v is not None else True
+
+
 def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = True):
     """Load a model with llama-cpp-python (in-process, quiet unless opts.verbose)."""
     opts = opts or ModelOptions()

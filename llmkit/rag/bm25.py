@@ -53,6 +53,7 @@ class BM25Index:
     k1: float = 1.5
     b: float = 0.75
     epsilon: float = 0.25
+    _norm: np.ndarray | None = None  # per-document length normalisation, computed once
 
     @property
     def n_docs(self) -> int:
@@ -86,25 +87,29 @@ class BM25Index:
         idf = np.where(idf < 0, eps, idf)
         return cls(vocab, indptr, docs, tfs, doc_len, idf, k1, b, epsilon)
 
-    def scores(self, query: list[str]) -> np.ndarray:
-        """BM25 score of every document for the query tokens (repeated tokens count again)."""
+    def scores(self, query: list[str], weights: list[float] | None = None) -> np.ndarray:
+        """BM25 score of every document for the query tokens (repeated tokens count again);
+        `weights` scale each token's contribution (query expansion adds terms at lower weight)."""
         out = np.zeros(self.n_docs)
-        avgdl = self.doc_len.mean()
-        norm = self.k1 * (1 - self.b + self.b * self.doc_len / avgdl)
-        for term in query:
+        if self._norm is None:
+            self._norm = self.k1 * (1 - self.b + self.b * self.doc_len / self.doc_len.mean())
+        norm = self._norm
+        for i, term in enumerate(query):
             t = self.vocab.get(term)
             if t is None:
                 continue
             lo, hi = self.indptr[t], self.indptr[t + 1]
             d = self.docs[lo:hi]
             tf = self.tfs[lo:hi]
-            out[d] += self.idf[t] * (tf * (self.k1 + 1) / (tf + norm[d]))
+            w = self.idf[t] if weights is None else self.idf[t] * weights[i]
+            out[d] += w * (tf * (self.k1 + 1) / (tf + norm[d]))
         return out
 
-    def top_k(self, query: list[str], k: int = 10, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def top_k(self, query: list[str], k: int = 10, allowed: np.ndarray | None = None,
+              weights: list[float] | None = None) -> list[tuple[int, float]]:
         """The k best (doc, score) pairs with a positive score, ties broken by lower document id;
         `allowed` masks documents (a metadata filter applied inside retrieval, before truncation)."""
-        s = self.scores(query)
+        s = self.scores(query, weights)
         if allowed is not None:
             s = np.where(allowed, s, -np.inf)
         k = min(k, self.n_docs)
@@ -118,6 +123,11 @@ class BM25Index:
             cand = np.arange(len(s))
         cand = cand[np.lexsort((cand, -s[cand]))][:k]
         return [(int(d), float(s[d])) for d in cand if np.isfinite(s[d]) and s[d] > 0]
+
+    def postings(self, term: str) -> np.ndarray:
+        """Ids of the documents containing `term`."""
+        t = self.vocab.get(term)
+        return np.zeros(0, np.int32) if t is None else np.asarray(self.docs[self.indptr[t]:self.indptr[t + 1]])
 
     def save(self, directory: str) -> None:
         """Arrays as .npy (memory-mappable), the vocabulary and parameters as JSON."""

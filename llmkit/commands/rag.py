@@ -1,0 +1,391 @@
+"""`llmkit rag`: index documents and query them with BM25, dense vectors and hybrid RRF."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from llmkit.commands._common import Output, progress_bar
+
+
+@click.group("rag")
+def group():
+    """Index documents; query with BM25 + dense retrieval; answer with a local model; evaluate."""
+
+
+@group.command("index")
+@click.argument("index_dir", type=click.Path(file_okay=False))
+@click.argument("inputs", nargs=-1)
+@click.option("--collection", default="default", show_default=True, help="Named collection inside the index.")
+@click.option("--chunker", type=click.Choice(["recursive", "window"]), default="recursive", show_default=True,
+              help="recursive: paragraph > line > sentence > word boundaries (sizes in characters); "
+                   "window: fixed windows of words/CJK characters.")
+@click.option("--size", "sizes", default="800", show_default=True,
+              help="Chunk size; several comma-separated sizes index every text at each size (e.g. 300,1200).")
+@click.option("--overlap", default=100, show_default=True, type=int,
+              help="Overlap between consecutive chunks (recursive: at most this many characters, whole sentences "
+                   "else whole words; window: exactly this many units).")
+@click.option("--parent-size", default=3000, show_default=True, type=int,
+              help="Small-to-big: chunks are searched, their parent window (this many characters, 0 = whole "
+                   "section) is returned with --parents.")
+@click.option("--model", help="Embedding model: a local sentence-transformers directory (default: packaged all-MiniLM-L6-v2).")
+@click.option("--query-prompt", default="", help="Instruction prefix for queries (e.g. 'query: ' for E5).")
+@click.option("--passage-prompt", default="", help="Instruction prefix for passages (e.g. 'passage: ').")
+@click.option("--meta", "meta", multiple=True, help="KEY=VALUE metadata added to every chunk of this run (repeatable).")
+@click.option("--text-field", default="text", show_default=True, help="JSONL: the field holding the text.")
+@click.option("--id-field", default="id", show_default=True, help="JSONL: the field holding the document id.")
+@click.option("--include", multiple=True, help="Directories: only files matching this glob (repeatable).")
+@click.option("--exclude", multiple=True, help="Directories: skip files matching this glob (repeatable).")
+@click.option("--no-dedupe", is_flag=True, help="Keep exact and near-duplicate chunks.")
+@click.option("--near-dup", default=0.9, show_default=True, type=float, help="MinHash Jaccard threshold for near-duplicates.")
+@click.option("--no-boilerplate", is_flag=True, help="Keep lines repeated across many documents (headers, footers).")
+@click.option("--index-type", type=click.Choice(["auto", "flat", "hnsw"]), default="auto", show_default=True,
+              help="faiss index: exact flat search up to 100k chunks, HNSW beyond (auto).")
+@click.option("--json", "as_json", is_flag=True, help="Print the indexing report as JSON on stdout.")
+def index_cmd(index_dir, inputs, collection, chunker, sizes, overlap, parent_size, model, query_prompt,
+              passage_prompt, meta, text_field, id_field, include, exclude, no_dedupe, near_dup, no_boilerplate,
+              index_type, as_json):
+    """Add INPUTS (files, directories, '-') to INDEX_DIR, updating only what changed.
+
+    \b
+    Formats: .txt .md (headings -> sections, front matter) .html .jsonl .pdf
+    Re-running updates changed files (content hash), removes files that disappeared
+    under the given paths, and embeds only new text.
+    \b
+    llmkit rag index idx docs/ --collection articles
+    llmkit rag index idx src/ --include '*.md' --collection code --meta team=infra
+    """
+    from llmkit.commands._common import resolve_inputs
+    from llmkit.rag.store import IndexOptions, build
+
+    out = Output()
+    inputs = resolve_inputs(inputs, "documents")
+    try:
+        size_list = tuple(int(s) for s in sizes.split(",") if s.strip())
+    except ValueError:
+        raise click.BadParameter(f"{sizes!r} is not a comma-separated list of sizes.", param_hint="--size") from None
+    meta_d = {}
+    for kv in meta:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.strip():
+            raise click.BadParameter(f"{kv!r} is not KEY=VALUE.", param_hint="--meta")
+        meta_d[k.strip()] = v
+    opts = IndexOptions(collection=collection, chunker=chunker, sizes=size_list, overlap=overlap,
+                        parent_size=parent_size, model=model, query_prompt=query_prompt, passage_prompt=passage_prompt,
+                        meta=meta_d, text_field=text_field, id_field=id_field, include=include, exclude=exclude,
+                        dedupe=not no_dedupe, near_threshold=near_dup, boilerplate=not no_boilerplate,
+                        index_type=index_type)
+    stdin_data = sys.stdin.buffer.read() if "-" in inputs else None
+    with progress_bar("indexing") as bar:
+        report = build(index_dir, list(inputs), opts, stdin_data=stdin_data,
+                       progress=lambda stage, done, total: bar(done, total, stage))
+    if report.skipped:
+        from collections import Counter
+
+        why = Counter(s.reason.split(" (")[0] for s in report.skipped)
+        out.warn(f"skipped {len(report.skipped)} input(s) (" + ", ".join(f"{n} {r}" for r, n in why.most_common())
+                 + "): " + ", ".join(s.source for s in report.skipped[:5]) + (" ..." if len(report.skipped) > 5 else ""))
+    if as_json:
+        out.json(report.to_dict())
+        return
+    r = report
+    out.info(f"{index_dir}: generation {r.generation}, {r.files} file(s): {r.docs_added} document(s) added/changed, "
+             f"{r.docs_unchanged} unchanged, {r.docs_removed} removed; {r.chunks_added} new chunk(s), "
+             f"{r.chunks_indexed} indexed ({r.index_type}); duplicates dropped: {r.exact_duplicates} exact, "
+             f"{r.near_duplicates} near; boilerplate lines: {r.boilerplate_lines}; embedded {r.embedded} "
+             f"in {r.embed_s:.1f} s, reused {r.vectors_reused}; total {r.total_s:.1f} s")
+
+
+def _query_options(f):
+    """Options shared by query, answer and eval."""
+    opts = [
+        click.option("--mode", type=click.Choice(["bm25", "dense", "hybrid"]), default="hybrid", show_default=True),
+        click.option("--weights", default="bm25=1,dense=1", show_default=True, help="RRF weights per retriever."),
+        click.option("--rrf-k", default=60, show_default=True, type=int, help="RRF constant k in w / (k + rank)."),
+        click.option("--depth", default=100, show_default=True, type=int, help="Candidates per retriever before fusion."),
+        click.option("--filter", "filters", multiple=True,
+                     help="Metadata filter applied inside retrieval: FIELD=VALUE, FIELD!=V, FIELD>=V, FIELD<V, FIELD~TEXT; * globs."),
+        click.option("--collection", "collections", multiple=True, help="Search only this collection (repeatable)."),
+        click.option("--route", is_flag=True, help="Pick the collection(s) that best match the query."),
+        click.option("--must", multiple=True, help="Only chunks containing this word or phrase (repeatable)."),
+        click.option("--auto-must", is_flag=True, help="Require quoted phrases, identifiers and names found in the query."),
+        click.option("--synonyms", type=click.Path(dir_okay=False), help="Synonyms file ('term: a, b' or 'a, b, c' lines)."),
+        click.option("--expand", default=0, type=int, help="Add N pseudo-relevance-feedback terms to the BM25 query."),
+        click.option("--rewrite", default=0, type=int, help="Also search N LLM paraphrases of the query (needs -m)."),
+        click.option("--subqueries", is_flag=True, help="Also search LLM sub-queries of the question (needs -m)."),
+        click.option("--hyde", is_flag=True, help="Embed the query with an LLM-written hypothetical answer (needs -m)."),
+        click.option("-m", "--llm", "llm_path", help="Local GGUF model for --rewrite/--subqueries/--hyde/answer "
+                     "(default: LLMKIT_MODEL or the packaged SmolLM2)."),
+        click.option("--rerank", help="Re-rank the top candidates: cross-encoder:DIR or llm:MODEL.gguf."),
+        click.option("--rerank-depth", default=20, show_default=True, type=int),
+        click.option("--parents", is_flag=True, help="Return parent windows (small-to-big), fused without double counting."),
+        click.option("--model", help="Embedding model override (must match the index's dimension)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _pipeline(index_dir, k, mode, weights, rrf_k, depth, filters, collections, route, must, auto_must, synonyms,
+              expand, rewrite, subqueries, hyde, llm_path, rerank, rerank_depth, parents, model, need_llm=False):
+    from llmkit.rag.query import Pipeline, QueryOptions, parse_weights
+    from llmkit.rag.search import Index, load_synonyms
+
+    index = Index(index_dir)
+    qo = QueryOptions(mode=mode, k=k, weights=parse_weights(weights), rrf_k=rrf_k, depth=max(depth, k),
+                      filters=list(filters), collections=list(collections), route=route, must=list(must),
+                      auto_must=auto_must, synonyms=load_synonyms(synonyms) if synonyms else None, expand=expand,
+                      rewrite=rewrite, subqueries=subqueries, hyde=hyde, parents=parents, rerank_depth=rerank_depth)
+    qo.validate()
+    cache = {}
+
+    def llm_factory(path=None):
+        key = path or llm_path
+        if key not in cache:
+            from llmkit.rag.llm import LocalLLM
+
+            cache[key] = LocalLLM(key)
+        return cache[key]
+
+    llm = llm_factory() if (rewrite or subqueries or hyde or need_llm) else None
+    reranker = None
+    if rerank:
+        from llmkit.rag.rerank import make_reranker
+
+        reranker = make_reranker(rerank, llm_factory)
+    return Pipeline(index, qo, llm=llm, reranker=reranker, model=model), llm
+
+
+def _iter_queries(query, queries_file):
+    from llmkit.rag.evaluate import load_queries, parse_query_line
+
+    if queries_file:
+        yield from load_queries(queries_file)
+        return
+    if query is not None and query != "-":
+        yield "1", query
+        return
+    if query is None and (sys.stdin is None or sys.stdin.isatty()):
+        raise click.UsageError("no query given. Pass it as an argument, --queries FILE, or '-' / a pipe (one per line).")
+    for n, line in enumerate(sys.stdin, 1):
+        if line.strip():
+            yield parse_query_line(line.rstrip("\n"), n, "standard input")
+
+
+@group.command("query")
+@click.argument("index_dir", type=click.Path(file_okay=False))
+@click.argument("query", required=False)
+@click.option("-k", default=5, show_default=True, type=int, help="Results per query.")
+@_query_options
+@click.option("--queries", "queries_file", type=click.Path(dir_okay=False), help="Batch: one query per line (text, TSV id<TAB>text, or JSONL).")
+@click.option("--compress-to", default=0, type=int, help="Compress the returned texts to about N tokens (reports the ratio).")
+@click.option("--explain", is_flag=True, help="Say what routing, expansion and rewriting decided (stderr).")
+@click.option("--jsonl", is_flag=True, help="One JSON object per hit.")
+def query_cmd(index_dir, query, k, queries_file, compress_to, explain, jsonl, **kw):
+    """Search INDEX_DIR for QUERY ('-' or a pipe: one query per line, models loaded once).
+
+    \b
+    llmkit rag query idx "how do I mount a filesystem" -k 5
+    llmkit rag query idx "内存管理" --mode bm25 --filter collection=articles
+    cut -f2 questions.tsv | llmkit rag query idx --jsonl > hits.jsonl
+    """
+    out = Output(jsonl=jsonl)
+    pipe, llm = _pipeline(index_dir, k, **kw)
+    for qid, text in _iter_queries(query, queries_file):
+        res = pipe.run(text)
+        if explain or not res.hits:
+            for note in res.notes:
+                out.info(f"[{qid}] {note}")
+        if not res.hits:
+            out.warn(f"query {qid}: no results.")
+        texts = [h.parent_text if kw["parents"] else h.text for h in res.hits]
+        if compress_to:
+            from llmkit.rag.compress import compress
+
+            c = compress(text, texts, compress_to, _counter(pipe, llm), embedder=_maybe_embedder(pipe), llm=llm)
+            texts = c.texts
+            out.info(f"[{qid}] compressed {c.tokens_before} -> {c.tokens_after} tokens ({c.ratio:.1f}x)")
+        for rank, (h, shown) in enumerate(zip(res.hits, texts), 1):
+            if jsonl:
+                rec = {"query_id": qid, "query": text, "rank": rank, **h.to_dict()}
+                if compress_to:
+                    rec["compressed_text"] = shown
+                out.record(rec)
+            else:
+                where = h.source + (f" § {h.meta['section']}" if h.meta.get("section") else "")
+                ranks = ", ".join(f"{n} #{r}" for n, r in h.ranks.items())
+                rr = f", rerank {h.rerank:.3f}" if h.rerank is not None else ""
+                prefix = f"[{qid}] " if queries_file or query in (None, "-") else ""
+                body = " ".join(shown.split())
+                out.data(f"{prefix}{rank}. {where}  (score {h.score:.4f}; {ranks}{rr})\n   "
+                         f"{body[:400]}{'…' if len(body) > 400 else ''}")
+        if not jsonl:
+            out.info(f"[{qid}] {len(res.hits)} hit(s) in {res.seconds * 1000:.1f} ms")
+
+
+def _maybe_embedder(pipe):
+    return pipe.embedder() if pipe.opts.mode != "bm25" else None
+
+
+def _counter(pipe, llm):
+    if llm is not None:
+        return llm.count_tokens
+    if pipe.opts.mode != "bm25":
+        return pipe.embedder().count_tokens
+    from llmkit.rag.bm25 import tokenize
+
+    return lambda t: len(tokenize(t))
+
+
+ANSWER_SYSTEM = ("You answer questions using only the numbered sources given. Cite the sources you use like [1]. "
+                 "If the sources do not contain the answer, say that you do not know.")
+
+
+@group.command("answer")
+@click.argument("index_dir", type=click.Path(file_okay=False))
+@click.argument("question", required=False)
+@click.option("-k", default=4, show_default=True, type=int, help="Sources in the prompt.")
+@_query_options
+@click.option("-n", "--n-predict", default=256, show_default=True, type=int)
+@click.option("--compress-to", default=0, type=int, help="Compress the sources to about N tokens first.")
+@click.option("--json", "as_json", is_flag=True)
+def answer_cmd(index_dir, question, k, n_predict, compress_to, as_json, **kw):
+    """Retrieve sources for QUESTION and stream an answer citing them, with a local GGUF model.
+
+    \b
+    llmkit rag answer idx "How are kernel modules loaded?" -m qwen2.5-1.5b.gguf
+    """
+    from llmkit.commands._common import read_prompt, stdout_stream
+
+    out = Output()
+    question = read_prompt(question).strip()
+    pipe, llm = _pipeline(index_dir, k, need_llm=True, **kw)
+    res = pipe.run(question)
+    if not res.hits:
+        from llmkit.errors import BadInput
+
+        raise BadInput("no sources found for the question; loosen the filters or index more documents.")
+    texts = [h.parent_text if kw["parents"] else h.text for h in res.hits]
+    if compress_to:
+        from llmkit.rag.compress import compress
+
+        c = compress(question, texts, compress_to, llm.count_tokens, embedder=_maybe_embedder(pipe), llm=llm)
+        texts = c.texts
+        out.info(f"sources compressed {c.tokens_before} -> {c.tokens_after} tokens ({c.ratio:.1f}x)")
+    refs = [h.source + (f" § {h.meta['section']}" if h.meta.get("section") else "") for h in res.hits]
+    sources = "\n\n".join(f"[{i}] ({ref})\n{t}" for i, (ref, t) in enumerate(zip(refs, texts), 1))
+    prompt = f"Sources:\n\n{sources}\n\nQuestion: {question}\nAnswer with citations:"
+    text = llm.complete(prompt, n_predict, system=ANSWER_SYSTEM, on_text=stdout_stream(not as_json))
+    if as_json:
+        out.json({"question": question, "answer": text,
+                  "sources": [{"n": i, **h.to_dict()} for i, h in enumerate(res.hits, 1)]})
+        return
+    sys.stdout.write("\n\nSources:\n" + "".join(f"[{i}] {r}\n" for i, r in enumerate(refs, 1)))
+    sys.stdout.flush()
+
+
+@group.command("eval")
+@click.argument("index_dir", type=click.Path(file_okay=False))
+@click.option("--queries", "queries_file", required=True, type=click.Path(dir_okay=False), help="Queries (JSONL id/text or TSV).")
+@click.option("--qrels", required=True, type=click.Path(dir_okay=False), help="TREC qrels: query 0 doc relevance.")
+@click.option("-c", "--config", "configs", multiple=True,
+              help="MODE[:bm25=W,dense=W][+expand[=N]][+rerank=SPEC][+hyde][+rewrite=N][+parents]; repeatable "
+                   "(default: bm25, dense, hybrid).")
+@click.option("--recall-k", default=100, show_default=True, type=int)
+@click.option("-m", "--llm", "llm_path", help="Local GGUF model for configurations that need one.")
+@click.option("--limit", default=0, type=int, help="Only the first N queries.")
+@click.option("--jsonl", is_flag=True, help="One JSON object per configuration.")
+def eval_cmd(index_dir, queries_file, qrels, configs, recall_k, llm_path, limit, jsonl):
+    """Evaluate retrieval configurations on judged queries: nDCG@10, Recall@k, MRR, latency.
+
+    \b
+    llmkit rag cranfield ../shared/data/cranfield -o cran
+    llmkit rag index cran-idx cran/docs.jsonl
+    llmkit rag eval cran-idx --queries cran/queries.jsonl --qrels cran/qrels.txt -c bm25 -c dense -c hybrid
+    """
+    from rich.table import Table
+
+    from llmkit.rag.evaluate import evaluate, load_qrels, load_queries
+
+    out = Output(jsonl=jsonl)
+    queries = load_queries(queries_file)[:limit or None]
+    judged = load_qrels(qrels)
+    rows = []
+    for spec in configs or ("bm25", "dense", "hybrid"):
+        kw = _parse_config(spec)
+        pipe, _ = _pipeline(index_dir, max(recall_k, 10), llm_path=llm_path, **kw)
+        pipe.opts.depth = max(pipe.opts.depth, recall_k)
+        row = evaluate(spec, pipe.run, queries, judged, recall_k)
+        rows.append(row)
+        if jsonl:
+            out.record(row.to_dict())
+        else:
+            out.info(f"{spec}: nDCG@10 {row.ndcg10:.4f}")
+    if not jsonl:
+        t = Table(title=f"{rows[0].queries} judged queries")
+        for col in ("config", "nDCG@10", f"Recall@{recall_k}", "MRR", "ms/query"):
+            t.add_column(col, justify="left" if col == "config" else "right")
+        for r in rows:
+            t.add_row(r.config, f"{r.ndcg10:.4f}", f"{r.recall:.4f}", f"{r.mrr:.4f}", f"{r.latency_ms:.1f}")
+        out.table(t)
+
+
+def _parse_config(spec: str) -> dict:
+    """'hybrid:bm25=0.3,dense=0.7+expand=10+rerank=cross-encoder:DIR' -> pipeline keyword arguments."""
+    parts = spec.split("+")
+    mode, _, weights = parts[0].partition(":")
+    if mode not in ("bm25", "dense", "hybrid"):
+        raise click.BadParameter(f"{spec!r}: the configuration starts with bm25, dense or hybrid.", param_hint="--config")
+    kw = dict(mode=mode, weights=weights or "bm25=1,dense=1", rrf_k=60, depth=100, filters=(), collections=(),
+              route=False, must=(), auto_must=False, synonyms=None, expand=0, rewrite=0, subqueries=False,
+              hyde=False, rerank=None, rerank_depth=20, parents=False, model=None)
+    for p in parts[1:]:
+        name, _, val = p.partition("=")
+        if name == "expand":
+            kw["expand"] = int(val or 10)
+        elif name == "rerank" and val:
+            kw["rerank"] = val
+        elif name in ("hyde", "parents", "subqueries", "route", "auto_must"):
+            kw[name] = True
+        elif name == "rewrite":
+            kw["rewrite"] = int(val or 2)
+        elif name == "synonyms" and val:
+            kw["synonyms"] = val
+        elif name == "rrf-k" and val.isdigit():
+            kw["rrf_k"] = int(val)
+        else:
+            raise click.BadParameter(f"{spec!r}: unknown part {p!r}.", param_hint="--config")
+    return kw
+
+
+@group.command("cranfield")
+@click.argument("src", type=click.Path(file_okay=False, exists=True))
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory to write.")
+def cranfield_cmd(src, out_dir):
+    """Convert the Cranfield collection in SRC into docs.jsonl, queries.jsonl and qrels.txt."""
+    from llmkit.rag.evaluate import import_cranfield
+
+    counts = import_cranfield(src, out_dir)
+    Output().info(f"{out_dir}: {counts['docs']} documents, {counts['queries']} queries, {counts['judgments']} judgments")
+
+
+@group.command("info")
+@click.argument("index_dir", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+def info_cmd(index_dir, as_json):
+    """Show an index's manifest: model, collections, chunking, fields."""
+    from llmkit.rag.store import read_manifest
+
+    m = read_manifest(index_dir)
+    out = Output()
+    if as_json:
+        out.json(m)
+        return
+    out.data(f"index {index_dir}: format {m['format']} v{m['version']}, generation {m['generation']}, "
+             f"model {m['model']} ({m.get('dim')}-d), faiss {m.get('index')}")
+    for name, c in m.get("collections", {}).items():
+        out.data(f"  {name}: {c.get('docs', 0)} documents, {c.get('chunks', 0)} chunks; {c.get('chunker')} "
+                 f"sizes {c.get('sizes')} overlap {c.get('overlap')} parents {c.get('parent_size')}")
+    out.data(f"  fields: {', '.join(m.get('fields', []))}")
+

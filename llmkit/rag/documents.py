@@ -1,0 +1,231 @@
+"""Read documents for indexing: plain text, Markdown (headings become sections), HTML (visible text),
+JSONL (a text field plus metadata fields) and PDF (page numbers as metadata, with pypdf).
+
+Every reader returns `Document`s made of `Section`s; problems with one file become a `Skipped`
+record (counted and reported by the caller), never an exception that stops the whole run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import html.parser
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from llmkit.io import looks_binary
+
+SUFFIXES = {".txt", ".text", ".md", ".markdown", ".rst", ".html", ".htm", ".jsonl", ".pdf", ""}
+
+
+@dataclass
+class Section:
+    heading: str  # "" before the first heading
+    text: str
+    page: int | None = None
+
+
+@dataclass
+class Document:
+    source: str  # path as given (plus '#id' for JSONL records)
+    path: str  # absolute path of the file it came from ('-' for stdin)
+    hash: str  # sha256 of the record's bytes: unchanged hash = nothing to re-index
+    sections: list[Section]
+    meta: dict = field(default_factory=dict)  # title, date, url, ... and user fields
+
+
+@dataclass
+class Skipped:
+    source: str
+    reason: str
+
+
+def file_date(path: str) -> str:
+    """The file's modification time as an ISO date (the fallback `date` field)."""
+    return _dt.datetime.fromtimestamp(os.path.getmtime(path), _dt.timezone.utc).date().isoformat()
+
+
+def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str = "id",
+              display: str | None = None) -> tuple[list[Document], list[Skipped]]:
+    """Parse one file's bytes into documents (JSONL: one per line)."""
+    display = display or path
+    abspath = "-" if path == "-" else os.path.abspath(path)
+    suffix = "" if path == "-" else os.path.splitext(path)[1].lower()
+    if suffix == ".pdf" or data[:5] == b"%PDF-":
+        return _load_pdf(display, abspath, data)
+    if not data.strip():
+        return [], [Skipped(display, "empty")]
+    if looks_binary(data[:8192]):
+        return [], [Skipped(display, "binary")]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return [], [Skipped(display, f"not UTF-8 (byte {e.start})")]
+    text = text.lstrip("\ufeff")
+    if suffix == ".jsonl":
+        return _load_jsonl(display, abspath, text, text_field, id_field)
+    meta: dict = {}
+    digest = hashlib.sha256(data).hexdigest()
+    if suffix in (".html", ".htm") or (suffix == "" and re.match(r"\s*<(!doctype html|html)", text[:200], re.I)):
+        title, sections = html_sections(text)
+        if title:
+            meta["title"] = title
+    elif suffix in (".md", ".markdown"):
+        front, text = front_matter(text)
+        meta.update(front)
+        sections = markdown_sections(text)
+    else:
+        sections = [Section("", text)]
+    if "title" not in meta:
+        first = next((s.heading for s in sections if s.heading), "")
+        meta["title"] = first or (os.path.basename(display) if display != "-" else "")
+    if "date" not in meta and path != "-" and os.path.exists(path):
+        meta["date"] = file_date(path)
+    sections = [s for s in sections if s.text.strip() or s.heading]
+    if not any(s.text.strip() for s in sections):
+        return [], [Skipped(display, "no text")]
+    return [Document(display, abspath, digest, sections, meta)], []
+
+
+def front_matter(text: str) -> tuple[dict, str]:
+    """YAML-style `---` front matter with simple `key: value` lines (no YAML library needed).
+
+    >>> front_matter("---\\ntitle: Hi\\ndate: 2025-01-02\\n---\\nBody")
+    ({'title': 'Hi', 'date': '2025-01-02'}, 'Body')
+    """
+    m = re.match(r"---[ \t]*\n(.*?)\n---[ \t]*\n?", text, re.S)
+    if not m:
+        return {}, text
+    meta = {}
+    for line in m.group(1).splitlines():
+        k, sep, v = line.partition(":")
+        if sep and k.strip() and not k.startswith((" ", "\t", "-")):
+            meta[k.strip().lower()] = v.strip().strip("'\"")
+    return meta, text[m.end():]
+
+
+_MD_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$|^(.+)\n(=+|-+)[ \t]*$", re.M)
+
+
+def markdown_sections(text: str) -> list[Section]:
+    """Split Markdown at ATX (`# h`) and setext (underlined) headings, outside fenced code blocks."""
+    fences = [(m.start(), m.end()) for m in re.finditer(r"^(```|~~~).*?^\1[ \t]*$", text, re.M | re.S)]
+    sections, start, heading = [], 0, ""
+    for m in _MD_HEADING.finditer(text):
+        if any(a <= m.start() < b for a, b in fences):
+            continue
+        title = (m.group(2) or m.group(3) or "").strip()
+        if m.group(3) is not None and (not title or title.startswith(("-", "*", "|")) or "  " in title[:2]):
+            continue  # a '---' rule or list item, not a setext heading
+        sections.append(Section(heading, text[start:m.start()]))
+        heading, start = title, m.end()
+    sections.append(Section(heading, text[start:]))
+    return sections
+
+
+class _HTMLText(html.parser.HTMLParser):
+    """Visible text of an HTML page, split into sections at h1–h6."""
+
+    SKIP = {"script", "style", "noscript", "template", "head", "svg", "nav", "footer"}
+    BLOCK = {"p", "div", "br", "li", "tr", "section", "article", "pre", "blockquote", "table", "ul", "ol", "dd", "dt"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.sections: list[list] = [["", []]]
+        self.title, self._in_title, self._skip, self._heading = "", False, 0, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.SKIP:
+            self._skip += 1
+        elif tag == "title":
+            self._in_title = True
+        elif re.fullmatch(r"h[1-6]", tag):
+            self._heading = []
+        elif tag in self.BLOCK:
+            self.sections[-1][1].append("\n\n" if tag in ("p", "div", "section", "article", "pre") else "\n")
+
+    def handle_endtag(self, tag):
+        if tag in self.SKIP:
+            self._skip = max(0, self._skip - 1)
+        elif tag == "title":
+            self._in_title = False
+        elif re.fullmatch(r"h[1-6]", tag) and self._heading is not None:
+            self.sections.append([" ".join("".join(self._heading).split()), []])
+            self._heading = None
+        elif tag in self.BLOCK:
+            self.sections[-1][1].append("\n")
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+        elif self._skip:
+            return
+        elif self._heading is not None:
+            self._heading.append(data)
+        else:
+            self.sections[-1][1].append(data)
+
+
+def html_sections(text: str) -> tuple[str, list[Section]]:
+    """(page title, sections) of an HTML document; markup, scripts and styles dropped."""
+    p = _HTMLText()
+    p.feed(text)
+    p.close()
+    sections = []
+    for heading, parts in p.sections:
+        body = re.sub(r"[ \t\r\f\v]+", " ", "".join(parts))
+        body = re.sub(r" *\n *", "\n", body)
+        body = re.sub(r"\n{3,}", "\n\n", body).strip()
+        sections.append(Section(heading, body))
+    return " ".join(p.title.split()), sections
+
+
+def _load_jsonl(display: str, abspath: str, text: str, text_field: str, id_field: str):
+    docs, skipped = [], []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{display}:{n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            skipped.append(Skipped(where, f"invalid JSON ({e.msg})"))
+            continue
+        if not isinstance(rec, dict):
+            skipped.append(Skipped(where, "not a JSON object"))
+            continue
+        body = rec.get(text_field)
+        if not isinstance(body, str) or not body.strip():
+            skipped.append(Skipped(where, f"no text in field '{text_field}'"))
+            continue
+        rid = rec.get(id_field, n)
+        meta = {k: v for k, v in rec.items() if k != text_field and isinstance(v, (str, int, float, bool))}
+        meta.setdefault("title", str(rec.get("title", "")))
+        meta["doc_id"] = str(rid)
+        digest = hashlib.sha256(line.encode("utf-8")).hexdigest()
+        docs.append(Document(f"{display}#{rid}", f"{abspath}#{rid}", digest, [Section("", body)], meta))
+    return docs, skipped
+
+
+def _load_pdf(display: str, abspath: str, data: bytes):
+    try:
+        import pypdf
+    except ImportError:
+        return [], [Skipped(display, "PDF needs pypdf (pip install 'llmkit[rag]')")]
+    import io
+    import logging
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data))
+        pages = [Section("", page.extract_text() or "", page=i + 1) for i, page in enumerate(reader.pages)]
+        title = (reader.metadata or {}).get("/Title") or ""
+    except Exception as e:  # pypdf raises many types on damaged files; one bad PDF must not stop the run
+        return [], [Skipped(display, f"unreadable PDF ({type(e).__name__})")]
+    pages = [p for p in pages if p.text.strip()]
+    if not pages:
+        return [], [Skipped(display, "PDF without extractable text")]
+    meta = {"title": str(title) or os.path.basename(display)}
+    return [Document(display, abspath, hashlib.sha256(data).hexdigest(), pages, meta)], []

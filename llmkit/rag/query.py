@@ -1,0 +1,301 @@
+"""The query pipeline: pre-retrieval (routing, expansion, required terms, LLM rewriting, HyDE),
+retrieval (BM25, dense, hybrid weighted RRF, filters inside retrieval) and post-retrieval
+(parents, re-ranking). Models are passed in, loaded once by the caller for a whole batch."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.rag.bm25 import tokenize
+from llmkit.rag.search import Hit, Index, dedupe_to_groups, detect_required, rrf
+
+MODES = ("bm25", "dense", "hybrid")
+
+
+@dataclass
+class QueryOptions:
+    mode: str = "hybrid"
+    k: int = 10
+    weights: dict = field(default_factory=lambda: {"bm25": 1.0, "dense": 1.0})
+    rrf_k: int = 60
+    depth: int = 100  # candidates taken from each retriever before fusion
+    filters: list[str] = field(default_factory=list)
+    collections: list[str] = field(default_factory=list)
+    route: bool = False
+    must: list[str] = field(default_factory=list)
+    auto_must: bool = False
+    synonyms: dict | None = None
+    expand: int = 0  # pseudo-relevance-feedback terms added to the BM25 query
+    rewrite: int = 0  # LLM paraphrases
+    subqueries: bool = False
+    hyde: bool = False
+    parents: bool = False
+    rerank_depth: int = 20
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise BadInput(f"unknown mode {self.mode!r}; use bm25, dense or hybrid.")
+        if self.k < 1 or self.depth < 1:
+            raise BadInput(f"-k and --depth must be positive (got {self.k}, {self.depth}).")
+        for name, w in self.weights.items():
+            if name not in ("bm25", "dense") or w < 0:
+                raise BadInput(f"bad weight {name}={w}; use --weights bm25=W,dense=W with W >= 0.")
+
+
+@dataclass
+class QueryResult:
+    query: str
+    hits: list[Hit]
+    notes: list[str] = field(default_factory=list)  # what the pre-retrieval steps decided (--explain)
+    variants: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def parse_weights(text: str) -> dict:
+    """'bm25=0.3,dense=0.7' -> {'bm25': 0.3, 'dense': 0.7}."""
+    out = {"bm25": 1.0, "dense": 1.0}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, val = part.partition("=")
+        try:
+            out[name.strip()] = float(val)
+        except ValueError:
+            raise BadInput(f"cannot read the weight {part!r}; write --weights bm25=0.3,dense=0.7.") from None
+        if not sep:
+            raise BadInput(f"cannot read the weight {part!r}; write --weights bm25=0.3,dense=0.7.")
+    return out
+
+
+def prf_terms(index: Index, tokens: list[str], n_terms: int, allowed=None, n_docs: int = 10) -> list[tuple[str, float]]:
+    """Pseudo-relevance feedback (RM3-style): the terms most probable in the top BM25 hits,
+    weighted by each hit's normalised score, that are not in the query and occur in >= 2 chunks."""
+    top = index.bm25.top_k(tokens, n_docs, allowed)
+    if not top or n_terms <= 0:
+        return []
+    weights = np.array([s for _, s in top])
+    weights = weights / weights.sum()
+    acc: Counter = Counter()
+    for (row, _), w, text in zip(top, weights, index.texts([r for r, _ in top])):
+        toks = tokenize(text)
+        if not toks:
+            continue
+        for t, c in Counter(toks).items():
+            acc[t] += w * c / len(toks)
+    bm = index.bm25
+    q = set(tokens)
+    out = []
+    for t, p in acc.most_common():
+        tid = bm.vocab.get(t)
+        if t in q or tid is None or bm.indptr[tid + 1] - bm.indptr[tid] < 2 or bm.idf[tid] < 1.0:
+            continue
+        out.append((t, p * float(bm.idf[tid])))
+        if len(out) == n_terms:
+            break
+    return out
+
+
+def expand_synonyms(tokens: list[str], query: str, synonyms: dict) -> list[str]:
+    """Tokens of the synonyms of query words and phrases (phrases match on the lower-cased query)."""
+    extra = []
+    low = " ".join(query.lower().split())
+    for head, alts in synonyms.items():
+        if (" " in head and head in low) or head in tokens:
+            for a in alts:
+                extra.extend(t for t in tokenize(a) if t not in tokens and t not in extra)
+    return extra
+
+
+class Pipeline:
+    """Answer queries against one index with the models loaded once."""
+
+    def __init__(self, index: Index, opts: QueryOptions, llm=None, reranker=None, model: str | None = None):
+        opts.validate()
+        self.index, self.opts, self.llm, self.reranker = index, opts, llm, reranker
+        self.model = model
+        if (opts.rewrite or opts.subqueries or opts.hyde) and llm is None:
+            raise BadInput("--rewrite/--subqueries/--hyde need a local GGUF model (-m MODEL.gguf).")
+        if opts.hyde and opts.mode == "bm25":
+            raise BadInput("--hyde embeds a hypothetical answer; use it with --mode dense or hybrid.")
+
+    def embedder(self):
+        return self.index.embedder(self.model)
+
+    def run(self, query: str) -> QueryResult:
+        t0 = time.perf_counter()
+        o, ix = self.opts, self.index
+        if not query.strip():
+            raise BadInput("the query is empty.")
+        res = QueryResult(query, [])
+        if ix.n == 0:
+            raise BadInput(f"index '{ix.dir}' has no chunks to search. Add documents with llmkit rag index.")
+        allowed = _and(ix.filter_mask(o.filters), ix.collection_mask(o.collections))
+        must = list(o.must) + (detect_required(query) if o.auto_must else [])
+        if must:
+            res.notes.append(f"required terms: {', '.join(repr(m) for m in must)}")
+            allowed = _and(allowed, ix.must_mask(must))
+        if allowed is not None and not allowed.any():
+            res.notes.append("no chunk passes the filters / required terms")
+            res.seconds = time.perf_counter() - t0
+            return res
+        variants = [query]
+        if o.rewrite:
+            alts = self.llm.lines(f"Rewrite this search query in {o.rewrite} different ways, one per line, "
+                                  f"keeping its meaning. Output only the queries.\n\nQuery: {query}", o.rewrite)
+            variants += alts
+            res.notes.append(f"rewrites: {alts}")
+        if o.subqueries:
+            subs = self.llm.lines("Break this question into at most 3 short, self-contained search queries, "
+                                  f"one per line. Output only the queries.\n\nQuestion: {query}", 3)
+            variants += subs
+            res.notes.append(f"sub-queries: {subs}")
+        res.variants = variants
+        if o.route and len(ix.collections) > 1 and not o.collections:
+            allowed = _and(allowed, self._route(variants, allowed, res))
+        hyde_doc = None
+        if o.hyde:
+            hyde_doc = self.llm.complete(f"Write a short factual passage (3 sentences) that answers: {query}", 120)
+            res.notes.append(f"HyDE passage: {hyde_doc!r}")
+        lists = self._lists(variants, allowed, res, hyde_doc, o.depth)
+        fused = self._fuse(lists)
+        hits = [Hit(row, score, ranks) for row, score, ranks in fused]
+        if self.reranker is not None:
+            hits = self._rerank(query, hits)
+        hits = ix.fetch(hits[:o.k])
+        res.hits = hits
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    # -- steps -------------------------------------------------------------------------------------
+    def _lists(self, variants, allowed, res, hyde_doc, depth):
+        """[(retriever name, weight, ranked rows)] for every query variant."""
+        o, ix = self.opts, self.index
+        lists = []
+        use_bm25 = o.mode in ("bm25", "hybrid") and o.weights.get("bm25", 1.0) > 0
+        use_dense = o.mode in ("dense", "hybrid") and o.weights.get("dense", 1.0) > 0
+        qvecs = None
+        if use_dense:
+            emb = self.embedder()
+            unk = emb.unknown_share(variants[0])
+            if unk > 0.5 and o.mode == "hybrid":
+                res.notes.append(f"dense retriever skipped: the embedding model does not know {unk:.0%} of the "
+                                 "query's word pieces (e.g. Chinese with an English-only model)")
+                use_dense = False
+            else:
+                qvecs = emb.queries(variants)
+                if hyde_doc:
+                    h = emb.passages([hyde_doc])[0]
+                    v = qvecs[0] + h
+                    qvecs[0] = v / (np.linalg.norm(v) or 1.0)
+        for i, q in enumerate(variants):
+            if use_bm25:
+                toks = tokenize(q)
+                weights = [1.0] * len(toks)
+                if o.synonyms:
+                    extra = expand_synonyms(toks, q, o.synonyms)
+                    if extra:
+                        res.notes.append(f"synonyms added: {extra}")
+                    toks, weights = toks + extra, weights + [1.0] * len(extra)
+                if o.expand:
+                    terms = prf_terms(ix, toks, o.expand, allowed)
+                    if terms:
+                        top = max(w for _, w in terms)
+                        # RM3 interpolation: feedback terms at half the weight of the original words
+                        toks = toks + [t for t, _ in terms]
+                        weights = weights + [0.5 * w / top for _, w in terms]
+                        res.notes.append(f"expansion terms: {[t for t, _ in terms]}")
+                lists.append(("bm25", o.weights.get("bm25", 1.0), ix.bm25_list(toks, depth, allowed, weights)))
+            if use_dense:
+                lists.append(("dense", o.weights.get("dense", 1.0), ix.dense_list(qvecs[i], depth, allowed)))
+        return lists
+
+    def _fuse(self, lists):
+        """Weighted RRF (parents first when returning parents); per-retriever ranks of each result."""
+        ix, o = self.index, self.opts
+        if o.parents:
+            groups = ix.parent_rows()
+            best_row: dict[int, int] = {}
+            conv = []
+            for name, w, rows in lists:
+                for r in rows:
+                    g = int(groups[r])
+                    best_row.setdefault(g, r)  # the first list's best chunk represents the parent
+                conv.append((name, w, dedupe_to_groups(rows, groups)))
+            lists = conv
+        fused = rrf([(w, ids) for _, w, ids in lists], o.rrf_k)
+        ranks_of: dict[int, dict] = {}
+        for name, _, ids in lists:
+            for r, d in enumerate(ids, 1):
+                ranks_of.setdefault(d, {}).setdefault(name, r)
+        out = []
+        for d, s in fused:
+            row = best_row[d] if o.parents else d
+            out.append((row, s, ranks_of.get(d, {})))
+        return out
+
+    def _route(self, variants, allowed, res) -> np.ndarray:
+        """Pick the collection(s) whose best-matching chunk matches best: per collection the top BM25
+        score and the top dense cosine, each divided by its maximum over collections, averaged;
+        collections within 85% of the best are searched. (Summing fused scores would favour big
+        collections merely for having more chunks.)"""
+        ix, o = self.index, self.opts
+        n_c = len(ix.collections)
+        evidence = []
+        if o.mode in ("bm25", "hybrid"):
+            s = ix.bm25.scores(tokenize(variants[0]))
+            if allowed is not None:
+                s = np.where(allowed, s, 0.0)
+            best = np.zeros(n_c)
+            np.maximum.at(best, ix.collection, s)
+            evidence.append(("bm25", best))
+        if o.mode in ("dense", "hybrid"):
+            emb = self.embedder()
+            if emb.unknown_share(variants[0]) <= 0.5:
+                q = emb.queries(variants[:1])[0]
+                rows = ix.dense_list(q, 50, allowed)
+                vecs = np.load(os.path.join(ix.gdir, "vectors.npy"), mmap_mode="r")
+                best = np.full(n_c, -1.0)
+                for r in rows:
+                    c = ix.collection[r]
+                    best[c] = max(best[c], float(np.dot(vecs[r], q)))
+                evidence.append(("dense cosine", np.clip(best, 0, None)))
+        score = np.zeros(n_c)
+        used = 0
+        for _, best in evidence:
+            if best.max() > 0:
+                score += best / best.max()
+                used += 1
+        if not used:
+            res.notes.append("routing: no evidence, searching all collections")
+            return np.ones(ix.n, bool)
+        score /= used
+        chosen = [int(i) for i in np.flatnonzero(score >= 0.85 * score.max())]
+        order = np.argsort(-score)
+        detail = "; ".join(f"{ix.collections[i]} {score[i]:.2f} (" + ", ".join(f"{name} {best[i]:.2f}" for name, best in evidence)
+                           + ")" for i in order)
+        res.notes.append(f"routing: {detail} -> {', '.join(ix.collections[i] for i in chosen)}")
+        return np.isin(ix.collection, chosen)
+
+    def _rerank(self, query: str, hits: list[Hit]) -> list[Hit]:
+        depth = self.opts.rerank_depth
+        head, tail = hits[:depth], hits[depth:]
+        if not head:
+            return hits
+        texts = self.index.texts([h.row for h in head])
+        scores = self.reranker.score(query, texts)
+        for h, s in zip(head, scores):
+            h.rerank = float(s)
+        head = [h for _, h in sorted(enumerate(head), key=lambda x: (-x[1].rerank, x[0]))]
+        return head + tail
+
+
+def _and(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a & b

@@ -1,0 +1,335 @@
+"""Query an index: BM25, dense (faiss) and hybrid retrieval fused by weighted Reciprocal Rank Fusion,
+with metadata filters, required terms and collection masks applied inside retrieval.
+
+Weighted RRF: score(d) = sum_i w_i / (k + rank_i(d)), ranks 1-based; a document missing from list i
+gets no term from it. When parents are returned, each list is first mapped to parents (a parent
+takes the rank of its best chunk in that list, later chunks of the same parent are dropped), so
+several chunks of one parent never add up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.rag.bm25 import BM25Index, tokenize
+from llmkit.rag.store import DB, read_manifest
+
+
+def rrf(lists: list[tuple[float, list[int]]], k: int = 60) -> list[tuple[int, float]]:
+    """Weighted RRF of ranked id lists; best first, ties by the better best rank, then by id.
+
+    >>> rrf([(1.0, [7, 3]), (1.0, [3, 9])], k=60)[0][0]
+    3
+    """
+    if k < 0:
+        raise BadInput(f"--rrf-k must be >= 0, got {k}.")
+    score: dict[int, float] = {}
+    best: dict[int, int] = {}
+    for w, ids in lists:
+        for r, d in enumerate(ids, 1):
+            score[d] = score.get(d, 0.0) + w / (k + r)
+            best[d] = min(best.get(d, r), r)
+    return sorted(score.items(), key=lambda x: (-x[1], best[x[0]], x[0]))
+
+
+def dedupe_to_groups(ids: list[int], group: np.ndarray) -> list[int]:
+    """Map a ranked list of rows to their groups (parents), keeping each group's first (best) rank."""
+    seen, out = set(), []
+    for d in ids:
+        g = int(group[d])
+        if g not in seen:
+            seen.add(g)
+            out.append(g)
+    return out
+
+
+_FILTER = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*(>=|<=|!=|=|>|<|~)\s*(.*)$")
+
+
+def parse_filter(expr: str) -> tuple[str, str, str]:
+    """'date>=2025-01-01' -> ('date', '>=', '2025-01-01'); '~' is a substring match, '=' takes * globs."""
+    m = _FILTER.match(expr)
+    if not m:
+        raise BadInput(f"cannot read the filter {expr!r}. Write FIELD=VALUE, FIELD!=VALUE, FIELD>=VALUE, "
+                       "FIELD<VALUE or FIELD~TEXT (e.g. source=notes/*, 'date>=2025-01-01').")
+    return m.group(1), m.group(2), m.group(3).strip().strip("'\"")
+
+
+def _number(v: str) -> float | None:
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+_IDENT = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'|(\b\w+\(\))|(\b[A-Za-z]+_\w+\b)|(\b[a-z]+[A-Z]\w*\b)"
+                    r"|(\b[A-Z][A-Z0-9]{1,}\b)|(\b(?=\w*\d)(?=\w*[A-Za-z])[\w.-]+\w\b)")
+_STOP_CAPS = {"I", "A", "AN", "THE", "OR", "AND", "OF", "IN", "ON", "TO", "IS"}
+
+
+def detect_required(query: str) -> list[str]:
+    """Quoted phrases, identifiers (snake_case, camelCase, f(), ALLCAPS, words with digits) and
+    capitalised names after the first word: the terms an answer must contain.
+
+    >>> detect_required('How does "page cache" work with kmalloc() and CONFIG_SLUB in ext4 for Linus Torvalds?')
+    ['page cache', 'kmalloc()', 'CONFIG_SLUB', 'ext4', 'Linus', 'Torvalds']
+    """
+    found = []
+    for m in _IDENT.finditer(query):
+        term = next(g for g in m.groups() if g)
+        if term.upper() in _STOP_CAPS and term.isupper():
+            continue
+        found.append(term)
+    spans = [m.span() for m in _IDENT.finditer(query)]
+    for m in re.finditer(r"(?<=\S\s)([A-Z][a-z]{2,})\b", query):
+        if not any(a <= m.start() < b for a, b in spans) and m.group(1) not in found:
+            found.append(m.group(1))
+    return found
+
+
+def load_synonyms(path: str) -> dict[str, list[str]]:
+    """Synonym file: `term: syn1, syn2` (one way) or `a, b, c` (all equivalent); '#' comments."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"cannot read the synonyms file '{path}' ({e}).") from None
+    syn: dict[str, list[str]] = {}
+    for n, line in enumerate(lines, 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if ":" in line or "=>" in line:
+            head, _, rest = line.replace("=>", ":").partition(":")
+            heads, alts = [head.strip()], [a.strip() for a in rest.split(",") if a.strip()]
+        else:
+            heads = alts = [a.strip() for a in line.split(",") if a.strip()]
+        if not heads or not alts:
+            raise BadInput(f"{path}:{n}: cannot read {line!r}; write 'term: syn1, syn2' or 'a, b, c'.")
+        for h in heads:
+            syn.setdefault(h.lower(), []).extend(a for a in alts if a.lower() != h.lower())
+    return syn
+
+
+@dataclass
+class Hit:
+    row: int
+    score: float
+    ranks: dict = field(default_factory=dict)
+    rerank: float | None = None
+    chunk_id: int = 0
+    parent_id: int = 0
+    source: str = ""
+    text: str = ""
+    parent_text: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = {"chunk_id": self.chunk_id, "parent_id": self.parent_id, "doc": self.source, "score": round(self.score, 6),
+             "ranks": self.ranks, "text": self.text, "parent_text": self.parent_text, "meta": self.meta}
+        if self.rerank is not None:
+            d["rerank_score"] = round(self.rerank, 6)
+        return d
+
+
+class Index:
+    """A read-only view of one generation of an index directory."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        self.manifest = read_manifest(directory)
+        gen = self.manifest["generation"]
+        self.gdir = os.path.join(directory, f"gen-{gen}")
+        try:
+            self.rows = np.load(os.path.join(self.gdir, "rows.npy"))
+            self.collection = np.load(os.path.join(self.gdir, "collection.npy"))
+            self.parent = np.load(os.path.join(self.gdir, "parent.npy"))
+        except (OSError, ValueError) as e:
+            raise BadInput(f"index '{directory}' is damaged (generation {gen}: {e}). Rebuild it with llmkit rag index.") from None
+        self.collections: list[str] = self.manifest.get("collection_order", [])
+        self.con = sqlite3.connect(f"file:{os.path.join(directory, DB)}?mode=ro", uri=True)
+        self._bm25: BM25Index | None = None
+        self._faiss = None
+        self._embedder = None
+        self._parent_rows = None
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    @property
+    def bm25(self) -> BM25Index:
+        if self._bm25 is None:
+            self._bm25 = BM25Index.load(os.path.join(self.gdir, "bm25"))
+        return self._bm25
+
+    @property
+    def faiss_index(self):
+        if self._faiss is None:
+            try:
+                import faiss
+            except ImportError:
+                from llmkit.errors import MissingDependency
+
+                raise MissingDependency("faiss-cpu", "rag") from None
+            faiss.omp_set_num_threads(1)  # single queries: one thread is faster here (no fork/join)
+            self._faiss = faiss.read_index(os.path.join(self.gdir, "faiss.index"))
+        return self._faiss
+
+    def embedder(self, model: str | None = None):
+        """The index's embedding model (a different model must give the index's dimension)."""
+        if self._embedder is None:
+            from llmkit.rag.embed import Embedder
+
+            name = model or (None if self.manifest["model"] == "default" else self.manifest["model"])
+            emb = Embedder(name, self.manifest.get("query_prompt", ""), self.manifest.get("passage_prompt", ""))
+            if self.manifest.get("dim") and emb.dim != self.manifest["dim"]:
+                raise BadInput(f"the embedding model '{emb.name}' gives {emb.dim}-d vectors but index '{self.dir}' "
+                               f"holds {self.manifest['dim']}-d ones. Query with the model it was built with.")
+            self._embedder = emb
+        return self._embedder
+
+    # -- masks -------------------------------------------------------------------------------------
+    def rows_of_ids(self, ids) -> np.ndarray:
+        """Rows of these chunk ids (ids not in this generation are ignored)."""
+        ids = np.asarray(sorted(ids), np.int64)
+        pos = np.searchsorted(self.rows, ids)
+        pos = np.clip(pos, 0, max(self.n - 1, 0))
+        return pos[self.rows[pos] == ids] if self.n else pos[:0]
+
+    def filter_mask(self, filters: list[str]) -> np.ndarray | None:
+        """Rows whose metadata satisfies every filter (SQLite json_extract over the chunk metadata)."""
+        if not filters:
+            return None
+        fields = set(self.manifest.get("fields", []))
+        where, args = [], []
+        for expr in filters:
+            key, op, value = parse_filter(expr)
+            if key not in fields:
+                raise BadInput(f"unknown filter field '{key}'. Fields in this index: {', '.join(sorted(fields))}.")
+            col = f"json_extract(meta, '$.\"{key}\"')"
+            num = _number(value)
+            if op == "~":
+                where.append(f"instr(lower(CAST({col} AS TEXT)), lower(?)) > 0")
+                args.append(value)
+            elif op in ("=", "!=") and ("*" in value or "?" in value):
+                where.append(("NOT " if op == "!=" else "") + f"CAST({col} AS TEXT) GLOB ?")
+                args.append(value)
+            elif num is not None:
+                where.append(f"(typeof({col}) IN ('integer','real') AND {col} {op} ?"
+                             f" OR typeof({col}) = 'text' AND CAST({col} AS REAL) {op} ? AND trim({col}) GLOB '[0-9.+-]*')")
+                args.extend([num, num])
+            else:
+                where.append(f"CAST({col} AS TEXT) {op} ?")
+                args.append(value)
+        ids = [r for (r,) in self.con.execute(f"SELECT id FROM chunks WHERE {' AND '.join(where)}", args)]
+        mask = np.zeros(self.n, bool)
+        mask[self.rows_of_ids(ids)] = True
+        return mask
+
+    def collection_mask(self, names: list[str]) -> np.ndarray | None:
+        if not names:
+            return None
+        unknown = [c for c in names if c not in self.collections]
+        if unknown:
+            raise BadInput(f"no collection '{unknown[0]}' in this index. Collections: {', '.join(self.collections) or 'none'}.")
+        codes = [self.collections.index(c) for c in names]
+        return np.isin(self.collection, codes)
+
+    def must_mask(self, terms: list[str]) -> np.ndarray | None:
+        """Rows containing every term (single words from the postings; phrases checked in the text)."""
+        if not terms:
+            return None
+        mask = np.ones(self.n, bool)
+        for term in terms:
+            toks = tokenize(term)
+            if not toks:
+                continue
+            m = np.zeros(self.n, bool)
+            cand = None
+            for t in set(toks):
+                p = self.bm25.postings(t)
+                cand = p if cand is None else np.intersect1d(cand, p, assume_unique=True)
+            m[cand] = True
+            m &= mask
+            if len(toks) > 1 or not re.fullmatch(r"[\w]+", term):
+                needle = term.lower()
+                rows = np.flatnonzero(m)
+                for lo in range(0, len(rows), 900):
+                    part = rows[lo:lo + 900]
+                    texts = dict(self.con.execute(
+                        f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(part))})",
+                        [int(x) for x in self.rows[part]]).fetchall())
+                    for r in part.tolist():
+                        if needle not in " ".join(texts.get(int(self.rows[r]), "").lower().split()):
+                            m[r] = False
+            mask &= m
+        return mask
+
+    # -- retrieval ---------------------------------------------------------------------------------
+    def bm25_list(self, tokens: list[str], depth: int, allowed=None, weights=None) -> list[int]:
+        return [d for d, _ in self.bm25.top_k(tokens, depth, allowed, weights)]
+
+    def dense_list(self, qvec: np.ndarray, depth: int, allowed=None) -> list[int]:
+        """Rows by inner product with the query vector; a mask is applied inside the faiss search."""
+        if self.n == 0:
+            return []
+        q = np.ascontiguousarray(qvec.reshape(1, -1), dtype=np.float32)
+        if allowed is not None:
+            rows = np.flatnonzero(allowed)
+            if len(rows) == 0:
+                return []
+            if len(rows) <= 20000:  # few allowed rows: exact scores over them beat a filtered graph walk
+                vecs = np.load(os.path.join(self.gdir, "vectors.npy"), mmap_mode="r")
+                s = np.asarray(vecs[rows]) @ q[0]
+                top = np.lexsort((rows, -s))[:depth]
+                return rows[top].tolist()
+            import faiss
+
+            sel = faiss.IDSelectorBitmap(np.packbits(allowed, bitorder="little"))
+            params = (faiss.SearchParametersHNSW(sel=sel, efSearch=max(64, depth))
+                      if isinstance(self.faiss_index, faiss.IndexHNSW) else faiss.SearchParameters(sel=sel))
+            _, idx = self.faiss_index.search(q, min(depth, self.n), params=params)
+        else:
+            idx_obj = self.faiss_index
+            if hasattr(idx_obj, "hnsw"):
+                idx_obj.hnsw.efSearch = max(64, depth)
+            _, idx = idx_obj.search(q, min(depth, self.n))
+        return [int(i) for i in idx[0] if i >= 0]
+
+    def parent_rows(self) -> np.ndarray:
+        """Row -> dense parent index (for fusing at the parent level)."""
+        if self._parent_rows is None:
+            _, self._parent_rows = np.unique(self.parent, return_inverse=True)
+        return self._parent_rows
+
+    def fetch(self, hits: list[Hit], with_parent: bool = True) -> list[Hit]:
+        """Fill in text, parent text and metadata of hits from SQLite."""
+        if not hits:
+            return hits
+        ids = [int(self.rows[h.row]) for h in hits]
+        got = {r[0]: r for r in self.con.execute(
+            f"SELECT c.id, c.parent_id, d.source, c.text, c.meta, p.text FROM chunks c JOIN docs d ON d.id = c.doc_id "
+            f"JOIN parents p ON p.id = c.parent_id WHERE c.id IN ({','.join('?' * len(ids))})", ids)}
+        for h, cid in zip(hits, ids):
+            r = got.get(cid)
+            if r is None:
+                continue
+            h.chunk_id, h.parent_id, h.source, h.text = r[0], r[1], r[2], r[3]
+            h.meta = json.loads(r[4])
+            h.parent_text = r[5] if with_parent else ""
+        return hits
+
+    def texts(self, rows) -> list[str]:
+        ids = [int(self.rows[r]) for r in rows]
+        if not ids:
+            return []
+        got = dict(self.con.execute(f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids))
+        return [got.get(i, "") for i in ids]

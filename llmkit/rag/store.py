@@ -1,0 +1,448 @@
+"""The on-disk RAG index: one directory holding
+
+    manifest.json     format, version, current generation, embedding model + dimension, collections,
+                      chunking parameters, metadata fields (written last, atomically)
+    chunks.sqlite     documents, parents and chunks with their metadata (SQLite, one transaction per run)
+    gen-N/            the searchable arrays of generation N: rows.npy (chunk ids), keys.npy (text hashes),
+                      vectors.npy, faiss.index, bm25/, collection.npy, parent.npy
+
+Crash safety: a run inserts its rows tagged with the next generation and marks removed documents
+with it, commits, builds gen-N+1 in a fresh directory and only then swaps the manifest. Until the
+swap, readers use generation N, whose rows are all still present; a run killed at any point is
+rolled back by the next one (rows of generations above the manifest's are deleted, removal marks
+undone). Incremental: a document whose content hash is unchanged is not touched; vectors of chunks
+whose text was already embedded are reused, so only new text is embedded.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from llmkit.errors import BadFileFormat, BadInput
+from llmkit.io import atomic_write_text
+from llmkit.rag import chunking
+from llmkit.rag.documents import SUFFIXES, Document, Skipped, load_file
+
+FORMAT, VERSION = "llmkit-rag", 1
+MANIFEST = "manifest.json"
+DB = "chunks.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS docs (id INTEGER PRIMARY KEY, collection TEXT NOT NULL, source TEXT NOT NULL,
+    path TEXT NOT NULL, hash TEXT NOT NULL, meta TEXT NOT NULL, gen_added INTEGER NOT NULL, gen_removed INTEGER);
+CREATE INDEX IF NOT EXISTS docs_path ON docs(collection, path);
+CREATE TABLE IF NOT EXISTS parents (id INTEGER PRIMARY KEY, doc_id INTEGER NOT NULL, text TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS parents_doc ON parents(doc_id);
+CREATE TABLE IF NOT EXISTS chunks (id INTEGER PRIMARY KEY, doc_id INTEGER NOT NULL, parent_id INTEGER NOT NULL,
+    collection TEXT NOT NULL, text TEXT NOT NULL, text_hash TEXT NOT NULL, dup_key TEXT NOT NULL,
+    minhash BLOB NOT NULL, meta TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id);
+"""
+
+
+@dataclass
+class IndexOptions:
+    collection: str = "default"
+    chunker: str = "recursive"  # recursive | window
+    sizes: tuple[int, ...] = (800,)  # characters (window: words/CJK characters); several = several chunk sizes
+    overlap: int = 100
+    parent_size: int = 3000  # small-to-big parents (0: the whole section)
+    model: str | None = None
+    query_prompt: str = ""
+    passage_prompt: str = ""
+    meta: dict = field(default_factory=dict)
+    text_field: str = "text"
+    id_field: str = "id"
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    dedupe: bool = True
+    near_threshold: float = 0.9
+    boilerplate: bool = True
+    index_type: str = "auto"  # auto | flat | hnsw
+    hnsw_above: int = 100_000
+
+
+@dataclass
+class IndexReport:
+    generation: int = 0
+    files: int = 0
+    docs_added: int = 0
+    docs_unchanged: int = 0
+    docs_removed: int = 0
+    chunks_added: int = 0
+    chunks_indexed: int = 0
+    exact_duplicates: int = 0
+    near_duplicates: int = 0
+    boilerplate_lines: int = 0
+    embedded: int = 0
+    vectors_reused: int = 0
+    embed_s: float = 0.0
+    total_s: float = 0.0
+    index_type: str = ""
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["skipped"] = [asdict(s) for s in self.skipped]
+        return d
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_manifest(directory: str) -> dict:
+    """The index manifest, checked: an llmkit RAG index of a format this version can read."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isdir(directory):
+        raise BadInput(f"index '{directory}' does not exist. Build it first: llmkit rag index {directory} FILES...")
+    try:
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f)
+    except FileNotFoundError:
+        raise BadFileFormat(f"'{directory}' is not an llmkit RAG index (no {MANIFEST}). "
+                            f"Build one with: llmkit rag index DIR FILES...") from None
+    except (OSError, ValueError) as e:
+        raise BadFileFormat(f"'{path}' is not a readable index manifest ({e}).") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise BadFileFormat(f"'{directory}' is not an llmkit RAG index (manifest format {m.get('format') if isinstance(m, dict) else None!r}).")
+    if not isinstance(m.get("version"), int) or m["version"] > VERSION:
+        raise BadFileFormat(f"index '{directory}' has format version {m.get('version')}, newer than this llmkit "
+                            f"reads ({VERSION}). Upgrade llmkit.")
+    return m
+
+
+def _connect(directory: str) -> sqlite3.Connection:
+    con = sqlite3.connect(os.path.join(directory, DB), isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    con.executescript(SCHEMA)
+    return con
+
+
+def _rollback_unfinished(con: sqlite3.Connection, gen: int) -> None:
+    """Undo what a run killed before its manifest swap left behind (rows of later generations)."""
+    con.execute("BEGIN")
+    doomed = "SELECT id FROM docs WHERE gen_added > ?"
+    con.execute(f"DELETE FROM chunks WHERE doc_id IN ({doomed})", (gen,))
+    con.execute(f"DELETE FROM parents WHERE doc_id IN ({doomed})", (gen,))
+    con.execute("DELETE FROM docs WHERE gen_added > ?", (gen,))
+    con.execute("UPDATE docs SET gen_removed = NULL WHERE gen_removed > ?", (gen,))
+    con.execute("COMMIT")
+
+
+def _collect_files(inputs: list[str], opts: IndexOptions) -> list[str]:
+    files: list[str] = []
+    for item in inputs:
+        if item == "-":
+            files.append(item)
+        elif os.path.isdir(item):
+            for root, dirs, names in os.walk(item):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(names):
+                    p = os.path.join(root, name)
+                    if name.startswith(".") or os.path.splitext(name)[1].lower() not in SUFFIXES:
+                        continue
+                    if opts.include and not any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.include):
+                        continue
+                    if any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.exclude):
+                        continue
+                    files.append(p)
+        elif os.path.exists(item):
+            files.append(item)
+        else:
+            raise BadInput(f"input '{item}' does not exist. Check the path.")
+    return files
+
+
+def _chunk_document(doc: Document, opts: IndexOptions, drop_lines: set[str]):
+    """(parent text, [(chunk text, meta)]) pairs for one document."""
+    out = []
+    base = {"source": doc.source, **{k: v for k, v in doc.meta.items()}, **opts.meta}
+    for sec in doc.sections:
+        text = chunking.normalize_whitespace(chunking.strip_lines(sec.text, drop_lines))
+        if not text:
+            continue
+        parents = (chunking.recursive_spans(text, opts.parent_size, 0) if opts.parent_size
+                   else [chunking.Span(0, len(text), text)])
+        for par in parents:
+            chunks = []
+            for size in opts.sizes:
+                if opts.chunker == "window":
+                    spans = chunking.window_spans(par.text, size, opts.overlap)
+                else:
+                    spans = chunking.recursive_spans(par.text, size, opts.overlap)
+                for sp in spans:
+                    meta = dict(base, section=sec.heading, chunk_size=size,
+                                char_start=par.start + sp.start, char_end=par.start + sp.end)
+                    if sec.page is not None:
+                        meta["page"] = sec.page
+                    chunks.append((sp.text, meta))
+            out.append((par.text, chunks))
+    return out
+
+
+def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: bytes | None = None,
+          progress: Callable[[str, int, int], None] | None = None) -> IndexReport:
+    """Add, update and remove documents of one collection, then publish a new searchable generation."""
+    t0 = time.perf_counter()
+    if opts.chunker not in ("recursive", "window"):
+        raise BadInput(f"unknown chunker {opts.chunker!r}; use 'recursive' or 'window'.")
+    if not opts.sizes:
+        raise BadInput("give at least one chunk size.")
+    for size in opts.sizes:
+        if opts.chunker == "window":
+            chunking.window_spans("x", size, opts.overlap)  # validates size/overlap
+        else:
+            chunking._check(size, opts.overlap)
+    if opts.parent_size and opts.parent_size < max(opts.sizes):
+        raise BadInput(f"--parent-size {opts.parent_size} is smaller than the chunk size {max(opts.sizes)}; "
+                       "make it larger or 0 (parents = whole sections).")
+    files = _collect_files(inputs, opts)
+    manifest = _open_or_create(directory, opts)
+    gen = manifest["generation"] + 1
+    report = IndexReport(generation=gen, files=len(files))
+    con = _connect(directory)
+    try:
+        _rollback_unfinished(con, manifest["generation"])
+        live = {row[1]: (row[0], row[2]) for row in con.execute(
+            "SELECT id, path, hash FROM docs WHERE collection = ? AND gen_removed IS NULL", (opts.collection,))}
+        new_docs, seen = [], set()
+        for n, path in enumerate(files):
+            if progress:
+                progress("reading", n, len(files))
+            if path == "-":
+                data = stdin_data or b""
+            else:
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                except OSError as e:
+                    report.skipped.append(Skipped(path, e.strerror or "unreadable"))
+                    continue
+            docs, skipped = load_file(path, data, text_field=opts.text_field, id_field=opts.id_field)
+            report.skipped.extend(skipped)
+            for doc in docs:
+                seen.add(doc.path)
+                old = live.get(doc.path)
+                if old and old[1] == doc.hash:
+                    report.docs_unchanged += 1
+                else:
+                    new_docs.append(doc)
+        scopes = [os.path.abspath(p) for p in inputs if p != "-"]
+        gone = [(doc_id, p) for p, (doc_id, _) in live.items()
+                if p not in seen and (p == "-" and "-" in inputs or _in_scope(p, scopes))]
+        changed = [live[d.path][0] for d in new_docs if d.path in live]
+        drop_lines: set[str] = set()
+        if opts.boilerplate:
+            drop_lines = chunking.boilerplate_lines(
+                [{ln.strip() for s in d.sections for ln in s.text.split("\n")} for d in new_docs])
+            report.boilerplate_lines = len(drop_lines)
+        con.execute("BEGIN")
+        for doc_id in changed + [d for d, _ in gone]:
+            con.execute("UPDATE docs SET gen_removed = ? WHERE id = ?", (gen, doc_id))
+        report.docs_removed = len(gone)
+        from llmkit.rag.bm25 import tokenize
+
+        for n, doc in enumerate(new_docs):
+            if progress:
+                progress("chunking", n, len(new_docs))
+            cur = con.execute("INSERT INTO docs (collection, source, path, hash, meta, gen_added) VALUES (?,?,?,?,?,?)",
+                              (opts.collection, doc.source, doc.path, doc.hash,
+                               json.dumps(doc.meta, ensure_ascii=False), gen))
+            doc_id = cur.lastrowid
+            for parent_text, chunks in _chunk_document(doc, opts, drop_lines):
+                pid = con.execute("INSERT INTO parents (doc_id, text) VALUES (?, ?)", (doc_id, parent_text)).lastrowid
+                rows = []
+                for text, meta in chunks:
+                    meta["collection"] = opts.collection
+                    rows.append((doc_id, pid, opts.collection, text, _text_hash(text), chunking.text_key(text),
+                                 chunking.minhash(tokenize(text)).tobytes(), json.dumps(meta, ensure_ascii=False)))
+                con.executemany("INSERT INTO chunks (doc_id, parent_id, collection, text, text_hash, dup_key, minhash, meta)"
+                                " VALUES (?,?,?,?,?,?,?,?)", rows)
+                report.chunks_added += len(rows)
+            report.docs_added += 1
+        con.execute("COMMIT")
+        _publish(directory, con, manifest, gen, opts, report, progress)
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+    finally:
+        con.close()
+    report.total_s = time.perf_counter() - t0
+    return report
+
+
+def _in_scope(path: str, scopes: list[str]) -> bool:
+    base = path.split("#", 1)[0]
+    return any(base == s or base.startswith(s.rstrip(os.sep) + os.sep) for s in scopes)
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _open_or_create(directory: str, opts: IndexOptions) -> dict:
+    if os.path.isdir(directory) and os.listdir(directory):
+        m = read_manifest(directory)
+        want = opts.model or None
+        have = m.get("model")
+        if want is not None and want != have and os.path.abspath(want) != have:
+            raise BadInput(f"index '{directory}' was built with the embedding model '{have}'; vectors of "
+                           f"'{want}' cannot be mixed into it. Use a new index directory.")
+        if (opts.query_prompt or opts.passage_prompt) and (opts.query_prompt, opts.passage_prompt) != (
+                m.get("query_prompt", ""), m.get("passage_prompt", "")):
+            raise BadInput("this index was built with other --query-prompt/--passage-prompt values; "
+                           "use a new index directory to change them.")
+        return m
+    os.makedirs(directory, exist_ok=True)
+    model = opts.model
+    if model:
+        from llmkit.rag.embed import resolve_model
+
+        model = resolve_model(model)
+    return {"format": FORMAT, "version": VERSION, "generation": 0, "model": model or "default", "dim": None,
+            "query_prompt": opts.query_prompt, "passage_prompt": opts.passage_prompt, "created": _now(),
+            "collections": {}, "fields": [], "index": None}
+
+
+def _live_chunks(con: sqlite3.Connection, gen: int):
+    return con.execute(
+        "SELECT c.id, c.text, c.text_hash, c.dup_key, c.minhash, c.collection, c.parent_id FROM chunks c "
+        "JOIN docs d ON d.id = c.doc_id WHERE d.gen_added <= ? AND (d.gen_removed IS NULL OR d.gen_removed > ?) "
+        "ORDER BY c.id", (gen, gen)).fetchall()
+
+
+def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
+    """Build gen-N (dedupe, embed new text, BM25, faiss), then swap the manifest."""
+    from llmkit.rag.bm25 import BM25Index, tokenize
+
+    rows = _live_chunks(con, gen)
+    keep = np.ones(len(rows), bool)
+    if opts.dedupe and rows:
+        first: dict[str, int] = {}
+        for i, r in enumerate(rows):
+            if first.setdefault(r[3], i) != i:
+                keep[i] = False
+        report.exact_duplicates = int((~keep).sum())
+        idx = np.flatnonzero(keep)
+        sigs = np.stack([np.frombuffer(rows[i][4], np.uint32) for i in idx])
+        near = chunking.near_duplicates(sigs, opts.near_threshold) >= 0
+        keep[idx[near]] = False
+        report.near_duplicates = int(near.sum())
+    rows = [r for r, k in zip(rows, keep) if k]
+    report.chunks_indexed = len(rows)
+    gdir = os.path.join(directory, f"gen-{gen}")
+    shutil.rmtree(gdir, ignore_errors=True)  # a half-built directory of a killed run
+    os.makedirs(gdir)
+    ids = np.array([r[0] for r in rows], np.int64)
+    keys = np.array([r[2] for r in rows], dtype="S32")
+    collections = sorted({r[5] for r in rows})
+    coll_code = {c: i for i, c in enumerate(collections)}
+    np.save(os.path.join(gdir, "rows.npy"), ids)
+    np.save(os.path.join(gdir, "keys.npy"), keys)
+    np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
+    np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
+    if rows:
+        vectors, dim = _vectors(directory, manifest, opts, rows, keys, report, progress)
+        np.save(os.path.join(gdir, "vectors.npy"), vectors)
+        report.index_type = _write_faiss(os.path.join(gdir, "faiss.index"), vectors, opts)
+        if progress:
+            progress("BM25", 0, 1)
+        BM25Index.build([tokenize(r[1]) for r in rows]).save(os.path.join(gdir, "bm25"))
+        manifest["dim"] = dim
+    fields = sorted({k for (k,) in con.execute(
+        "SELECT DISTINCT j.key FROM chunks c JOIN docs d ON d.id = c.doc_id, json_each(c.meta) j "
+        "WHERE d.gen_added <= ? AND (d.gen_removed IS NULL OR d.gen_removed > ?)", (gen, gen))})
+    counts = {c: n for c, n in con.execute(
+        "SELECT collection, COUNT(*) FROM docs WHERE gen_added <= ? AND (gen_removed IS NULL OR gen_removed > ?) "
+        "GROUP BY collection", (gen, gen))}
+    chunk_counts = dict(zip(*np.unique([r[5] for r in rows], return_counts=True))) if rows else {}
+    colls = manifest.setdefault("collections", {})
+    colls[opts.collection] = {"chunker": opts.chunker, "sizes": list(opts.sizes), "overlap": opts.overlap,
+                              "parent_size": opts.parent_size}
+    for name in list(colls):
+        colls[name]["docs"] = int(counts.get(name, 0))
+        colls[name]["chunks"] = int(chunk_counts.get(name, 0))
+    manifest.update(generation=gen, fields=fields, index=report.index_type or manifest.get("index"),
+                    collection_order=collections, updated=_now())
+    atomic_write_text(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1, ensure_ascii=False))
+    # the new generation is live: drop what only older generations needed
+    con.execute("BEGIN")
+    doomed = "SELECT id FROM docs WHERE gen_removed IS NOT NULL AND gen_removed <= ?"
+    con.execute(f"DELETE FROM chunks WHERE doc_id IN ({doomed})", (gen,))
+    con.execute(f"DELETE FROM parents WHERE doc_id IN ({doomed})", (gen,))
+    con.execute("DELETE FROM docs WHERE gen_removed IS NOT NULL AND gen_removed <= ?", (gen,))
+    con.execute("COMMIT")
+    for name in os.listdir(directory):
+        if name.startswith("gen-") and name != f"gen-{gen}":
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+def _vectors(directory, manifest, opts, rows, keys, report, progress):
+    """Vectors for the live chunks: reused from the previous generation where the text is unchanged."""
+    old_gen = os.path.join(directory, f"gen-{manifest['generation']}")
+    reuse: dict[bytes, np.ndarray] = {}
+    try:
+        old_keys = np.load(os.path.join(old_gen, "keys.npy"))
+        old_vecs = np.load(os.path.join(old_gen, "vectors.npy"), mmap_mode="r")
+        reuse = {k: i for i, k in enumerate(old_keys.tolist())}
+    except (OSError, ValueError):
+        old_vecs = None
+    need = [i for i, k in enumerate(keys.tolist()) if k not in reuse]
+    dim = manifest.get("dim")
+    vectors = None
+    if need:
+        from llmkit.rag.embed import Embedder
+
+        model = None if manifest["model"] == "default" else manifest["model"]
+        emb = Embedder(model, manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""))
+        if dim and emb.dim != dim:
+            raise BadInput(f"the embedding model gives {emb.dim}-d vectors but the index holds {dim}-d ones. "
+                           "Use the model the index was built with.")
+        dim = emb.dim
+        t = time.perf_counter()
+        new = emb.passages([rows[i][1] for i in need],
+                           progress=(lambda d, n: progress("embedding", d, n)) if progress else None)
+        report.embed_s = time.perf_counter() - t
+        vectors = np.zeros((len(rows), dim), np.float32)
+        vectors[need] = new
+    else:
+        vectors = np.zeros((len(rows), dim), np.float32)
+    have = [i for i, k in enumerate(keys.tolist()) if k in reuse]
+    if have:
+        vectors[have] = old_vecs[[reuse[keys[i]] for i in have]]
+    report.embedded, report.vectors_reused = len(need), len(have)
+    return vectors, dim
+
+
+def _write_faiss(path: str, vectors: np.ndarray, opts: IndexOptions) -> str:
+    """Exact inner-product search up to `hnsw_above` vectors, HNSW beyond (or as asked)."""
+    import faiss
+
+    kind = opts.index_type
+    if kind == "auto":
+        kind = "hnsw" if len(vectors) > opts.hnsw_above else "flat"
+    if kind == "flat":
+        index = faiss.IndexFlatIP(vectors.shape[1])
+    elif kind == "hnsw":
+        index = faiss.IndexHNSWFlat(vectors.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 80
+    else:
+        raise BadInput(f"unknown index type {kind!r}; use auto, flat or hnsw.")
+    index.add(np.ascontiguousarray(vectors))
+    faiss.write_index(index, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return kind
