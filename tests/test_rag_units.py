@@ -36,7 +36,7 @@ def test_overlap_is_whole_sentences_within_limit():
         shared = a.end - b.start
         assert 0 < shared <= 60, (a, b)  # always some overlap, never more than asked
         assert TEXT[b.start:a.end] == a.text[len(a.text) - shared:]
-    first, second = spans[0], spans[1]
+    second = spans[1]
     # the overlap begins at a sentence start when a whole sentence fits
     assert TEXT[second.start - 2:second.start] in (". ", "! ", "? ") or TEXT[second.start - 1] in "。！？"
 
@@ -129,3 +129,34 @@ def test_compress_by_sentence_relevance():
     c = compress("kernel memory pages", texts, 12, lambda t: len(t.split()))
     assert c.tokens_after <= 12 and c.ratio > 1
     assert "memory pages" in c.texts[0] and "Cats" not in c.texts[0]
+
+
+def tiny_pdf(pages: list[str]) -> bytes:
+    """A minimal valid PDF with one line of Helvetica text per page (xref offsets computed)."""
+    n = len(pages)
+    objs = ["<< /Type /Catalog /Pages 2 0 R >>",
+            "<< /Type /Pages /Kids [" + " ".join(f"{4 + 2 * i} 0 R" for i in range(n)) + f"] /Count {n} >>",
+            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    for i, text in enumerate(pages):
+        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET"
+        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+                    f"/Contents {5 + 2 * i} 0 R >>")
+        objs.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
+    out, offsets = b"%PDF-1.4\n", []
+    for i, o in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += f"{i} 0 obj\n{o}\nendobj\n".encode()
+    xref = len(out)
+    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
+    out += "".join(f"{off:010d} 00000 n \n" for off in offsets).encode()
+    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return out
+
+
+def test_pdf_pages_become_sections_with_page_numbers(tmp_path):
+    pytest.importorskip("pypdf")
+    (doc,), skipped = load_file(str(tmp_path / "r.pdf"), tiny_pdf(["First page about pages.", "Second page on tasks."]))
+    assert not skipped and [(s.page, s.text.strip()) for s in doc.sections] == [
+        (1, "First page about pages."), (2, "Second page on tasks.")]
+    docs, skipped = load_file(str(tmp_path / "bad.pdf"), b"%PDF-1.4 truncated garbage")
+    assert not docs and skipped[0].reason.startswith(("unreadable PDF", "PDF without"))

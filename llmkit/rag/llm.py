@@ -43,7 +43,8 @@ class LocalLLM:
         room = self.n_ctx - n_predict - 1
         if len(toks) > room:  # keep the end of an over-long prompt: the question comes last
             toks = toks[:1] + toks[len(toks) - room + 1:] if self.bos else toks[-room:]
-        gen = Generator(self.model, SamplingParams(temp=0.0))
+        # greedy keeps retrieval repeatable; a mild repeat penalty stops small models from looping
+        gen = Generator(self.model, SamplingParams(temp=0.0, repeat_penalty=1.1))
         out, _ = gen.run(toks, n_predict, stop, on_text=on_text)
         return out.strip()
 

@@ -121,6 +121,8 @@ class Pipeline:
             raise BadInput("--rewrite/--subqueries/--hyde need a local GGUF model (-m MODEL.gguf).")
         if opts.hyde and opts.mode == "bm25":
             raise BadInput("--hyde embeds a hypothetical answer; use it with --mode dense or hybrid.")
+        if opts.mode != "bm25" and index.n:
+            self.embedder()  # load once up front, so per-query times measure retrieval, not model loading
 
     def embedder(self):
         return self.index.embedder(self.model)
