@@ -47,11 +47,12 @@ def byte_vocab() -> list[str]:
 
 def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128, n_ctx=512,
                      logit_scale=4.0, dtype=np.float32, merges=(("Ġ", "t"), ("h", "e"), ("Ġt", "he")),
-                     extra_tokens=("Ġt", "he", "Ġthe"), chat_template=None):
+                     extra_tokens=("Ġt", "he", "Ġthe"), chat_template=None, tied=False, outliers=False):
     """A random-weight llama with a byte-level BPE vocabulary that llama.cpp loads and runs.
 
     `logit_scale` sharpens the output layer so greedy choices are far from ties (batch-vs-single
-    evaluation noise then cannot flip them).
+    evaluation noise then cannot flip them). `tied` leaves out output.weight (the token embedding
+    is reused); `outliers` sprinkles large weights and exact zeros (harder cases for quantizers).
     """
     import gguf
 
@@ -63,7 +64,12 @@ def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
 
     def rand(*shape, scale=None):
         s = scale if scale is not None else 1.0 / np.sqrt(shape[-1])
-        return (rng.standard_normal(shape) * s).astype(dtype)
+        a = rng.standard_normal(shape) * s
+        if outliers:
+            a[rng.random(shape) < 0.002] *= 40.0
+            a[rng.random(shape) < 0.01] = 0.0
+            a[..., :32][rng.random(a[..., :32].shape) < 0.05] = 0.0
+        return a.astype(dtype)
 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_context_length(n_ctx)
@@ -97,7 +103,8 @@ def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
         w.add_tensor(f"blk.{i}.ffn_up.weight", rand(n_ff, n_embd))
         w.add_tensor(f"blk.{i}.ffn_down.weight", rand(n_embd, n_ff))
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    w.add_tensor("output.weight", rand(n_vocab, n_embd, scale=logit_scale / np.sqrt(n_embd)))
+    if not tied:
+        w.add_tensor("output.weight", rand(n_vocab, n_embd, scale=logit_scale / np.sqrt(n_embd)))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

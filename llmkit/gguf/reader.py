@@ -61,6 +61,7 @@ class GGUFFile:
     tensors: list[TensorInfo] = field(default_factory=list)
     data_offset: int = 0
     file_size: int = 0
+    kv_spans: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # key -> (start, end, value type)
 
     def get(self, key: str, default=None):
         return self.metadata.get(key, default)
@@ -157,13 +158,16 @@ def _parse(buf, size: int, path: str, want_tensors: bool) -> GGUFFile:
     if n_kv > MAX_KV or n_kv > size // 13:
         c.fail(f"metadata count {n_kv} is absurd")
     meta: dict[str, Any] = {}
+    spans: dict[str, tuple[int, int, int]] = {}
     for _ in range(n_kv):
+        start = c.pos
         key = c.string("metadata key")
         vtype = c.scalar("I", 4, f"type of '{key}'")
         if key in meta:
             c.fail(f"duplicate metadata key '{key}'")
         meta[key] = c.value(vtype, key)
-    g = GGUFFile(path=path, version=version, metadata=meta, file_size=size)
+        spans[key] = (start, c.pos, vtype)  # the raw bytes: writers copy entries verbatim
+    g = GGUFFile(path=path, version=version, metadata=meta, file_size=size, kv_spans=spans)
     if not want_tensors:
         return g
     infos = []

@@ -1,0 +1,91 @@
+"""Q3_K: super-blocks of 256 = 16 sub-blocks of 16 with 6-bit signed scales (packed in 12 bytes),
+3-bit quants (2 low bits in qs, the high bit in hmask) and an fp16 super-scale; 3.4375 bits per weight."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmkit.quant.base import F32, Format, abs_max_signed, fp16_bytes, half_to_f32, nearest_int, seq_sum
+from llmkit.quant.kcommon import make_q3_quants, make_qx_quants, superblock_sigma2
+
+
+def pack_2bit(L: np.ndarray) -> np.ndarray:
+    """(nb, 256) 2-bit values -> (nb, 64): byte l of half h holds weights h*128 + l + 32k at bits 2k."""
+    q = L.reshape(len(L), 2, 4, 32).astype(np.uint8)
+    return (q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)).reshape(len(L), 64)
+
+
+def unpack_2bit(qs: np.ndarray) -> np.ndarray:
+    q = qs.reshape(len(qs), 2, 1, 32)
+    return ((q >> (2 * np.arange(4)[None, None, :, None])) & 3).reshape(len(qs), 256)
+
+
+class Q3_K(Format):
+    name, type_id, block, type_size = "Q3_K", 11, 256, 110
+    uses_imatrix = True
+
+    def quantize_blocks(self, x, qw=None):
+        nb = len(x)
+        sub = x.reshape(nb * 16, 16)
+        if qw is None:
+            scales, L = make_q3_quants(sub, 4)
+            scales = scales.reshape(nb, 16)
+            max_scale = abs_max_signed(scales)
+            has = max_scale != 0
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                iscale = F32(-32) / max_scale
+                ls = (np.clip(nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + 32).astype(np.int32)
+                d = np.where(has, F32(1) / iscale, F32(0)).astype(F32)
+            ls = np.where(has[:, None], ls, 0)
+        else:
+            sigma2 = superblock_sigma2(x)
+            xs = sub.reshape(nb, 16, 16)
+            w = (qw.reshape(nb, 16, 16) * np.sqrt(sigma2[:, None, None] + xs * xs)).reshape(nb * 16, 16)
+            sw = seq_sum(w).reshape(nb, 16)
+            scales, L = make_qx_quants(sub, 4, 1, w)
+            d, ls = make_qx_quants(scales.reshape(nb, 16), 32, 1, sw)
+        d16 = fp16_bytes(d)
+        sc = ls.astype(np.int32) - 32  # what the 12 packed bytes decode to
+        dq = half_to_f32(d16)[:, None] * sc.astype(F32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            l = np.clip(nearest_int(sub.reshape(nb, 16, 16) / dq[:, :, None]), -4, 3) + 4
+        L = np.where((dq != 0)[:, :, None], l, L.reshape(nb, 16, 16)).reshape(nb, 256)
+        high = L > 3
+        L = np.where(high, L - 4, L)
+        hmask = np.bitwise_or.reduce(high.reshape(nb, 8, 32).astype(np.uint8) << np.arange(8, dtype=np.uint8)[None, :, None], axis=1)
+        out = np.empty((nb, 110), np.uint8)
+        out[:, 0:32] = hmask
+        out[:, 32:96] = pack_2bit(L)
+        out[:, 96:108] = self._pack_scales(ls.astype(np.uint8))
+        out[:, 108:110] = d16
+        return out
+
+    @staticmethod
+    def _pack_scales(ls):
+        s = np.zeros((len(ls), 12), np.uint8)
+        s[:, 0:8] = ls[:, 0:8] & 0xF
+        s[:, 0:8] |= (ls[:, 8:16] & 0xF) << 4
+        for j in range(16):
+            s[:, 8 + j % 4] |= (ls[:, j] >> 4) << (2 * (j // 4))
+        return s
+
+    @staticmethod
+    def _unpack_scales(s):
+        lo = np.concatenate([s[:, 0:8] & 0xF, s[:, 0:8] >> 4], axis=1).astype(np.int32)
+        hi = np.stack([(s[:, 8 + j % 4] >> (2 * (j // 4))) & 3 for j in range(16)], axis=1).astype(np.int32)
+        return (lo | (hi << 4)) - 32
+
+    def quantize_weighted(self, rows, imatrix):
+        n_rows, n = rows.shape
+        qw = np.broadcast_to(imatrix.reshape(1, n), (n_rows, n)).reshape(-1, 256)
+        return self.quantize_blocks(rows.reshape(-1, 256), np.ascontiguousarray(qw))
+
+    def dequantize_blocks(self, b):
+        nb = len(b)
+        hm = b[:, 0:32]
+        low = unpack_2bit(b[:, 32:96]).reshape(nb, 8, 32)
+        high = ((hm[:, None, :] >> np.arange(8)[None, :, None]) & 1).astype(np.int32)
+        q = (low.astype(np.int32) - 4 * (1 - high)).reshape(nb, 16, 16).astype(F32)
+        sc = self._unpack_scales(b[:, 96:108]).astype(F32)
+        d = half_to_f32(b[:, 108:110])
+        return (d[:, None, None] * sc[:, :, None] * q).reshape(nb, 256)

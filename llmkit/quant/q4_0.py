@@ -1,0 +1,41 @@
+"""Q4_0: blocks of 32 = fp16 d + 16 bytes of 4-bit q; d = m / -8 where m is the signed value of
+largest magnitude, q = min(15, trunc(x/d + 8.5)), weights j and j+16 share a byte."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmkit.quant.base import F32, Format, abs_max_signed, fp16_bytes, half_to_f32, pack_nibbles, safe_inv
+from llmkit.quant.kcommon import make_qx_quants, row_sigma2
+
+
+class Q4_0(Format):
+    name, type_id, block, type_size = "Q4_0", 2, 32, 18
+    uses_imatrix = True
+
+    def quantize_blocks(self, x):
+        d = abs_max_signed(x) / F32(-8)
+        v = x * safe_inv(d)[:, None] + F32(8.5)
+        q = np.minimum(15, np.trunc(v).astype(np.int32))
+        return self._pack(d, q)
+
+    def quantize_weighted(self, rows, imatrix):
+        n_rows, n = rows.shape
+        sigma2 = row_sigma2(rows)
+        x = rows.reshape(n_rows, -1, 32)
+        w = imatrix.reshape(1, -1, 32) * np.sqrt(sigma2[:, None, None] + x * x)
+        d, q = make_qx_quants(x.reshape(-1, 32), 8, 1, w.reshape(-1, 32))
+        return self._pack(d, q)
+
+    @staticmethod
+    def _pack(d, q):
+        out = np.empty((len(q), 18), np.uint8)
+        out[:, :2] = fp16_bytes(d)
+        out[:, 2:] = pack_nibbles(q[:, :16], q[:, 16:])
+        return out
+
+    def dequantize_blocks(self, b):
+        d = half_to_f32(b[:, :2])
+        qs = b[:, 2:]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int32) - 8
+        return d[:, None] * q.astype(F32)

@@ -1,0 +1,44 @@
+"""Q5_0: blocks of 32 = fp16 d + 32 high bits (uint32) + 4-bit low parts; d = m / -16,
+q = min(31, trunc(x/d + 16.5))."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmkit.quant.base import F32, Format, abs_max_signed, fp16_bytes, half_to_f32, high_bits_u32, pack_nibbles, safe_inv
+from llmkit.quant.kcommon import make_qx_quants, row_sigma2
+
+
+class Q5_0(Format):
+    name, type_id, block, type_size = "Q5_0", 6, 32, 22
+    uses_imatrix = True
+
+    def quantize_blocks(self, x):
+        d = abs_max_signed(x) / F32(-16)
+        v = x * safe_inv(d)[:, None] + F32(16.5)
+        q = np.minimum(31, np.trunc(v).astype(np.int32))
+        return self._pack(d, q)
+
+    def quantize_weighted(self, rows, imatrix):
+        n_rows = rows.shape[0]
+        sigma2 = row_sigma2(rows)
+        x = rows.reshape(n_rows, -1, 32)
+        w = imatrix.reshape(1, -1, 32) * np.sqrt(sigma2[:, None, None] + x * x)
+        d, q = make_qx_quants(x.reshape(-1, 32), 16, 1, w.reshape(-1, 32))
+        return self._pack(d, q)
+
+    @staticmethod
+    def _pack(d, q):
+        out = np.empty((len(q), 22), np.uint8)
+        out[:, :2] = fp16_bytes(d)
+        out[:, 2:6] = high_bits_u32(np.concatenate([q[:, :16], q[:, 16:]], axis=1))
+        out[:, 6:] = pack_nibbles(q[:, :16], q[:, 16:])
+        return out
+
+    def dequantize_blocks(self, b):
+        d = half_to_f32(b[:, :2])
+        qh = np.ascontiguousarray(b[:, 2:6]).view("<u4")
+        hi = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int32) << 4
+        qs = b[:, 6:]
+        q = (np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int32) | hi) - 16
+        return d[:, None] * q.astype(F32)

@@ -1,0 +1,45 @@
+"""Q5_1: blocks of 32 = fp16 d, fp16 min + 32 high bits + 4-bit low parts; d = (max - min) / 31."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmkit.quant.base import F32, Format, fp16_bytes, half_to_f32, high_bits_u32, pack_nibbles, safe_inv
+from llmkit.quant.kcommon import make_qkx, row_sigma2
+
+
+class Q5_1(Format):
+    name, type_id, block, type_size = "Q5_1", 7, 32, 24
+    uses_imatrix = True
+
+    def quantize_blocks(self, x):
+        mn, mx = x.min(axis=1), x.max(axis=1)
+        d = (mx - mn) / F32(31)
+        v = (x - mn[:, None]) * safe_inv(d)[:, None] + F32(0.5)
+        q = np.trunc(v).astype(np.int32)
+        return self._pack(d, mn, q)
+
+    def quantize_weighted(self, rows, imatrix):
+        n_rows = rows.shape[0]
+        sigma2 = row_sigma2(rows)
+        x = rows.reshape(n_rows, -1, 32)
+        w = imatrix.reshape(1, -1, 32) * np.sqrt(sigma2[:, None, None] + x * x)
+        d, the_min, q = make_qkx(x.reshape(-1, 32), 31, w.reshape(-1, 32), -0.9, 0.05, 36, use_mad=False)
+        return self._pack(d, -the_min, q)
+
+    @staticmethod
+    def _pack(d, m, q):
+        out = np.empty((len(q), 24), np.uint8)
+        out[:, :2] = fp16_bytes(d)
+        out[:, 2:4] = fp16_bytes(m)
+        out[:, 4:8] = high_bits_u32(q)
+        out[:, 8:] = pack_nibbles(q[:, :16], q[:, 16:])
+        return out
+
+    def dequantize_blocks(self, b):
+        d, m = half_to_f32(b[:, :2]), half_to_f32(b[:, 2:4])
+        qh = np.ascontiguousarray(b[:, 4:8]).view("<u4")
+        hi = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int32) << 4
+        qs = b[:, 8:]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int32) | hi
+        return d[:, None] * q.astype(F32) + m[:, None]

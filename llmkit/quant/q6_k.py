@@ -1,0 +1,61 @@
+"""Q6_K: super-blocks of 256 = 16 sub-blocks of 16 with int8 scales, 6-bit quants (4 low bits
+in ql, 2 high bits in qh) and an fp16 super-scale d; 6.5625 bits per weight."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmkit.quant.base import F32, Format, fp16_bytes, half_to_f32, nearest_int
+from llmkit.quant.kcommon import GROUP_MAX_EPS, make_qx_quants
+
+
+class Q6_K(Format):
+    name, type_id, block, type_size = "Q6_K", 14, 256, 210
+    uses_imatrix = True
+
+    def quantize_blocks(self, x, qw=None):
+        nb = len(x)
+        sub = x.reshape(nb * 16, 16)
+        scales, L = make_qx_quants(sub, 32, 1, None if qw is None else qw.reshape(nb * 16, 16))
+        scales = scales.reshape(nb, 16)
+        L = L.reshape(nb, 16, 16)
+        idx = np.abs(scales).argmax(axis=1)  # first of the largest |scale|, like the C loop's '>'
+        max_scale = scales[np.arange(nb), idx]
+        empty = np.abs(max_scale) < GROUP_MAX_EPS
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            iscale = F32(-128) / max_scale
+            d16 = fp16_bytes(F32(1) / iscale)
+            sc = np.minimum(127, nearest_int(iscale[:, None] * scales)).astype(np.int8)
+            dq = half_to_f32(d16)[:, None] * sc.astype(F32)  # (nb, 16)
+            l = np.clip(nearest_int(sub.reshape(nb, 16, 16) / dq[:, :, None]), -32, 31) + 32
+        L = np.where((dq != 0)[:, :, None], l, L).reshape(nb, 256).astype(np.uint8)
+        out = np.zeros((nb, 210), np.uint8)
+        q = L.reshape(nb, 2, 4, 32)  # halves of 128, quarter k = weights k*32..k*32+31
+        ql = np.concatenate([(q[:, :, 0] & 0xF) | ((q[:, :, 2] & 0xF) << 4),
+                             (q[:, :, 1] & 0xF) | ((q[:, :, 3] & 0xF) << 4)], axis=2)  # (nb, 2, 64)
+        qh = (q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2) | ((q[:, :, 2] >> 4) << 4) | ((q[:, :, 3] >> 4) << 6)
+        out[:, 0:128] = ql.reshape(nb, 128)
+        out[:, 128:192] = qh.reshape(nb, 64)
+        out[:, 192:208] = sc.view(np.uint8)
+        out[:, 208:210] = d16
+        out[empty] = 0
+        return out
+
+    def quantize_weighted(self, rows, imatrix):
+        n_rows, n = rows.shape
+        qw = np.broadcast_to(imatrix.reshape(1, n), (n_rows, n)).reshape(-1, 256)
+        return self.quantize_blocks(rows.reshape(-1, 256), np.ascontiguousarray(qw))
+
+    def dequantize_blocks(self, b):
+        nb = len(b)
+        ql = b[:, 0:128].reshape(nb, 2, 64)
+        qh = b[:, 128:192].reshape(nb, 2, 32)
+        sc = b[:, 192:208].view(np.int8).astype(F32)
+        d = half_to_f32(b[:, 208:210])
+        q = np.empty((nb, 2, 4, 32), np.int32)
+        q[:, :, 0] = (ql[:, :, :32] & 0xF) | (((qh >> 0) & 3) << 4)
+        q[:, :, 1] = (ql[:, :, 32:] & 0xF) | (((qh >> 2) & 3) << 4)
+        q[:, :, 2] = (ql[:, :, :32] >> 4) | (((qh >> 4) & 3) << 4)
+        q[:, :, 3] = (ql[:, :, 32:] >> 4) | (((qh >> 6) & 3) << 4)
+        q = (q - 32).reshape(nb, 16, 16).astype(F32)
+        return (d[:, None, None] * sc[:, :, None] * q).reshape(nb, 256)

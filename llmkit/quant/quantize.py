@@ -1,0 +1,234 @@
+"""Quantize a GGUF file the way llama.cpp's llama_model_quantize does, byte for byte.
+
+Output layout (llama.cpp's): the input's metadata entries copied verbatim in order, minus
+split keys and `general.quantization_version` / `general.file_type`, which are appended (u32);
+tensors sorted by (layer, name); each tensor's data padded to 32 bytes; GGUF version 3.
+Tensors are processed one at a time (rows in parallel chunks), so memory stays near one tensor;
+the file is written to a temp name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from llmkit.errors import BadFileFormat, BadInput
+from llmkit.gguf.reader import GGML_TYPES, read_gguf
+from llmkit.quant import rules
+from llmkit.quant.base import get_format
+
+ALIGN = 32
+QNT_VERSION = 2
+_DROP = ("general.quantization_version", "general.file_type", "split.no", "split.count", "split.tensors.count")
+TYPE_ID = {v[0]: k for k, v in GGML_TYPES.items()}
+
+
+@dataclass
+class TensorReport:
+    name: str
+    shape: list[int]
+    type_in: str
+    type_out: str
+    bytes_in: int
+    bytes_out: int
+    bpw: float
+    rmse: float | None = None
+    max_abs_err: float | None = None
+    cosine: float | None = None
+    imatrix: bool = False
+
+
+@dataclass
+class QuantReport:
+    input: str
+    output: str
+    ftype: str
+    bytes_in: int = 0
+    bytes_out: int = 0
+    n_weights: int = 0
+    seconds: float = 0.0
+    fallbacks: int = 0
+    tensors: list[TensorReport] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return self.bytes_in / max(self.bytes_out, 1)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ratio"] = round(self.ratio, 4)
+        d["bpw"] = round(8 * sum(t.bytes_out for t in self.tensors) / max(self.n_weights, 1), 4)
+        return d
+
+
+def tensor_bytes(type_name: str, shape) -> int:
+    tid = TYPE_ID[type_name]
+    _, bs, ts = GGML_TYPES[tid]
+    n = int(np.prod(shape, dtype=np.int64))
+    return n // bs * ts
+
+
+def load_f32(buf, info, data_offset: int) -> np.ndarray:
+    """A tensor's weights as float32 rows (n_rows, ne0), dequantizing when needed."""
+    from llmkit.quant.base import by_id
+
+    start = data_offset + info.offset
+    raw = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=start)
+    ne0 = info.shape[0]
+    n = int(np.prod(info.shape, dtype=np.int64))
+    if info.type == 0:
+        x = raw.view("<f4").astype(np.float32)
+    else:
+        fmt = by_id(info.type)
+        if fmt is None:
+            raise BadInput(f"tensor '{info.name}' has type {info.type_name}, which llmkit cannot read.")
+        x = fmt.dequantize(raw, n)
+    return x.reshape(-1, ne0)
+
+
+def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix: dict | None = None,
+                  allow_requantize: bool = False, threads: int | None = None, measure: bool = False,
+                  progress: Callable[[int, int, str], None] | None = None) -> QuantReport:
+    """Quantize `src` into `dst` (written atomically). Returns per-tensor sizes (and errors when `measure`)."""
+    t0 = time.perf_counter()
+    ftype = rules.resolve_ftype(ftype)
+    if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
+        raise BadInput("the output path is the input file; write the quantized model to a new path.")
+    g = read_gguf(src)
+    if not g.tensors:
+        raise BadFileFormat(f"'{src}' has no tensors to quantize.")
+    info = rules.model_info(g.metadata)
+    by_name = {t.name: t for t in g.tensors}
+    order = rules.tensor_order(list(by_name))
+    chooser = rules.TypeChooser(info, ftype, order, pure, imatrix is not None)
+    plan = []
+    for name in order:
+        t = by_name[name]
+        new = chooser.choose(name, t.shape, t.type_name)
+        if new != t.type_name and t.type_name not in ("F32", "F16", "BF16") and not allow_requantize:
+            raise BadInput(f"tensor '{name}' is already quantized ({t.type_name}); requantizing loses quality. "
+                           "Start from an F32/F16/BF16 model, or pass --allow-requantize.")
+        if new != t.type_name and imatrix is not None and name in imatrix:
+            want = t.shape[0] * (t.shape[2] if len(t.shape) > 2 else 1)
+            if len(imatrix[name]) != want and name not in ("token_embd.weight", "per_layer_token_embd.weight"):
+                raise BadInput(f"the imatrix entry for '{name}' has {len(imatrix[name])} values, the tensor needs {want}.")
+        plan.append((t, new))
+    report = QuantReport(src, dst, ftype, fallbacks=chooser.n_fallback)
+    header = _header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0])
+    directory = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(directory):
+        raise BadInput(f"cannot write '{dst}': directory '{directory}' does not exist.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=".tmp", dir=directory)
+    import mmap
+
+    pool = ThreadPoolExecutor(max_workers=max(1, threads or os.cpu_count() or 1))
+    try:
+        with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+            buf = mmap.mmap(fin.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                fout.write(header)
+                for i, (t, new) in enumerate(plan):
+                    if progress:
+                        progress(i, len(plan), t.name)
+                    data, tr = _convert(buf, g.data_offset, t, new, imatrix, pool, measure)
+                    fout.write(data)
+                    fout.write(b"\0" * (-len(data) % ALIGN))
+                    report.tensors.append(tr)
+                    report.bytes_in += t.nbytes
+                    report.bytes_out += len(data)
+                    report.n_weights += int(np.prod(t.shape, dtype=np.int64))
+            finally:
+                buf.close()
+            fout.flush()
+            os.fsync(fout.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    finally:
+        pool.shutdown()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _convert(buf, data_offset, t, new: str, imatrix, pool, measure: bool):
+    """Bytes of one output tensor and its report row."""
+    n = int(np.prod(t.shape, dtype=np.int64))
+    tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
+                      8 * tensor_bytes(new, t.shape) / n)
+    if new == t.type_name:
+        raw = bytes(buf[data_offset + t.offset: data_offset + t.offset + t.nbytes])
+        if t.type_name in ("F32", "F16", "BF16"):
+            _check_finite(load_f32(buf, t, data_offset), t.name)
+        if measure:
+            tr.rmse, tr.max_abs_err, tr.cosine = 0.0, 0.0, 1.0
+        return raw, tr
+    x = load_f32(buf, t, data_offset)
+    _check_finite(x, t.name)
+    fmt = get_format(new)
+    ne0 = t.shape[0]
+    rows_per_matrix = t.shape[1] if len(t.shape) > 1 else 1
+    qw = imatrix.get(t.name) if imatrix is not None else None
+    tr.imatrix = qw is not None
+    # chunks of whole rows within one matrix (an expert's imatrix slice must not straddle chunks)
+    rows_per_chunk = max(1, min(rows_per_matrix, (1 << 16) // max(1, ne0 // 256) if fmt.block == 256 else (1 << 18) // ne0))
+    jobs = []
+    for m0 in range(0, x.shape[0], rows_per_matrix):
+        w = None
+        if qw is not None and fmt.uses_imatrix:
+            e = m0 // rows_per_matrix
+            w = np.asarray(qw[e * ne0:(e + 1) * ne0], dtype=np.float32)
+        for r0 in range(m0, min(m0 + rows_per_matrix, x.shape[0]), rows_per_chunk):
+            r1 = min(r0 + rows_per_chunk, m0 + rows_per_matrix, x.shape[0])
+            jobs.append(pool.submit(fmt.quantize, x[r0:r1], w))
+    out = np.concatenate([j.result() for j in jobs], axis=0).reshape(-1)
+    data = out.tobytes()
+    if measure:
+        y = fmt.dequantize(out, n).astype(np.float64)
+        xf = x.reshape(-1).astype(np.float64)
+        err = y - xf
+        tr.rmse = float(np.sqrt(np.mean(err * err)))
+        tr.max_abs_err = float(np.abs(err).max())
+        nx, ny = np.linalg.norm(xf), np.linalg.norm(y)
+        tr.cosine = float(xf @ y / (nx * ny)) if nx and ny else (1.0 if nx == ny else 0.0)
+    return data, tr
+
+
+def _check_finite(x: np.ndarray, name: str) -> None:
+    if not np.isfinite(x).all():
+        bad = int((~np.isfinite(x)).sum())
+        raise BadInput(f"tensor '{name}' holds {bad} NaN/Inf value(s); llama.cpp refuses such weights too. "
+                       "Fix the model before quantizing.")
+
+
+def _header(g, tensors, ftype_id: int) -> bytes:
+    """Header, metadata (input entries verbatim + quantization version + file type), tensor infos, padding."""
+    with open(g.path, "rb") as f:
+        raw = f.read(max(e for _, e, _ in g.kv_spans.values()) if g.kv_spans else 0)
+    kvs = [raw[s:e] for key, (s, e, _) in g.kv_spans.items() if key not in _DROP]
+
+    def kv_u32(key: str, v: int) -> bytes:
+        k = key.encode()
+        return struct.pack("<Q", len(k)) + k + struct.pack("<II", 4, v)
+
+    kvs += [kv_u32("general.quantization_version", QNT_VERSION), kv_u32("general.file_type", ftype_id)]
+    infos, offset = [], 0
+    for name, shape, type_name in tensors:
+        nd = rules.n_dims(shape)
+        k = name.encode("utf-8")
+        infos.append(struct.pack("<Q", len(k)) + k + struct.pack("<I", nd) + struct.pack(f"<{nd}q", *shape[:nd])
+                     + struct.pack("<iQ", TYPE_ID[type_name], offset))
+        size = tensor_bytes(type_name, shape)
+        offset += size + (-size % ALIGN)
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs) + b"".join(infos)
+    return out + b"\0" * (-len(out) % ALIGN)
