@@ -17,6 +17,7 @@ GROUPS = {
     "generate": ("llmkit.commands.generate", "command", "Stream text from a GGUF model (speculative decoding, lookup)."),
     "kv": ("llmkit.commands.kv", "group", "Plan KV-cache memory; save and restore KV slots."),
     "rag": ("llmkit.commands.rag", "group", "Index documents; BM25 + dense hybrid search, rerank, answer, evaluate."),
+    "quant": ("llmkit.commands.quant", "group", "Quantize GGUF models byte-identically to llama.cpp; errors, perplexity."),
     "gguf": ("llmkit.commands.gguf", "group", "Inspect GGUF files (hardened reader)."),
 }
 

@@ -1,0 +1,115 @@
+"""What quantization cost: per-tensor error between two models, and perplexity through llama.cpp."""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from llmkit.errors import BadInput
+
+
+@dataclass
+class TensorDiff:
+    name: str
+    shape: list[int]
+    type_a: str
+    type_b: str
+    rmse: float
+    max_abs_err: float
+    cosine: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def error_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """(RMSE, max |a - b|, cosine similarity) of two weight arrays (in float64)."""
+    a, b = a.astype(np.float64).reshape(-1), b.astype(np.float64).reshape(-1)
+    d = a - b
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    cos = float(a @ b / (na * nb)) if na and nb else (1.0 if na == nb else 0.0)
+    return float(np.sqrt(np.mean(d * d))), float(np.abs(d).max()) if len(d) else 0.0, cos
+
+
+def compare(path_a: str, path_b: str) -> list[TensorDiff]:
+    """Dequantize both models tensor by tensor and measure the difference (same names and shapes)."""
+    from llmkit.gguf.reader import read_gguf
+    from llmkit.quant.quantize import load_f32
+
+    ga, gb = read_gguf(path_a), read_gguf(path_b)
+    if ga.get("general.architecture") != gb.get("general.architecture"):
+        raise BadInput(f"the models have different architectures ({ga.get('general.architecture')} vs "
+                       f"{gb.get('general.architecture')}); compare two versions of one model.")
+    tb = {t.name: t for t in gb.tensors}
+    missing = [t.name for t in ga.tensors if t.name not in tb]
+    if missing:
+        raise BadInput(f"tensor '{missing[0]}' of '{path_a}' is not in '{path_b}'; compare two versions of one model.")
+    out = []
+    with open(path_a, "rb") as fa, open(path_b, "rb") as fb:
+        ba = mmap.mmap(fa.fileno(), 0, access=mmap.ACCESS_READ)
+        bb = mmap.mmap(fb.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            for t in ga.tensors:
+                u = tb[t.name]
+                if tuple(t.shape) != tuple(u.shape):
+                    raise BadInput(f"tensor '{t.name}' has shape {t.shape} in one model and {u.shape} in the other.")
+                x, y = load_f32(ba, t, ga.data_offset), load_f32(bb, u, gb.data_offset)
+                out.append(TensorDiff(t.name, list(t.shape), t.type_name, u.type_name, *error_stats(x, y)))
+        finally:
+            ba.close()
+            bb.close()
+    return out
+
+
+@dataclass
+class Perplexity:
+    model: str
+    ppl: float
+    nll: float
+    tokens_scored: int
+    chunks: int
+    n_ctx: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def perplexity(model_path: str, text: str, n_ctx: int = 512, max_chunks: int = 0, threads: int | None = None,
+               progress: Callable[[int, int], None] | None = None) -> Perplexity:
+    """llama-perplexity's method: the text is cut into chunks of n_ctx tokens (the first token of each
+    replaced by BOS when the model uses one); within a chunk only the second half is scored, each token
+    predicted from at least n_ctx/2 tokens of context. PPL = exp(mean negative log-likelihood)."""
+    import time
+
+    from llmkit.llama import runtime
+
+    t0 = time.perf_counter()
+    model = runtime.open_model(model_path, runtime.ModelOptions(n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads))
+    toks = model.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+    n_chunk = len(toks) // n_ctx
+    if max_chunks:
+        n_chunk = min(n_chunk, max_chunks)
+    if n_chunk < 1:
+        raise BadInput(f"the text has {len(toks)} tokens, fewer than one chunk of {n_ctx}; give more text or a smaller --ctx.")
+    bos = runtime.add_bos(model)
+    first = n_ctx // 2
+    nll, count = 0.0, 0
+    for i in range(n_chunk):
+        chunk = list(toks[i * n_ctx:(i + 1) * n_ctx])
+        if bos:
+            chunk[0] = model.token_bos()
+        model.reset()
+        model.eval(chunk)
+        logits = np.asarray(model.scores[:n_ctx], dtype=np.float64)
+        rows = logits[first:n_ctx - 1]
+        lse = np.logaddexp.reduce(rows, axis=1)
+        nll += float((lse - rows[np.arange(len(rows)), chunk[first + 1:n_ctx]]).sum())
+        count += len(rows)
+        if progress:
+            progress(i + 1, n_chunk)
+    return Perplexity(model_path, float(np.exp(nll / count)), nll / count, count, n_chunk, n_ctx,
+                      time.perf_counter() - t0)

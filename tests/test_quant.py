@@ -1,0 +1,240 @@
+"""llmkit quant against llama.cpp's own quantizer (llama_model_quantize): whole output files must be
+byte-identical for every type, on random-weight models of several shapes built here; plus imatrix
+(formats, collection, the error it saves), reports, compare, perplexity and bad input."""
+
+import ctypes
+import json
+import os
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from ggufmake import write_tiny_llama
+from test_gguf_reader import MALFORMED
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+from llmkit.quant import rules  # noqa: E402
+from llmkit.quant.quantize import quantize_file  # noqa: E402
+
+ALL = list(rules.FTYPES)
+
+
+def reference(src, dst, ftype, imatrix=None, pure=False):
+    """llama.cpp's quantizer through llama-cpp-python, with an imatrix passed as llama-quantize would."""
+    from llmkit.llama.runtime import _silence_llama_log
+
+    _silence_llama_log()
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype, p.nthread, p.pure = rules.FTYPES[ftype][0], 2, pure
+    keep = []
+    if imatrix:
+        arr = (llama_cpp.llama_model_imatrix_data * (len(imatrix) + 1))()
+        for i, (k, v) in enumerate(imatrix.items()):
+            v = np.ascontiguousarray(v, dtype=np.float32)
+            kb = k.encode()
+            keep += [v, kb]
+            arr[i].name, arr[i].data, arr[i].size = kb, v.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), len(v)
+        arr[len(imatrix)].name = None
+        keep.append(arr)
+        p.imatrix = ctypes.cast(arr, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
+    assert llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(p)) == 0
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("qmodels")
+    m = {
+        # untied output, GQA 2, outliers and exact zeros
+        "base": write_tiny_llama(d / "base.gguf", n_embd=256, n_ff=512, n_layer=3, n_head=4, n_head_kv=2, seed=1,
+                                 outliers=True),
+        # tied embeddings, GQA 4, 8 layers (use_more_bits pattern over layers)
+        "tied": write_tiny_llama(d / "tied.gguf", n_embd=256, n_ff=256, n_layer=8, n_head=8, n_head_kv=2, seed=2,
+                                 tied=True),
+        # rows of 288 and 640: not multiples of 256 (K-quant fallbacks)
+        "odd": write_tiny_llama(d / "odd.gguf", n_embd=288, n_ff=640, n_layer=2, n_head=4, n_head_kv=4, seed=3),
+        # F16 input
+        "f16": write_tiny_llama(d / "f16.gguf", n_embd=256, n_ff=512, n_layer=2, n_head=4, n_head_kv=2, seed=4,
+                                dtype=np.float16),
+    }
+    return d, m
+
+
+def same_file(a, b) -> bool:
+    return open(a, "rb").read() == open(b, "rb").read()
+
+
+CASES = ([("base", t) for t in ALL] + [("tied", t) for t in ("Q2_K", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q8_0")]
+         + [("odd", t) for t in ("Q2_K", "Q3_K_S", "Q4_K_M", "Q5_K_S", "Q6_K", "Q4_0")]
+         + [("f16", t) for t in ("F16", "BF16", "Q8_0", "Q4_K_M")])
+
+
+@pytest.mark.parametrize("model,ftype", CASES)
+def test_byte_identical_to_llama_cpp(models, model, ftype):
+    d, m = models
+    ours, ref = d / f"ours-{model}-{ftype}.gguf", d / f"ref-{model}-{ftype}.gguf"
+    reference(m[model], ref, ftype)
+    quantize_file(str(m[model]), str(ours), ftype)
+    assert same_file(ours, ref), f"{model} {ftype} differs from llama.cpp"
+    os.unlink(ours), os.unlink(ref)
+
+
+def test_pure_and_mixture_types(models):
+    d, m = models
+    ref, ours = d / "ref-pure.gguf", d / "ours-pure.gguf"
+    reference(m["tied"], ref, "Q4_K_M", pure=True)
+    rep = quantize_file(str(m["tied"]), str(ours), "Q4_K_M", pure=True)
+    assert same_file(ours, ref)
+    assert {t.type_out for t in rep.tensors if t.type_in != t.type_out} == {"Q4_K"}
+    rep = quantize_file(str(m["tied"]), str(ours), "Q4_K_M")
+    types = {t.name: t.type_out for t in rep.tensors}
+    assert types["token_embd.weight"] == "Q6_K"  # tied: the embedding doubles as the output layer
+    v6 = [i for i in range(8) if types[f"blk.{i}.attn_v.weight"] == "Q6_K"]
+    assert v6 == [0, 3, 6, 7]  # use_more_bits(i, 8): i < 1, i >= 7, or (i - 1) % 3 == 2
+    assert types["blk.0.attn_norm.weight"] == "F32"
+
+
+@pytest.fixture(scope="module")
+def imatrix_file(models, kernel_small):
+    d, m = models
+    out = d / "imatrix.gguf"
+    r = run_cli(["quant", "imatrix", "-m", str(m["base"]), "--text", str(kernel_small), "-o", str(out), "-c", "128"])
+    assert r.exit_code == 0, r.stderr
+    return out
+
+
+@pytest.mark.parametrize("ftype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_M", "Q5_K_S", "Q6_K"])
+def test_imatrix_byte_identical(models, imatrix_file, ftype):
+    from llmkit.quant.imatrix import load_imatrix
+
+    d, m = models
+    imx = load_imatrix(str(imatrix_file))
+    ref, ours = d / f"ref-imx-{ftype}.gguf", d / f"ours-imx-{ftype}.gguf"
+    reference(m["base"], ref, ftype, imatrix=imx)
+    r = run_cli(["quant", str(m["base"]), "-t", ftype, "-o", str(ours), "--imatrix", str(imatrix_file)])
+    assert r.exit_code == 0, r.stderr
+    assert same_file(ours, ref)
+
+
+def test_imatrix_lowers_activation_weighted_error(models, imatrix_file):
+    from llmkit.gguf.reader import read_gguf
+    from llmkit.quant.base import get_format
+    from llmkit.quant.imatrix import load_imatrix
+    from llmkit.quant.quantize import load_f32
+
+    d, m = models
+    imx = load_imatrix(str(imatrix_file))
+    assert len(imx) == 3 * 7  # every matrix of every layer, including the last layer's FFN
+    g = read_gguf(str(m["base"]))
+    buf = open(m["base"], "rb").read()
+    plain = weighted = 0.0
+    for t in g.tensors:
+        if t.name not in imx:
+            continue
+        x = load_f32(buf, t, g.data_offset)
+        fmt = get_format("Q4_K")
+        err = lambda q: float(((fmt.dequantize(q.reshape(-1), x.size).reshape(x.shape) - x) ** 2 * imx[t.name]).sum())
+        plain += err(fmt.quantize(x))
+        weighted += err(fmt.quantize(x, imx[t.name]))
+    assert weighted < 0.97 * plain  # activation-weighted squared error drops with the imatrix
+
+
+def test_legacy_dat_imatrix(tmp_path):
+    from llmkit.quant.imatrix import load_imatrix
+
+    p = tmp_path / "old.dat"
+    vals = np.array([2.0, 4.0, 6.0], np.float32)
+    name = b"blk.0.attn_q.weight"
+    p.write_bytes(struct.pack("<i", 1) + struct.pack("<i", len(name)) + name + struct.pack("<ii", 2, 3) + vals.tobytes()
+                  + struct.pack("<i", 10) + struct.pack("<i", 4) + b"wiki")
+    np.testing.assert_array_equal(load_imatrix(str(p))["blk.0.attn_q.weight"], vals / 2)
+    p.write_bytes(p.read_bytes()[:20])
+    r = run_cli(["quant", str(p), "-t", "Q4_0", "-o", str(tmp_path / "x.gguf"), "--imatrix", str(p)])
+    assert r.exit_code == 1 and "imatrix" in r.stderr
+
+
+def test_report_json_compare_and_ppl(models, kernel_small, tmp_path):
+    d, m = models
+    q8 = tmp_path / "q8.gguf"
+    r = run_cli(["quant", str(m["base"]), "-t", "Q8_0", "-o", str(q8), "--json"])
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["ftype"] == "Q8_0" and rep["ratio"] > 3.5 and 8.0 < rep["bpw"] < 9.0
+    q = [t for t in rep["tensors"] if t["type_out"] == "Q8_0"]
+    assert q and all(t["cosine"] > 0.9999 and t["bpw"] == 8.5 for t in q)
+    q2 = tmp_path / "q2.gguf"
+    assert run_cli(["quant", str(m["base"]), "-t", "Q2_K", "-o", str(q2)]).exit_code == 0
+    r = run_cli(["quant", "compare", str(m["base"]), str(q2), "--json"])
+    diffs = {t["name"]: t for t in json.loads(r.stdout)["tensors"]}
+    assert diffs["blk.0.attn_norm.weight"]["rmse"] == 0 and 0 < diffs["blk.0.attn_q.weight"]["rmse"]
+    assert diffs["blk.0.attn_q.weight"]["cosine"] < 0.999
+    r = run_cli(["quant", "ppl", "-m", str(m["base"]), "-m", str(q8), "-m", str(q2), str(kernel_small), "-c", "128",
+                 "--chunks", "3", "--json"])
+    assert r.exit_code == 0, r.stderr
+    ppl = [json.loads(x)["ppl"] for x in r.stdout.splitlines()]
+    assert len(ppl) == 3 and all(np.isfinite(ppl))
+    assert abs(ppl[1] - ppl[0]) < abs(ppl[2] - ppl[0])  # Q8_0 stays closer to F32 than Q2_K
+
+
+def _model_with(tmp_path, mutate):
+    """The base tiny model with one tensor's F32 data changed in place."""
+    from llmkit.gguf.reader import read_gguf
+
+    p = tmp_path / "bad-weights.gguf"
+    write_tiny_llama(p, n_embd=64, n_ff=128, n_layer=1, seed=5)
+    g = read_gguf(str(p))
+    t = next(t for t in g.tensors if t.name == "blk.0.attn_q.weight")
+    data = bytearray(p.read_bytes())
+    arr = np.frombuffer(bytes(data[g.data_offset + t.offset: g.data_offset + t.offset + t.nbytes]), "<f4").copy()
+    mutate(arr)
+    data[g.data_offset + t.offset: g.data_offset + t.offset + t.nbytes] = arr.tobytes()
+    p.write_bytes(bytes(data))
+    return p
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_weights_refused(tmp_path, value):
+    def put(a):
+        a[7] = value
+
+    p = _model_with(tmp_path, put)
+    out = tmp_path / "out.gguf"
+    r = run_cli(["quant", str(p), "-t", "Q8_0", "-o", str(out)])
+    assert r.exit_code == 1 and "NaN/Inf" in r.stderr and not out.exists()
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # no temp file left behind
+
+
+def test_bad_usage_and_requantize(models, tmp_path):
+    d, m = models
+    q4 = tmp_path / "q4.gguf"
+    assert run_cli(["quant", str(m["base"]), "-t", "Q4_0", "-o", str(q4)]).exit_code == 0
+    r = run_cli(["quant", str(q4), "-t", "Q8_0", "-o", str(tmp_path / "again.gguf")])
+    assert r.exit_code == 1 and "already quantized" in r.stderr
+    ref = tmp_path / "ref-re.gguf"
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype, p.allow_requantize = rules.FTYPES["Q8_0"][0], True
+    assert llama_cpp.llama_model_quantize(str(q4).encode(), str(ref).encode(), ctypes.byref(p)) == 0
+    r = run_cli(["quant", str(q4), "-t", "Q8_0", "-o", str(tmp_path / "again.gguf"), "--allow-requantize"])
+    assert r.exit_code == 0 and same_file(tmp_path / "again.gguf", ref)
+    before = q4.read_bytes()
+    r = run_cli(["quant", str(q4), "-t", "Q8_0", "-o", str(q4), "--allow-requantize"])
+    assert r.exit_code == 1 and "output path is the input" in r.stderr and q4.read_bytes() == before
+    r = run_cli(["quant", str(m["base"]), "-t", "Q7_X", "-o", str(tmp_path / "x.gguf")])
+    assert r.exit_code == 1 and "unknown quantization type" in r.stderr
+    r = run_cli(["quant", str(m["base"]), "-o", str(tmp_path / "x.gguf")])
+    assert r.exit_code == 2
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_inputs_fail_fast(tmp_path, name):
+    p = tmp_path / "bad.gguf"
+    p.write_bytes(MALFORMED[name])
+    out = tmp_path / "out.gguf"
+    t = time.perf_counter()
+    r = run_cli(["quant", str(p), "-t", "Q4_K_M", "-o", str(out)])
+    assert time.perf_counter() - t < 1.0
+    assert r.exit_code == 1 and r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
