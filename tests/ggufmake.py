@@ -69,6 +69,9 @@ def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
             a[rng.random(shape) < 0.002] *= 40.0
             a[rng.random(shape) < 0.01] = 0.0
             a[..., :32][rng.random(a[..., :32].shape) < 0.05] = 0.0
+            if a.ndim == 2 and a.shape[-1] >= 64:  # whole blocks of +0.0 and of -0.0 (sign of zero scales)
+                a[::7, 32:64] = 0.0
+                a[3::7, 32:64] = -0.0
         return a.astype(dtype)
 
     w = gguf.GGUFWriter(str(path), "llama")

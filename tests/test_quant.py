@@ -129,12 +129,12 @@ def test_imatrix_lowers_activation_weighted_error(models, imatrix_file):
     imx = load_imatrix(str(imatrix_file))
     assert len(imx) == 3 * 7  # every matrix of every layer, including the last layer's FFN
     g = read_gguf(str(m["base"]))
-    buf = open(m["base"], "rb").read()
+    f = open(m["base"], "rb")
     plain = weighted = 0.0
     for t in g.tensors:
         if t.name not in imx:
             continue
-        x = load_f32(buf, t, g.data_offset)
+        x = load_f32(f, t, g.data_offset)
         fmt = get_format("Q4_K")
         err = lambda q: float(((fmt.dequantize(q.reshape(-1), x.size).reshape(x.shape) - x) ** 2 * imx[t.name]).sum())
         plain += err(fmt.quantize(x))

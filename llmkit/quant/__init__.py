@@ -5,4 +5,6 @@ itself here. Block layouts and sizes follow ggml; the math follows ggml-quants.c
 the same order of operations, so the bytes match.
 """
 
-from llmkit.quant.base import FORMATS, Format, get_format  # noqa: F401
+from llmkit.quant.base import FORMATS, Format, get_format
+
+__all__ = ["FORMATS", "Format", "get_format"]

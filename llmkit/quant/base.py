@@ -68,7 +68,11 @@ def by_id(type_id: int) -> Format | None:
 
 
 def _load_all() -> None:
-    from llmkit.quant import floats, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k  # noqa: F401
+    """Import every format module once (each registers its class in FORMATS)."""
+    import importlib
+
+    for m in ("floats", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"):
+        importlib.import_module(f"llmkit.quant.{m}")
 
 
 # -- float32 helpers with ggml's exact semantics ---------------------------------------------------
@@ -95,8 +99,13 @@ def nearest_int(v: np.ndarray) -> np.ndarray:
 
 def seq_sum(a: np.ndarray) -> np.ndarray:
     """Sum over the last axis in order, in float32, like a C `for` loop `s += a[i]` (numpy's
-    sum is pairwise and rounds differently; accumulate is sequential)."""
-    return np.add.accumulate(a, axis=-1, dtype=F32)[..., -1]
+    sum is pairwise and rounds differently): n - 1 vector additions over the transposed array."""
+    a = np.asarray(a, dtype=F32)
+    t = np.ascontiguousarray(np.moveaxis(a, -1, 0))
+    s = t[0].copy()
+    for i in range(1, t.shape[0]):
+        s += t[i]
+    return s
 
 
 def safe_inv(d: np.ndarray) -> np.ndarray:
@@ -107,9 +116,30 @@ def safe_inv(d: np.ndarray) -> np.ndarray:
 
 
 def abs_max_signed(x: np.ndarray) -> np.ndarray:
-    """Per row, the value with the largest magnitude (the first one on ties, as ggml's `>` loop)."""
-    idx = np.abs(x).argmax(axis=-1)
-    return np.take_along_axis(x, idx[..., None], axis=-1)[..., 0]
+    """Per row, ggml's `max`: the first value with the largest magnitude, or +0.0 when every value
+    is zero (the C loop starts from max = 0 and only moves on a strictly larger |v|).
+
+    From the row min and max (fast on the transposed copy); only rows where min == -max need
+    the position of the first extreme."""
+    mn, mx = row_min_max(x)
+    out = np.where(mx >= -mn, mx, mn).astype(F32)
+    tie = (mx == -mn) & (mx > 0)
+    if tie.any():
+        rows = np.flatnonzero(tie)
+        sub = x[rows]
+        out[rows] = sub[np.arange(len(rows)), np.abs(sub).argmax(axis=1)]
+    out[(mx == 0) & (mn == 0)] = F32(0.0)  # also turns -0.0 into +0.0
+    return out
+
+
+def row_min_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row minimum and maximum (through the transposed copy, see abs_max_signed)."""
+    t = np.ascontiguousarray(x.T)
+    return t.min(axis=0), t.max(axis=0)
+
+
+def row_abs_max(x: np.ndarray) -> np.ndarray:
+    return np.abs(np.ascontiguousarray(x.T)).max(axis=0)
 
 
 def pack_nibbles(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -118,5 +148,4 @@ def pack_nibbles(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 def high_bits_u32(q: np.ndarray) -> np.ndarray:
     """(n, 32) 5-bit values -> (n, 4) uint8: bit 4 of value j stored at bit j of a uint32."""
-    bits = ((q.astype(np.uint32) >> 4) & 1) << np.arange(32, dtype=np.uint32)
-    return np.bitwise_or.reduce(bits, axis=1).astype("<u4").view(np.uint8).reshape(-1, 4)
+    return np.packbits((q >= 16) & (q < 32), axis=1, bitorder="little")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -49,18 +48,12 @@ def compare(path_a: str, path_b: str) -> list[TensorDiff]:
         raise BadInput(f"tensor '{missing[0]}' of '{path_a}' is not in '{path_b}'; compare two versions of one model.")
     out = []
     with open(path_a, "rb") as fa, open(path_b, "rb") as fb:
-        ba = mmap.mmap(fa.fileno(), 0, access=mmap.ACCESS_READ)
-        bb = mmap.mmap(fb.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            for t in ga.tensors:
-                u = tb[t.name]
-                if tuple(t.shape) != tuple(u.shape):
-                    raise BadInput(f"tensor '{t.name}' has shape {t.shape} in one model and {u.shape} in the other.")
-                x, y = load_f32(ba, t, ga.data_offset), load_f32(bb, u, gb.data_offset)
-                out.append(TensorDiff(t.name, list(t.shape), t.type_name, u.type_name, *error_stats(x, y)))
-        finally:
-            ba.close()
-            bb.close()
+        for t in ga.tensors:
+            u = tb[t.name]
+            if tuple(t.shape) != tuple(u.shape):
+                raise BadInput(f"tensor '{t.name}' has shape {t.shape} in one model and {u.shape} in the other.")
+            x, y = load_f32(fa, t, ga.data_offset), load_f32(fb, u, gb.data_offset)
+            out.append(TensorDiff(t.name, list(t.shape), t.type_name, u.type_name, *error_stats(x, y)))
     return out
 
 

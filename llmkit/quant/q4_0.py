@@ -15,8 +15,8 @@ class Q4_0(Format):
 
     def quantize_blocks(self, x):
         d = abs_max_signed(x) / F32(-8)
-        v = x * safe_inv(d)[:, None] + F32(8.5)
-        q = np.minimum(15, np.trunc(v).astype(np.int32))
+        v = x * safe_inv(d)[:, None] + F32(8.5)  # >= 0.5, so a cast truncates like C's (int8_t)
+        q = np.minimum(v, F32(15)).astype(np.uint8)
         return self._pack(d, q)
 
     def quantize_weighted(self, rows, imatrix):

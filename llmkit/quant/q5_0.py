@@ -15,8 +15,8 @@ class Q5_0(Format):
 
     def quantize_blocks(self, x):
         d = abs_max_signed(x) / F32(-16)
-        v = x * safe_inv(d)[:, None] + F32(16.5)
-        q = np.minimum(31, np.trunc(v).astype(np.int32))
+        v = x * safe_inv(d)[:, None] + F32(16.5)  # >= 0.5, so a cast truncates like C's (int8_t)
+        q = np.minimum(v, F32(31)).astype(np.uint8)
         return self._pack(d, q)
 
     def quantize_weighted(self, rows, imatrix):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, fp16_bytes, half_to_f32, high_bits_u32, pack_nibbles, safe_inv
+from llmkit.quant.base import F32, Format, row_min_max, fp16_bytes, half_to_f32, high_bits_u32, pack_nibbles, safe_inv
 from llmkit.quant.kcommon import make_qkx, row_sigma2
 
 
@@ -13,10 +13,10 @@ class Q5_1(Format):
     uses_imatrix = True
 
     def quantize_blocks(self, x):
-        mn, mx = x.min(axis=1), x.max(axis=1)
+        mn, mx = row_min_max(x)
         d = (mx - mn) / F32(31)
-        v = (x - mn[:, None]) * safe_inv(d)[:, None] + F32(0.5)
-        q = np.trunc(v).astype(np.int32)
+        v = (x - mn[:, None]) * safe_inv(d)[:, None] + F32(0.5)  # >= 0.5: the cast truncates
+        q = v.astype(np.uint8)
         return self._pack(d, mn, q)
 
     def quantize_weighted(self, rows, imatrix):

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, fp16_bytes, half_to_f32, safe_inv
+from llmkit.quant.base import F32, Format, row_abs_max, fp16_bytes, half_to_f32, safe_inv
+
+
+_JUST_BELOW_HALF = np.nextafter(F32(0.5), F32(0))
 
 
 class Q8_0(Format):
     name, type_id, block, type_size = "Q8_0", 8, 32, 34
 
     def quantize_blocks(self, x):
-        amax = np.abs(x).max(axis=1)
+        amax = row_abs_max(x)
         d = amax / F32(127)
-        v = (x * safe_inv(d)[:, None]).astype(np.float64)
-        q = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int8)  # roundf: half away from zero
+        v = x * safe_inv(d)[:, None]
+        # roundf (half away from zero): add the largest float32 below 0.5 with v's sign, truncate
+        v += np.copysign(_JUST_BELOW_HALF, v)
+        q = v.astype(np.int8)
         out = np.empty((len(x), 34), np.uint8)
         out[:, :2] = fp16_bytes(d)
         out[:, 2:] = q.view(np.uint8)

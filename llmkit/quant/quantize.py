@@ -75,22 +75,35 @@ def tensor_bytes(type_name: str, shape) -> int:
     return n // bs * ts
 
 
-def load_f32(buf, info, data_offset: int) -> np.ndarray:
-    """A tensor's weights as float32 rows (n_rows, ne0), dequantizing when needed."""
+def read_tensor(f, info, data_offset: int) -> np.ndarray:
+    """A tensor's raw bytes, read with one readinto (a plain read from the page cache is ~2x faster
+    here than faulting in an mmap page by page)."""
+    raw = np.empty(info.nbytes, np.uint8)
+    f.seek(data_offset + info.offset)
+    if f.readinto(memoryview(raw)) != info.nbytes:
+        raise BadFileFormat(f"tensor '{info.name}' is cut short: the file ends inside its data.")
+    return raw
+
+
+def to_f32(raw: np.ndarray, info) -> np.ndarray:
+    """Raw tensor bytes as float32 rows (n_rows, ne0), dequantizing when needed."""
     from llmkit.quant.base import by_id
 
-    start = data_offset + info.offset
-    raw = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=start)
     ne0 = info.shape[0]
     n = int(np.prod(info.shape, dtype=np.int64))
     if info.type == 0:
-        x = raw.view("<f4").astype(np.float32)
+        x = raw.view("<f4")
     else:
         fmt = by_id(info.type)
         if fmt is None:
             raise BadInput(f"tensor '{info.name}' has type {info.type_name}, which llmkit cannot read.")
         x = fmt.dequantize(raw, n)
     return x.reshape(-1, ne0)
+
+
+def load_f32(f, info, data_offset: int) -> np.ndarray:
+    """A tensor of an open GGUF file as float32 rows."""
+    return to_f32(read_tensor(f, info, data_offset), info)
 
 
 def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix: dict | None = None,
@@ -126,26 +139,20 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
     if not os.path.isdir(directory):
         raise BadInput(f"cannot write '{dst}': directory '{directory}' does not exist.")
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=".tmp", dir=directory)
-    import mmap
-
     pool = ThreadPoolExecutor(max_workers=max(1, threads or os.cpu_count() or 1))
     try:
         with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
-            buf = mmap.mmap(fin.fileno(), 0, access=mmap.ACCESS_READ)
-            try:
-                fout.write(header)
-                for i, (t, new) in enumerate(plan):
-                    if progress:
-                        progress(i, len(plan), t.name)
-                    data, tr = _convert(buf, g.data_offset, t, new, imatrix, pool, measure)
-                    fout.write(data)
-                    fout.write(b"\0" * (-len(data) % ALIGN))
-                    report.tensors.append(tr)
-                    report.bytes_in += t.nbytes
-                    report.bytes_out += len(data)
-                    report.n_weights += int(np.prod(t.shape, dtype=np.int64))
-            finally:
-                buf.close()
+            fout.write(header)
+            for i, (t, new) in enumerate(plan):
+                if progress:
+                    progress(i, len(plan), t.name)
+                data, tr = _convert(fin, g.data_offset, t, new, imatrix, pool, measure)
+                fout.write(data)
+                fout.write(b"\0" * (-len(data) % ALIGN))
+                report.tensors.append(tr)
+                report.bytes_in += t.nbytes
+                report.bytes_out += len(data)
+                report.n_weights += int(np.prod(t.shape, dtype=np.int64))
             fout.flush()
             os.fsync(fout.fileno())
         os.replace(tmp, dst)
@@ -161,27 +168,27 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
     return report
 
 
-def _convert(buf, data_offset, t, new: str, imatrix, pool, measure: bool):
+def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
     """Bytes of one output tensor and its report row."""
     n = int(np.prod(t.shape, dtype=np.int64))
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
+    raw = read_tensor(fin, t, data_offset)
     if new == t.type_name:
-        raw = bytes(buf[data_offset + t.offset: data_offset + t.offset + t.nbytes])
         if t.type_name in ("F32", "F16", "BF16"):
-            _check_finite(load_f32(buf, t, data_offset), t.name)
+            _check_finite(to_f32(raw, t), t.name)
         if measure:
             tr.rmse, tr.max_abs_err, tr.cosine = 0.0, 0.0, 1.0
         return raw, tr
-    x = load_f32(buf, t, data_offset)
-    _check_finite(x, t.name)
+    x = to_f32(raw, t)
     fmt = get_format(new)
     ne0 = t.shape[0]
     rows_per_matrix = t.shape[1] if len(t.shape) > 1 else 1
     qw = imatrix.get(t.name) if imatrix is not None else None
     tr.imatrix = qw is not None
     # chunks of whole rows within one matrix (an expert's imatrix slice must not straddle chunks)
-    rows_per_chunk = max(1, min(rows_per_matrix, (1 << 16) // max(1, ne0 // 256) if fmt.block == 256 else (1 << 18) // ne0))
+    # ~128k weights per job: its temporaries stay in cache (measured: 2x faster than 1M-weight jobs)
+    rows_per_chunk = max(1, min(rows_per_matrix, (1 << 17) // ne0))
     jobs = []
     for m0 in range(0, x.shape[0], rows_per_matrix):
         w = None
@@ -190,10 +197,11 @@ def _convert(buf, data_offset, t, new: str, imatrix, pool, measure: bool):
             w = np.asarray(qw[e * ne0:(e + 1) * ne0], dtype=np.float32)
         for r0 in range(m0, min(m0 + rows_per_matrix, x.shape[0]), rows_per_chunk):
             r1 = min(r0 + rows_per_chunk, m0 + rows_per_matrix, x.shape[0])
-            jobs.append(pool.submit(fmt.quantize, x[r0:r1], w))
-    out = np.concatenate([j.result() for j in jobs], axis=0).reshape(-1)
-    data = out.tobytes()
+            jobs.append(pool.submit(_quantize_checked, fmt, x[r0:r1], w, t.name))
+    parts = [j.result() for j in jobs]
+    data = b"".join(memoryview(p).cast("B") for p in parts)
     if measure:
+        out = np.frombuffer(data, np.uint8)
         y = fmt.dequantize(out, n).astype(np.float64)
         xf = x.reshape(-1).astype(np.float64)
         err = y - xf
@@ -202,6 +210,15 @@ def _convert(buf, data_offset, t, new: str, imatrix, pool, measure: bool):
         nx, ny = np.linalg.norm(xf), np.linalg.norm(y)
         tr.cosine = float(xf @ y / (nx * ny)) if nx and ny else (1.0 if nx == ny else 0.0)
     return data, tr
+
+
+def _quantize_checked(fmt, x: np.ndarray, w, name: str) -> np.ndarray:
+    """One job: refuse NaN/Inf, then quantize."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(x, axis=None)  # NaN/Inf propagate; a finite overflow is re-checked exactly
+    if not np.isfinite(total):
+        _check_finite(x, name)
+    return np.ascontiguousarray(fmt.quantize(x, w))
 
 
 def _check_finite(x: np.ndarray, name: str) -> None:
