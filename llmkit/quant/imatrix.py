@@ -119,7 +119,7 @@ def _mul_mat_op() -> int:
     raise BadInput("cannot find ggml's MUL_MAT operation in llama-cpp-python's libraries.")
 
 
-def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None,
+def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None, max_chunks: int = 0,
             progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, int], int]:
     """Run the model over `text` in chunks of n_ctx tokens (each starting with BOS when the model
     wants one) and accumulate, for every `blk.*` matrix multiplication, the squared input activations
@@ -171,7 +171,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
     if not ctx:
         raise BadInput("llama.cpp could not create a context for imatrix collection.")
     chunks = [toks[i:i + step] for i in range(0, len(toks), step)]
-    chunks = [c for c in chunks if len(c) >= 16]
+    chunks = [c for c in chunks if len(c) >= 16][:max_chunks or None]
     try:
         for i, c in enumerate(chunks):
             seq = ([llm.token_bos()] if bos else []) + c

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Quantization in a shell pipeline: importance matrix, quantize (byte-identical to llama.cpp),
+# per-tensor report, compare, perplexity side by side.
+# Usage: examples/quant_pipeline.sh [MODEL.gguf] [TEXT]
+#   default model: the packaged SmolLM2-135M-Instruct (already Q4_1, so it is re-quantized here;
+#   start from an F16/BF16/F32 GGUF for real use); default text: the tokenizer test fixture.
+set -euo pipefail
+model=${1:-$(python3 -c 'from llmkit.llama.runtime import default_model_path as d; print(d())')}
+text=${2:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ -z "$text" ]; then
+  python3 -c 'import gzip,sys; sys.stdout.write(gzip.open("tests/fixtures/kernel-docs.txt.gz","rt").read()[:200000])' > "$work/calib.txt"
+  text="$work/calib.txt"
+fi
+requant=()
+case "$(llmkit gguf inspect "$model" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"].get("general.file_type", 0))')" in
+  0|1|32) ;;                 # F32 / F16 / BF16: quantize directly
+  *) requant=(--allow-requantize) ;;
+esac
+llmkit quant imatrix -m "$model" --text "$text" -o "$work/imatrix.gguf" -c 256 --chunks 16
+llmkit quant "$model" -t Q8_0 -o "$work/q8_0.gguf" "${requant[@]}"
+llmkit quant "$model" -t Q4_K_M -o "$work/q4_k_m.gguf" "${requant[@]}" --json \
+  | python3 -c 'import json,sys; r=json.load(sys.stdin); print("Q4_K_M:", r["bpw"], "bits/weight, ratio", r["ratio"]); [print(" ", t["name"], t["type_out"], round(t["cosine"], 5)) for t in r["tensors"][:6]]'
+llmkit quant "$model" -t Q4_K_M --imatrix "$work/imatrix.gguf" -o "$work/q4_k_m-imatrix.gguf" "${requant[@]}"
+llmkit quant compare "$model" "$work/q4_k_m.gguf" --json \
+  | python3 -c 'import json,sys; ts=json.load(sys.stdin)["tensors"]; w=max(ts, key=lambda t: t["rmse"]); print("largest RMSE:", w["name"], w["rmse"])'
+llmkit quant ppl -m "$model" -m "$work/q8_0.gguf" -m "$work/q4_k_m.gguf" -m "$work/q4_k_m-imatrix.gguf" "$text" -c 256 --chunks 8
