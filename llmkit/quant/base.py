@@ -54,6 +54,18 @@ class Format:
         raise NotImplementedError
 
 
+class SuperBlockFormat(Format):
+    """K-quants: 256-weight super-blocks; with an imatrix, every row uses the same column weights."""
+
+    block = 256
+    uses_imatrix = True
+
+    def quantize_weighted(self, rows, imatrix):
+        n_rows, n = rows.shape
+        qw = np.broadcast_to(imatrix.reshape(1, n), (n_rows, n)).reshape(-1, 256)
+        return self.quantize_blocks(rows.reshape(-1, 256), np.ascontiguousarray(qw))
+
+
 def get_format(name: str) -> Format:
     _load_all()
     try:

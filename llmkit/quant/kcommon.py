@@ -34,6 +34,15 @@ def seq_rows(a: np.ndarray) -> np.ndarray:
     return colsum(np.ascontiguousarray(a.T))
 
 
+def block32_weights(rows: np.ndarray, imatrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """32-blocks of the rows and their imatrix weights qw * sqrt(sigma2 + x^2), sigma2 = mean x^2 of
+    the row (quantize_row_q4_0_impl and its Q4_1/Q5_0/Q5_1 siblings)."""
+    sigma2 = row_sigma2(rows)
+    x = rows.reshape(rows.shape[0], -1, 32)
+    w = imatrix.reshape(1, -1, 32) * np.sqrt(sigma2[:, None, None] + x * x)
+    return x.reshape(-1, 32), w.reshape(-1, 32)
+
+
 def row_sigma2(rows: np.ndarray) -> np.ndarray:
     """sum(x^2) / n per row, summed in order (the imatrix paths of the 32-block formats)."""
     return seq_rows(rows * rows) / F32(rows.shape[1])
@@ -195,32 +204,43 @@ def make_qp_quants(x: np.ndarray, nmax: int, qw: np.ndarray):
             best = np.where(better, mse, best).astype(F32)
             iscale = np.where(better, iscale_is, iscale).astype(F32)
         L = np.minimum(F32(nmax), np.rint(iscale * xt))
-        sumlx = colsum(wt * xt * L)
-        suml2 = colsum(wt * L * L)
-        active = ~zero
-        for _ in range(5):
-            changed_any = np.zeros(B, bool)
-            for i in range(n):
-                w, xi, li = wt[i], xt[i], L[i]
-                slx = sumlx - w * xi * li
-                sl2 = suml2 - w * li * li
-                new_l = np.minimum(F32(nmax), np.rint(xi * sl2 / slx))
-                slx2 = slx + w * xi * new_l
-                sl22 = sl2 + w * new_l * new_l
-                accept = (active & (slx > 0) & (sl2 > 0) & (new_l != li)
-                          & (slx2 * slx2 * suml2 > sumlx * sumlx * sl22))
-                if accept.any():
-                    L[i] = np.where(accept, new_l, li)
-                    sumlx = np.where(accept, slx2, sumlx).astype(F32)
-                    suml2 = np.where(accept, sl22, suml2).astype(F32)
-                    changed_any |= accept
-            active &= changed_any
-            if not active.any():
-                break
-        scale = np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
+        scale = _descend(xt, wt, L, ~zero, None, nmax, q3=False)
     scale = np.where(zero, F32(0), scale).astype(F32)
     L = np.where(zero, F32(0), L)
     return scale, L.T.astype(np.int32)
+
+
+def _descend(xt, wt, L, active, lo, hi, q3: bool) -> np.ndarray:
+    """Coordinate descent on the levels L (updated in place), maximising sumlx^2 / suml2: each
+    level in turn moves to round(x * suml2 / sumlx) of the others when that improves the block;
+    at most 5 rounds, a block stops after a round without change. Returns the scale sumlx/suml2.
+
+    make_qp_quants (q3=False) only tries when both partial sums are positive and clamps at hi;
+    make_q3_quants (q3=True) tests sumlx > 0 first, clamps to [lo, hi] and needs suml2 > 0 after."""
+    n, B = xt.shape
+    sumlx = colsum(wt * xt * L)
+    suml2 = colsum(wt * L * L)
+    for _ in range(5):
+        changed_any = np.zeros(B, bool)
+        for i in range(n):
+            xi, w, li = xt[i], wt[i], L[i]
+            slx = sumlx - w * xi * li
+            sl2 = suml2 - w * li * li
+            new_l = np.rint(xi * sl2 / slx)
+            new_l = np.clip(new_l, lo, hi) if lo is not None else np.minimum(F32(hi), new_l)
+            slx2 = slx + w * xi * new_l
+            sl22 = sl2 + w * new_l * new_l
+            ok = (sl22 > 0) if q3 else (sl2 > 0)
+            accept = active & (slx > 0) & ok & (new_l != li) & (slx2 * slx2 * suml2 > sumlx * sumlx * sl22)
+            if accept.any():
+                L[i] = np.where(accept, new_l, li)
+                sumlx = np.where(accept, slx2, sumlx).astype(F32)
+                suml2 = np.where(accept, sl22, suml2).astype(F32)
+                changed_any |= accept
+        active = active & changed_any
+        if not active.any():
+            break
+    return np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
 
 
 def make_q3_quants(x: np.ndarray, nmax: int):
@@ -234,29 +254,7 @@ def make_q3_quants(x: np.ndarray, nmax: int):
     with _errs():
         iscale = F32(-nmax) / mx
         L = _levels(iscale * xt, -nmax, nmax - 1)
-        sumlx = colsum(wt * xt * L)
-        suml2 = colsum(wt * L * L)
-        active = ~zero
-        for _ in range(5):
-            changed_any = np.zeros(B, bool)
-            for i in range(n):
-                xi, w, li = xt[i], wt[i], L[i]
-                slx = sumlx - w * xi * li
-                sl2 = suml2 - w * li * li
-                new_l = _levels(xi * sl2 / slx, -nmax, nmax - 1)
-                slx2 = slx + w * xi * new_l
-                sl22 = sl2 + w * new_l * new_l
-                accept = (active & (slx > 0) & (new_l != li) & (sl22 > 0)
-                          & (slx2 * slx2 * suml2 > sumlx * sumlx * sl22))
-                if accept.any():
-                    L[i] = np.where(accept, new_l, li)
-                    sumlx = np.where(accept, slx2, sumlx).astype(F32)
-                    suml2 = np.where(accept, sl22, suml2).astype(F32)
-                    changed_any |= accept
-            active &= changed_any
-            if not active.any():
-                break
-        scale = np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
+        scale = _descend(xt, wt, L, ~zero, -nmax, nmax - 1, q3=True)
     scale = np.where(zero, F32(0), scale).astype(F32)
     L = np.where(zero, F32(0), L + F32(nmax))
     return scale, L.T.astype(np.int32)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, fp16_bytes, half_to_f32, nearest_int, seq_sum
+from llmkit.quant.base import F32, SuperBlockFormat, fp16_bytes, half_to_f32, nearest_int, seq_sum
 from llmkit.quant.kcommon import make_qkx, make_qp_quants
 from llmkit.quant.q3_k import pack_2bit, unpack_2bit
 
 
-class Q2_K(Format):
-    name, type_id, block, type_size = "Q2_K", 10, 256, 84
-    uses_imatrix = True
+class Q2_K(SuperBlockFormat):
+    name, type_id, type_size = "Q2_K", 10, 84
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
@@ -48,11 +47,6 @@ class Q2_K(Format):
         out[:, 16:80] = pack_2bit(L)
         out[:, 80:82], out[:, 82:84] = d16, dmin16
         return out
-
-    def quantize_weighted(self, rows, imatrix):
-        n_rows, n = rows.shape
-        qw = np.broadcast_to(imatrix.reshape(1, n), (n_rows, n)).reshape(-1, 256)
-        return self.quantize_blocks(rows.reshape(-1, 256), np.ascontiguousarray(qw))
 
     def dequantize_blocks(self, b):
         nb = len(b)

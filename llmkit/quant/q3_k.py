@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, abs_max_signed, fp16_bytes, half_to_f32, nearest_int, seq_sum
+from llmkit.quant.base import F32, SuperBlockFormat, abs_max_signed, fp16_bytes, half_to_f32, nearest_int, seq_sum
 from llmkit.quant.kcommon import make_q3_quants, make_qx_quants, superblock_sigma2
 
 
@@ -20,9 +20,8 @@ def unpack_2bit(qs: np.ndarray) -> np.ndarray:
     return ((q >> (2 * np.arange(4)[None, None, :, None])) & 3).reshape(len(qs), 256)
 
 
-class Q3_K(Format):
-    name, type_id, block, type_size = "Q3_K", 11, 256, 110
-    uses_imatrix = True
+class Q3_K(SuperBlockFormat):
+    name, type_id, type_size = "Q3_K", 11, 110
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
@@ -74,11 +73,6 @@ class Q3_K(Format):
         lo = np.concatenate([s[:, 0:8] & 0xF, s[:, 0:8] >> 4], axis=1).astype(np.int32)
         hi = np.stack([(s[:, 8 + j % 4] >> (2 * (j // 4))) & 3 for j in range(16)], axis=1).astype(np.int32)
         return (lo | (hi << 4)) - 32
-
-    def quantize_weighted(self, rows, imatrix):
-        n_rows, n = rows.shape
-        qw = np.broadcast_to(imatrix.reshape(1, n), (n_rows, n)).reshape(-1, 256)
-        return self.quantize_blocks(rows.reshape(-1, 256), np.ascontiguousarray(qw))
 
     def dequantize_blocks(self, b):
         nb = len(b)

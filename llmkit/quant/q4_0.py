@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmkit.quant.base import F32, Format, abs_max_signed, fp16_bytes, half_to_f32, pack_nibbles, safe_inv
-from llmkit.quant.kcommon import make_qx_quants, row_sigma2
+from llmkit.quant.kcommon import block32_weights, make_qx_quants
 
 
 class Q4_0(Format):
@@ -20,11 +20,8 @@ class Q4_0(Format):
         return self._pack(d, q)
 
     def quantize_weighted(self, rows, imatrix):
-        n_rows, n = rows.shape
-        sigma2 = row_sigma2(rows)
-        x = rows.reshape(n_rows, -1, 32)
-        w = imatrix.reshape(1, -1, 32) * np.sqrt(sigma2[:, None, None] + x * x)
-        d, q = make_qx_quants(x.reshape(-1, 32), 8, 1, w.reshape(-1, 32))
+        x, w = block32_weights(rows, imatrix)
+        d, q = make_qx_quants(x, 8, 1, w)
         return self._pack(d, q)
 
     @staticmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, fp16_bytes, half_to_f32, nearest_int, seq_sum
+from llmkit.quant.base import F32, SuperBlockFormat, fp16_bytes, half_to_f32, nearest_int, seq_sum
 from llmkit.quant.kcommon import make_qkx, make_qp_quants, pack_scales_k4, superblock_sigma2, unpack_scales_k4
 
 
@@ -51,9 +51,8 @@ def requantize(sub, L, ls, lm, d16, dmin16, nmax):
     return np.where((d != 0)[:, :, None], l, L).reshape(nb, 256).astype(np.uint8)
 
 
-class Q4_K(Format):
-    name, type_id, block, type_size = "Q4_K", 12, 256, 144
-    uses_imatrix = True
+class Q4_K(SuperBlockFormat):
+    name, type_id, type_size = "Q4_K", 12, 144
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
@@ -64,11 +63,6 @@ class Q4_K(Format):
         out[:, 4:16] = pack_scales_k4(ls, lm)
         out[:, 16:] = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(nb, 128)
         return out
-
-    def quantize_weighted(self, rows, imatrix):
-        n_rows, n = rows.shape
-        qw = np.broadcast_to(imatrix.reshape(1, n), (n_rows, n)).reshape(-1, 256)
-        return self.quantize_blocks(rows.reshape(-1, 256), np.ascontiguousarray(qw))
 
     def dequantize_blocks(self, b):
         nb = len(b)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmkit.quant.base import F32, Format, row_min_max, fp16_bytes, half_to_f32, high_bits_u32, pack_nibbles, safe_inv
-from llmkit.quant.kcommon import make_qkx, row_sigma2
+from llmkit.quant.kcommon import block32_weights, make_qkx
 
 
 class Q5_1(Format):
@@ -20,11 +20,8 @@ class Q5_1(Format):
         return self._pack(d, mn, q)
 
     def quantize_weighted(self, rows, imatrix):
-        n_rows = rows.shape[0]
-        sigma2 = row_sigma2(rows)
-        x = rows.reshape(n_rows, -1, 32)
-        w = imatrix.reshape(1, -1, 32) * np.sqrt(sigma2[:, None, None] + x * x)
-        d, the_min, q = make_qkx(x.reshape(-1, 32), 31, w.reshape(-1, 32), -0.9, 0.05, 36, use_mad=False)
+        x, w = block32_weights(rows, imatrix)
+        d, the_min, q = make_qkx(x, 31, w, -0.9, 0.05, 36, use_mad=False)
         return self._pack(d, -the_min, q)
 
     @staticmethod

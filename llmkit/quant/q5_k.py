@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, half_to_f32
+from llmkit.quant.base import F32, SuperBlockFormat, half_to_f32
 from llmkit.quant.kcommon import pack_scales_k4, unpack_scales_k4
 from llmkit.quant.q4_k import kquant_scales_mins, requantize
 
 
-class Q5_K(Format):
-    name, type_id, block, type_size = "Q5_K", 13, 256, 176
-    uses_imatrix = True
+class Q5_K(SuperBlockFormat):
+    name, type_id, type_size = "Q5_K", 13, 176
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
@@ -27,11 +26,6 @@ class Q5_K(Format):
         out[:, 16:48] = qh
         out[:, 48:] = ((q[:, :, 0] & 0xF) | ((q[:, :, 1] & 0xF) << 4)).reshape(nb, 128)
         return out
-
-    def quantize_weighted(self, rows, imatrix):
-        n_rows, n = rows.shape
-        qw = np.broadcast_to(imatrix.reshape(1, n), (n_rows, n)).reshape(-1, 256)
-        return self.quantize_blocks(rows.reshape(-1, 256), np.ascontiguousarray(qw))
 
     def dequantize_blocks(self, b):
         nb = len(b)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, fp16_bytes, half_to_f32, nearest_int
+from llmkit.quant.base import F32, SuperBlockFormat, fp16_bytes, half_to_f32, nearest_int
 from llmkit.quant.kcommon import GROUP_MAX_EPS, make_qx_quants
 
 
-class Q6_K(Format):
-    name, type_id, block, type_size = "Q6_K", 14, 256, 210
-    uses_imatrix = True
+class Q6_K(SuperBlockFormat):
+    name, type_id, type_size = "Q6_K", 14, 210
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
@@ -40,11 +39,6 @@ class Q6_K(Format):
         out[:, 208:210] = d16
         out[empty] = 0
         return out
-
-    def quantize_weighted(self, rows, imatrix):
-        n_rows, n = rows.shape
-        qw = np.broadcast_to(imatrix.reshape(1, n), (n_rows, n)).reshape(-1, 256)
-        return self.quantize_blocks(rows.reshape(-1, 256), np.ascontiguousarray(qw))
 
     def dequantize_blocks(self, b):
         nb = len(b)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -135,35 +134,21 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
         plan.append((t, new))
     report = QuantReport(src, dst, ftype, fallbacks=chooser.n_fallback)
     header = _header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0])
-    directory = os.path.dirname(os.path.abspath(dst))
-    if not os.path.isdir(directory):
-        raise BadInput(f"cannot write '{dst}': directory '{directory}' does not exist.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=".tmp", dir=directory)
-    pool = ThreadPoolExecutor(max_workers=max(1, threads or os.cpu_count() or 1))
-    try:
-        with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
-            fout.write(header)
-            for i, (t, new) in enumerate(plan):
-                if progress:
-                    progress(i, len(plan), t.name)
-                data, tr = _convert(fin, g.data_offset, t, new, imatrix, pool, measure)
-                fout.write(data)
-                fout.write(b"\0" * (-len(data) % ALIGN))
-                report.tensors.append(tr)
-                report.bytes_in += t.nbytes
-                report.bytes_out += len(data)
-                report.n_weights += int(np.prod(t.shape, dtype=np.int64))
-            fout.flush()
-            os.fsync(fout.fileno())
-        os.replace(tmp, dst)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    finally:
-        pool.shutdown()
+    from llmkit.io import atomic_file
+
+    with ThreadPoolExecutor(max_workers=max(1, threads or os.cpu_count() or 1)) as pool, \
+            open(src, "rb") as fin, atomic_file(dst) as fout:
+        fout.write(header)
+        for i, (t, new) in enumerate(plan):
+            if progress:
+                progress(i, len(plan), t.name)
+            data, tr = _convert(fin, g.data_offset, t, new, imatrix, pool, measure)
+            fout.write(data)
+            fout.write(b"\0" * (-len(data) % ALIGN))
+            report.tensors.append(tr)
+            report.bytes_in += t.nbytes
+            report.bytes_out += len(data)
+            report.n_weights += int(np.prod(t.shape, dtype=np.int64))
     report.seconds = time.perf_counter() - t0
     return report
 
