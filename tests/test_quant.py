@@ -238,3 +238,18 @@ def test_malformed_inputs_fail_fast(tmp_path, name):
     assert time.perf_counter() - t < 1.0
     assert r.exit_code == 1 and r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_worker_processes_give_the_same_bytes(models, monkeypatch, imatrix_file):
+    """Large tensors go to worker processes that read their own rows; the bytes must not change."""
+    from llmkit.quant import quantize as q
+    from llmkit.quant.imatrix import load_imatrix
+
+    d, m = models
+    monkeypatch.setattr(q.Workers, "PROCESS_MIN_BYTES", 0)
+    imx = load_imatrix(str(imatrix_file))
+    for ftype, w in (("Q4_K_M", None), ("Q6_K", imx), ("Q2_K", None)):
+        ref, ours = d / f"ref-proc-{ftype}.gguf", d / f"ours-proc-{ftype}.gguf"
+        reference(m["base"], ref, ftype, imatrix=w)
+        quantize_file(str(m["base"]), str(ours), ftype, threads=2, imatrix=w)
+        assert same_file(ours, ref), ftype

@@ -134,23 +134,30 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
         plan.append((t, new))
     report = QuantReport(src, dst, ftype, fallbacks=chooser.n_fallback)
     header = _header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0])
+    pool = Workers(threads or os.cpu_count() or 1)
+    try:
+        _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report)
+    finally:
+        pool.close()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress, report) -> None:
     from llmkit.io import atomic_file
 
-    with ThreadPoolExecutor(max_workers=max(1, threads or os.cpu_count() or 1)) as pool, \
-            open(src, "rb") as fin, atomic_file(dst) as fout:
+    with open(src, "rb") as fin, atomic_file(dst) as fout:
         fout.write(header)
         for i, (t, new) in enumerate(plan):
             if progress:
                 progress(i, len(plan), t.name)
-            data, tr = _convert(fin, g.data_offset, t, new, imatrix, pool, measure)
+            data, tr = _convert(fin, data_offset, t, new, imatrix, pool, measure)
             fout.write(data)
             fout.write(b"\0" * (-len(data) % ALIGN))
             report.tensors.append(tr)
             report.bytes_in += t.nbytes
             report.bytes_out += len(data)
             report.n_weights += int(np.prod(t.shape, dtype=np.int64))
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
 def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
@@ -158,31 +165,43 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
     n = int(np.prod(t.shape, dtype=np.int64))
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
-    raw = read_tensor(fin, t, data_offset)
-    if new == t.type_name:
-        if t.type_name in ("F32", "F16", "BF16"):
-            _check_finite(to_f32(raw, t), t.name)
-        if measure:
-            tr.rmse, tr.max_abs_err, tr.cosine = 0.0, 0.0, 1.0
-        return raw, tr
-    x = to_f32(raw, t)
     fmt = get_format(new)
+    procs = pool.processes(t.nbytes, fmt)
+    if new == t.type_name or measure or procs is None:
+        raw = read_tensor(fin, t, data_offset)
+        if new == t.type_name:
+            if t.type_name in ("F32", "F16", "BF16"):
+                _check_finite(to_f32(raw, t), t.name)
+            if measure:
+                tr.rmse, tr.max_abs_err, tr.cosine = 0.0, 0.0, 1.0
+            return raw, tr
+        x = to_f32(raw, t)
+    else:
+        x = None  # worker processes read their own rows from the file
     ne0 = t.shape[0]
     rows_per_matrix = t.shape[1] if len(t.shape) > 1 else 1
     qw = imatrix.get(t.name) if imatrix is not None else None
+    if qw is not None and len(qw) != ne0 * (t.shape[2] if len(t.shape) > 2 else 1):
+        qw = None  # llama.cpp ignores a token-embedding entry of the wrong size (others were refused above)
     tr.imatrix = qw is not None
     # chunks of whole rows within one matrix (an expert's imatrix slice must not straddle chunks)
     # ~128k weights per job: its temporaries stay in cache (measured: 2x faster than 1M-weight jobs)
     rows_per_chunk = max(1, min(rows_per_matrix, (1 << 17) // ne0))
+    n_rows = n // ne0
+    row_in = t.nbytes // n_rows
     jobs = []
-    for m0 in range(0, x.shape[0], rows_per_matrix):
+    for m0 in range(0, n_rows, rows_per_matrix):
         w = None
         if qw is not None and fmt.uses_imatrix:
             e = m0 // rows_per_matrix
             w = np.asarray(qw[e * ne0:(e + 1) * ne0], dtype=np.float32)
-        for r0 in range(m0, min(m0 + rows_per_matrix, x.shape[0]), rows_per_chunk):
-            r1 = min(r0 + rows_per_chunk, m0 + rows_per_matrix, x.shape[0])
-            jobs.append(pool.submit(_quantize_checked, fmt, x[r0:r1], w, t.name))
+        for r0 in range(m0, min(m0 + rows_per_matrix, n_rows), rows_per_chunk):
+            r1 = min(r0 + rows_per_chunk, m0 + rows_per_matrix, n_rows)
+            if x is None:
+                jobs.append(procs.submit(_rows_job, fin.name, data_offset + t.offset + r0 * row_in, r1 - r0, ne0,
+                                         t.type, new, w, t.name))
+            else:
+                jobs.append(pool.threads.submit(_quantize_checked, fmt, x[r0:r1], w, t.name))
     parts = [j.result() for j in jobs]
     data = b"".join(memoryview(p).cast("B") for p in parts)
     if measure:
@@ -195,6 +214,47 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
         nx, ny = np.linalg.norm(xf), np.linalg.norm(y)
         tr.cosine = float(xf @ y / (nx * ny)) if nx and ny else (1.0 if nx == ny else 0.0)
     return data, tr
+
+
+class Workers:
+    """Threads for small tensors; for large ones with several workers, processes (the K-quant
+    searches are many small numpy calls that hold the GIL, so threads scale poorly)."""
+
+    PROCESS_MIN_BYTES = 8 << 20
+
+    def __init__(self, n: int):
+        self.n = max(1, n)
+        self.threads = ThreadPoolExecutor(max_workers=self.n)
+        self._procs = None
+
+    def processes(self, nbytes: int, fmt):
+        """A process pool for this tensor, or None: only K-quants gain (measured: the 32-block formats
+        are mostly large numpy passes that release the GIL, and lose to the pickling)."""
+        import multiprocessing
+
+        if (self.n < 2 or nbytes < self.PROCESS_MIN_BYTES or fmt.block != 256
+                or "fork" not in multiprocessing.get_all_start_methods()):
+            return None
+        if self._procs is None:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._procs = ProcessPoolExecutor(max_workers=self.n, mp_context=multiprocessing.get_context("fork"))
+        return self._procs
+
+    def close(self) -> None:
+        self.threads.shutdown()
+        if self._procs is not None:
+            self._procs.shutdown()
+
+
+def _rows_job(path: str, start: int, n_rows: int, ne0: int, type_id: int, fmt_name: str, w, name: str) -> bytes:
+    """Worker process: read rows [start, start + n_rows) of a tensor from the file and quantize them."""
+    from llmkit.gguf.reader import TensorInfo
+
+    info = TensorInfo(name, (ne0, n_rows), type_id, 0, tensor_bytes(GGML_TYPES[type_id][0], (ne0, n_rows)))
+    with open(path, "rb") as f:
+        raw = read_tensor(f, info, start)
+    return _quantize_checked(get_format(fmt_name), to_f32(raw, info), w, name).tobytes()
 
 
 def _quantize_checked(fmt, x: np.ndarray, w, name: str) -> np.ndarray:
