@@ -321,3 +321,25 @@ def test_eval_table(built, tmp_path):
     rows = [json.loads(x) for x in r.stdout.splitlines()]
     assert rows[0]["config"] == "bm25" and rows[0]["ndcg@10"] == pytest.approx(1.0) and rows[0]["mrr"] == 1.0
     assert rows[1]["queries"] == 2 and 0 < rows[1]["ndcg@10"] <= 1
+
+
+def test_stemmed_bm25_index(tmp_path):
+    rank_bm25 = pytest.importorskip("rank_bm25")
+    from llmkit.rag.bm25 import tokenize
+    from llmkit.rag.search import Index
+
+    corpus = tmp_path / "c"
+    _write_corpus(corpus)
+    idx = tmp_path / "idx"
+    r = run_cli(["rag", "index", str(idx), str(corpus / "articles"), "--stem", "--size", "200", "--overlap", "40"])
+    assert r.exit_code == 0, r.stderr
+    hits, _ = query(idx, "allocating objects", "--mode", "bm25", "-k", "1")
+    assert "allocator" in hits[0]["text"]  # allocating / allocator -> alloc
+    ix = Index(str(idx))
+    ref = rank_bm25.BM25Okapi([tokenize(t, stem=True) for t in ix.texts(range(ix.n))])
+    q = tokenize("scheduling runnable tasks", stem=True)
+    np.testing.assert_allclose(ix.bm25.scores(q), ref.get_scores(q), rtol=1e-12)
+    r = run_cli(["rag", "index", str(tmp_path / "plain"), str(corpus / "articles")])
+    assert r.exit_code == 0
+    r = run_cli(["rag", "index", str(tmp_path / "plain"), str(corpus / "code"), "--stem"])
+    assert r.exit_code == 1 and "without --stem" in r.stderr

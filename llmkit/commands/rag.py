@@ -40,12 +40,13 @@ def group():
 @click.option("--no-dedupe", is_flag=True, help="Keep exact and near-duplicate chunks.")
 @click.option("--near-dup", default=0.9, show_default=True, type=float, help="MinHash Jaccard threshold for near-duplicates.")
 @click.option("--no-boilerplate", is_flag=True, help="Keep lines repeated across many documents (headers, footers).")
+@click.option("--stem", is_flag=True, help="Porter-stem English words for BM25 (chosen when the index is created).")
 @click.option("--index-type", type=click.Choice(["auto", "flat", "hnsw"]), default="auto", show_default=True,
               help="faiss index: exact flat search up to 100k chunks, HNSW beyond (auto).")
 @click.option("--json", "as_json", is_flag=True, help="Print the indexing report as JSON on stdout.")
 def index_cmd(index_dir, inputs, collection, chunker, sizes, overlap, parent_size, model, query_prompt,
               passage_prompt, meta, text_field, id_field, include, exclude, no_dedupe, near_dup, no_boilerplate,
-              index_type, as_json):
+              stem, index_type, as_json):
     """Add INPUTS (files, directories, '-') to INDEX_DIR, updating only what changed.
 
     \b
@@ -75,7 +76,7 @@ def index_cmd(index_dir, inputs, collection, chunker, sizes, overlap, parent_siz
                         parent_size=parent_size, model=model, query_prompt=query_prompt, passage_prompt=passage_prompt,
                         meta=meta_d, text_field=text_field, id_field=id_field, include=include, exclude=exclude,
                         dedupe=not no_dedupe, near_threshold=near_dup, boilerplate=not no_boilerplate,
-                        index_type=index_type)
+                        stem=stem, index_type=index_type)
     stdin_data = sys.stdin.buffer.read() if "-" in inputs else None
     with progress_bar("indexing") as bar:
         report = build(index_dir, list(inputs), opts, stdin_data=stdin_data,

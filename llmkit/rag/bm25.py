@@ -23,8 +23,9 @@ _WORD = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+|[\p{L}\p{N}
 _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
 
 
-def tokenize(text: str) -> list[str]:
-    """Lower-cased words; CJK runs become overlapping character bigrams (single characters alone).
+def tokenize(text: str, stem: bool = False) -> list[str]:
+    """Lower-cased words (Porter-stemmed with `stem`); CJK runs become overlapping character
+    bigrams (single characters alone).
 
     >>> tokenize("Hello, World! 台灣大學 is")
     ['hello', 'world', '台灣', '灣大', '大學', 'is']
@@ -37,6 +38,10 @@ def tokenize(text: str) -> list[str]:
                 out.append(w)
             else:
                 out.extend(w[i:i + 2] for i in range(len(w) - 1))
+        elif stem:
+            from llmkit.rag.stem import stem as porter
+
+            out.append(porter(w.lower()))
         else:
             out.append(w.lower())
     return out

@@ -81,7 +81,7 @@ def prf_terms(index: Index, tokens: list[str], n_terms: int, allowed=None, n_doc
     weights = weights / weights.sum()
     acc: Counter = Counter()
     for (row, _), w, text in zip(top, weights, index.texts([r for r, _ in top])):
-        toks = tokenize(text)
+        toks = index.tok(text)
         if not toks:
             continue
         for t, c in Counter(toks).items():
@@ -99,14 +99,14 @@ def prf_terms(index: Index, tokens: list[str], n_terms: int, allowed=None, n_doc
     return out
 
 
-def expand_synonyms(tokens: list[str], query: str, synonyms: dict) -> list[str]:
+def expand_synonyms(tokens: list[str], query: str, synonyms: dict, tok=tokenize) -> list[str]:
     """Tokens of the synonyms of query words and phrases (phrases match on the lower-cased query)."""
     extra = []
     low = " ".join(query.lower().split())
     for head, alts in synonyms.items():
-        if (" " in head and head in low) or head in tokens:
+        if (" " in head and head in low) or any(t in tokens for t in tok(head)):
             for a in alts:
-                extra.extend(t for t in tokenize(a) if t not in tokens and t not in extra)
+                extra.extend(t for t in tok(a) if t not in tokens and t not in extra)
     return extra
 
 
@@ -195,10 +195,10 @@ class Pipeline:
                     qvecs[0] = v / (np.linalg.norm(v) or 1.0)
         for i, q in enumerate(variants):
             if use_bm25:
-                toks = tokenize(q)
+                toks = ix.tok(q)
                 weights = [1.0] * len(toks)
                 if o.synonyms:
-                    extra = expand_synonyms(toks, q, o.synonyms)
+                    extra = expand_synonyms(toks, q, o.synonyms, ix.tok)
                     if extra:
                         res.notes.append(f"synonyms added: {extra}")
                     toks, weights = toks + extra, weights + [1.0] * len(extra)
@@ -248,7 +248,7 @@ class Pipeline:
         n_c = len(ix.collections)
         evidence = []
         if o.mode in ("bm25", "hybrid"):
-            s = ix.bm25.scores(tokenize(variants[0]))
+            s = ix.bm25.scores(ix.tok(variants[0]))
             if allowed is not None:
                 s = np.where(allowed, s, 0.0)
             best = np.zeros(n_c)

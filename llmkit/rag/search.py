@@ -159,6 +159,11 @@ class Index:
         self._faiss = None
         self._embedder = None
         self._parent_rows = None
+        self.stem = bool(self.manifest.get("stem", False))
+
+    def tok(self, text: str) -> list[str]:
+        """BM25 terms of a text, tokenized as the index was (stemmed or not)."""
+        return tokenize(text, self.stem)
 
     @property
     def n(self) -> int:
@@ -249,7 +254,7 @@ class Index:
             return None
         mask = np.ones(self.n, bool)
         for term in terms:
-            toks = tokenize(term)
+            toks = self.tok(term)
             if not toks:
                 continue
             m = np.zeros(self.n, bool)

@@ -69,6 +69,7 @@ class IndexOptions:
     dedupe: bool = True
     near_threshold: float = 0.9
     boilerplate: bool = True
+    stem: bool = False  # Porter-stem English words for BM25 (index-wide, fixed when the index is created)
     index_type: str = "auto"  # auto | flat | hnsw
     hnsw_above: int = 100_000
 
@@ -306,6 +307,8 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
                 m.get("query_prompt", ""), m.get("passage_prompt", "")):
             raise BadInput("this index was built with other --query-prompt/--passage-prompt values; "
                            "use a new index directory to change them.")
+        if opts.stem and not m.get("stem", False):
+            raise BadInput("this index was built without --stem; BM25 terms cannot be mixed. Use a new index directory.")
         return m
     os.makedirs(directory, exist_ok=True)
     model = opts.model
@@ -315,7 +318,7 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
         model = resolve_model(model)
     return {"format": FORMAT, "version": VERSION, "generation": 0, "model": model or "default", "dim": None,
             "query_prompt": opts.query_prompt, "passage_prompt": opts.passage_prompt, "created": _now(),
-            "collections": {}, "fields": [], "index": None}
+            "collections": {}, "fields": [], "index": None, "stem": opts.stem}
 
 
 def _live_chunks(con: sqlite3.Connection, gen: int):
@@ -361,7 +364,8 @@ def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
         report.index_type = _write_faiss(os.path.join(gdir, "faiss.index"), vectors, opts)
         if progress:
             progress("BM25", 0, 1)
-        BM25Index.build([tokenize(r[1]) for r in rows]).save(os.path.join(gdir, "bm25"))
+        stem = bool(manifest.get("stem", False))
+        BM25Index.build([tokenize(r[1], stem) for r in rows]).save(os.path.join(gdir, "bm25"))
         manifest["dim"] = dim
     fields = sorted({k for (k,) in con.execute(
         "SELECT DISTINCT j.key FROM chunks c JOIN docs d ON d.id = c.doc_id, json_each(c.meta) j "
