@@ -148,10 +148,9 @@ def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress
 
     with open(src, "rb") as fin, atomic_file(dst) as fout:
         fout.write(header)
-        for i, (t, new) in enumerate(plan):
-            if progress:
-                progress(i, len(plan), t.name)
-            data, tr = _convert(fin, data_offset, t, new, imatrix, pool, measure)
+
+        def emit(t, finish) -> None:
+            data, tr = finish()
             fout.write(data)
             fout.write(b"\0" * (-len(data) % ALIGN))
             report.tensors.append(tr)
@@ -159,9 +158,22 @@ def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress
             report.bytes_out += len(data)
             report.n_weights += int(np.prod(t.shape, dtype=np.int64))
 
+        # one tensor in flight: tensor i is read and its jobs queued while tensor i-1's are still
+        # running, then i-1 is written — reading and writing overlap the quantization
+        pending = None
+        for i, (t, new) in enumerate(plan):
+            if progress:
+                progress(i, len(plan), t.name)
+            finish = _convert(fin, data_offset, t, new, imatrix, pool, measure)
+            if pending is not None:
+                emit(*pending)
+            pending = (t, finish)
+        if pending is not None:
+            emit(*pending)
+
 
 def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
-    """Bytes of one output tensor and its report row."""
+    """Read one tensor and queue its quantization; returns finish() -> (bytes, report row)."""
     n = int(np.prod(t.shape, dtype=np.int64))
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
@@ -174,7 +186,7 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
                 _check_finite(to_f32(raw, t), t.name)
             if measure:
                 tr.rmse, tr.max_abs_err, tr.cosine = 0.0, 0.0, 1.0
-            return raw, tr
+            return lambda: (raw, tr)
         x = to_f32(raw, t)
     else:
         x = None  # worker processes read their own rows from the file
@@ -202,18 +214,22 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
                                          t.type, new, w, t.name))
             else:
                 jobs.append(pool.threads.submit(_quantize_checked, fmt, x[r0:r1], w, t.name))
-    parts = [j.result() for j in jobs]
-    data = b"".join(memoryview(p).cast("B") for p in parts)
-    if measure:
-        out = np.frombuffer(data, np.uint8)
-        y = fmt.dequantize(out, n).astype(np.float64)
-        xf = x.reshape(-1).astype(np.float64)
-        err = y - xf
-        tr.rmse = float(np.sqrt(np.mean(err * err)))
-        tr.max_abs_err = float(np.abs(err).max())
-        nx, ny = np.linalg.norm(xf), np.linalg.norm(y)
-        tr.cosine = float(xf @ y / (nx * ny)) if nx and ny else (1.0 if nx == ny else 0.0)
-    return data, tr
+
+    def finish():
+        parts = [j.result() for j in jobs]
+        data = b"".join(memoryview(p).cast("B") for p in parts)
+        if measure:
+            out = np.frombuffer(data, np.uint8)
+            y = fmt.dequantize(out, n).astype(np.float64)
+            xf = x.reshape(-1).astype(np.float64)
+            err = y - xf
+            tr.rmse = float(np.sqrt(np.mean(err * err)))
+            tr.max_abs_err = float(np.abs(err).max())
+            nx, ny = np.linalg.norm(xf), np.linalg.norm(y)
+            tr.cosine = float(xf @ y / (nx * ny)) if nx and ny else (1.0 if nx == ny else 0.0)
+        return data, tr
+
+    return finish
 
 
 class Workers:

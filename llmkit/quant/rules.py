@@ -76,7 +76,7 @@ def category(name: str) -> str:
 
 def layer_of(name: str) -> int:
     """The `blk.N.` layer of a tensor name (-1 if none): llama.cpp's tensor order key."""
-    m = re.match(r"blk\.([+-]?\d+)\.", name)
+    m = re.match(r"blk\.\s*([+-]?\d+)", name)  # like C's sscanf(name, "blk.%d.", &i)
     return int(m.group(1)) if m else -1
 
 
