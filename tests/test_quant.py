@@ -253,3 +253,39 @@ def test_worker_processes_give_the_same_bytes(models, monkeypatch, imatrix_file)
         reference(m["base"], ref, ftype, imatrix=w)
         quantize_file(str(m["base"]), str(ours), ftype, threads=2, imatrix=w)
         assert same_file(ours, ref), ftype
+
+
+@pytest.mark.parametrize("ftype,value", [("Q8_0", 1e7), ("Q4_K_M", 1e9), ("Q4_K_M", 1e7), ("Q2_K", 3e6), ("F16", 1e5)])
+def test_fp16_overflow_refused_like_llama_cpp(tmp_path, ftype, value):
+    """A huge weight: where llama.cpp refuses (a scale beyond fp16), llmkit refuses; where it
+    accepts, the bytes are the same."""
+    def put(a):
+        a[3] = value
+
+    p = _model_with(tmp_path, put)
+    p2 = tmp_path / "model-256.gguf"
+    if ftype == "Q4_K_M":  # K-quants need 256-wide rows: rebuild wider with the same mutation
+        write_tiny_llama(p2, n_embd=256, n_ff=256, n_layer=1, seed=5)
+        from llmkit.gguf.reader import read_gguf
+
+        g = read_gguf(str(p2))
+        t = next(t for t in g.tensors if t.name == "blk.0.attn_q.weight")
+        data = bytearray(p2.read_bytes())
+        arr = np.frombuffer(bytes(data[g.data_offset + t.offset: g.data_offset + t.offset + t.nbytes]), "<f4").copy()
+        put(arr)
+        data[g.data_offset + t.offset: g.data_offset + t.offset + t.nbytes] = arr.tobytes()
+        p2.write_bytes(bytes(data))
+        p = p2
+    from llmkit.llama.runtime import _silence_llama_log
+
+    _silence_llama_log()
+    prm = llama_cpp.llama_model_quantize_default_params()
+    prm.ftype = rules.FTYPES[ftype][0]
+    refused = llama_cpp.llama_model_quantize(str(p).encode(), str(tmp_path / "ref.gguf").encode(), ctypes.byref(prm)) != 0
+    out = tmp_path / "out.gguf"
+    r = run_cli(["quant", str(p), "-t", ftype, "-o", str(out)])
+    if refused:
+        assert r.exit_code == 1 and "beyond fp16's range" in r.stderr and not out.exists()
+    else:
+        assert r.exit_code == 0 and same_file(out, tmp_path / "ref.gguf")
+    assert refused == (value != 1e7 or ftype == "Q8_0")

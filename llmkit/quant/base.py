@@ -18,6 +18,7 @@ class Format:
     block = 1  # weights per block
     type_size = 4  # bytes per block
     uses_imatrix = False
+    half_fields: tuple[tuple[int, int], ...] = ()  # byte ranges of each block holding fp16 values
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -38,6 +39,17 @@ class Format:
         else:
             out = self.quantize_blocks(x.reshape(-1, self.block))
         return out.reshape(n_rows, self.row_bytes(n))
+
+    def check(self, out: np.ndarray, name: str) -> None:
+        """ggml_validate_row_data: every fp16 field (block scales, F16 values) must be finite.
+        A scale beyond fp16's range (65504) becomes infinite; llama.cpp refuses such data too."""
+        b = out.reshape(-1, self.type_size)
+        for lo, hi in self.half_fields:
+            h = np.ascontiguousarray(b[:, lo:hi]).view("<u2")
+            if ((h & 0x7C00) == 0x7C00).any():
+                what = "a value" if self.block == 1 else "a block scale"
+                raise BadInput(f"tensor '{name}': quantizing to {self.name} gives {what} beyond fp16's range "
+                               f"(|x| > 65504); llama.cpp refuses this too. Use F32/BF16 for this model or rescale it.")
 
     def quantize_blocks(self, x: np.ndarray) -> np.ndarray:  # (n_blocks, block) -> (n_blocks, type_size)
         raise NotImplementedError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmkit.errors import BadInput
 from llmkit.quant.base import F32, Format
 
 
@@ -19,6 +20,7 @@ class F32Format(Format):
 
 class F16Format(Format):
     name, type_id, block, type_size = "F16", 1, 1, 2
+    half_fields = ((0, 2),)
 
     def quantize_blocks(self, x):
         return x.astype("<f2").view(np.uint8).reshape(-1, 2)
@@ -29,6 +31,11 @@ class F16Format(Format):
 
 class BF16Format(Format):
     name, type_id, block, type_size = "BF16", 30, 1, 2
+
+    def check(self, out, name):
+        h = np.ascontiguousarray(out).reshape(-1).view("<u2")
+        if ((h & 0x7FFF) >= 0x7F80).any():
+            raise BadInput(f"tensor '{name}': a BF16 value is infinite or NaN; llama.cpp refuses this too.")
 
     def quantize_blocks(self, x):
         u = np.ascontiguousarray(x, dtype=F32).view(np.uint32).reshape(-1)

@@ -53,6 +53,7 @@ def requantize(sub, L, ls, lm, d16, dmin16, nmax):
 
 class Q4_K(SuperBlockFormat):
     name, type_id, type_size = "Q4_K", 12, 144
+    half_fields = ((0, 4),)
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)

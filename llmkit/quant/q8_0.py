@@ -12,6 +12,7 @@ _JUST_BELOW_HALF = np.nextafter(F32(0.5), F32(0))
 
 class Q8_0(Format):
     name, type_id, block, type_size = "Q8_0", 8, 32, 34
+    half_fields = ((0, 2),)
 
     def quantize_blocks(self, x):
         amax = row_abs_max(x)

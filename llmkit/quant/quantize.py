@@ -279,7 +279,10 @@ def _quantize_checked(fmt, x: np.ndarray, w, name: str) -> np.ndarray:
         total = np.add.reduce(x, axis=None)  # NaN/Inf propagate; a finite overflow is re-checked exactly
     if not np.isfinite(total):
         _check_finite(x, name)
-    return np.ascontiguousarray(fmt.quantize(x, w))
+    with np.errstate(all="ignore"):  # overflowing scales are caught by fmt.check with a clear message
+        out = np.ascontiguousarray(fmt.quantize(x, w))
+    fmt.check(out, name)
+    return out
 
 
 def _check_finite(x: np.ndarray, name: str) -> None:
