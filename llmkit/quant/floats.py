@@ -11,6 +11,10 @@ from llmkit.quant.base import F32, Format
 class F32Format(Format):
     name, type_id, block, type_size = "F32", 0, 1, 4
 
+    def check(self, out, name):
+        if not np.isfinite(np.ascontiguousarray(out).reshape(-1).view("<f4")).all():
+            raise BadInput(f"tensor '{name}' holds NaN/Inf values; llama.cpp refuses them too.")
+
     def quantize_blocks(self, x):
         return x.astype("<f4").view(np.uint8).reshape(-1, 4)
 

@@ -274,14 +274,21 @@ def _rows_job(path: str, start: int, n_rows: int, ne0: int, type_id: int, fmt_na
 
 
 def _quantize_checked(fmt, x: np.ndarray, w, name: str) -> np.ndarray:
-    """One job: refuse NaN/Inf, then quantize."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = np.add.reduce(x, axis=None)  # NaN/Inf propagate; a finite overflow is re-checked exactly
-    if not np.isfinite(total):
-        _check_finite(x, name)
+    """One job: quantize, then validate like ggml_validate_row_data. For the 32-block and float
+    formats a NaN/Inf weight always reaches a block scale (it is the block's max), so the check of
+    the output catches it; the K-quant searches are checked on the input first."""
+    if fmt.block == 256 or w is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = np.add.reduce(x, axis=None)  # NaN/Inf propagate; a finite overflow is re-checked exactly
+        if not np.isfinite(total):
+            _check_finite(x, name)
     with np.errstate(all="ignore"):  # overflowing scales are caught by fmt.check with a clear message
         out = np.ascontiguousarray(fmt.quantize(x, w))
-    fmt.check(out, name)
+    try:
+        fmt.check(out, name)
+    except BadInput:
+        _check_finite(x, name)  # the clearer message when the cause is a NaN/Inf weight
+        raise
     return out
 
 
