@@ -48,3 +48,12 @@ def test_traditional_chinese_query_finds_its_document():
     idx = BM25Index.build([tokenize(d) for d in docs])
     (best, score), *_ = idx.top_k(tokenize("臺灣大學在哪裡"), 2)
     assert best == 0 and score > 0
+
+
+def test_tiny_corpus_still_finds_matches():
+    # with one or two documents every idf is negative (rank-bm25's formula); matches still rank
+    idx = BM25Index.build([tokenize("the quick brown fox"), tokenize("a lazy dog sleeps")])
+    ref = rank_bm25.BM25Okapi([tokenize("the quick brown fox"), tokenize("a lazy dog sleeps")])
+    np.testing.assert_allclose(idx.scores(["fox"]), ref.get_scores(["fox"]))
+    assert [d for d, _ in idx.top_k(["fox"], 5)] == [0]
+    assert idx.top_k(["cat"], 5) == []

@@ -112,22 +112,32 @@ class BM25Index:
 
     def top_k(self, query: list[str], k: int = 10, allowed: np.ndarray | None = None,
               weights: list[float] | None = None) -> list[tuple[int, float]]:
-        """The k best (doc, score) pairs with a positive score, ties broken by lower document id;
-        `allowed` masks documents (a metadata filter applied inside retrieval, before truncation)."""
+        """The k best (doc, score) pairs among documents containing a query term, ties broken by
+        lower document id; `allowed` masks documents (a metadata filter applied inside retrieval,
+        before truncation). In a tiny corpus every idf can be negative (rank-bm25's formula), so
+        matching documents are ranked by score whatever its sign rather than dropped."""
         s = self.scores(query, weights)
+        matched = np.zeros(self.n_docs, bool)
+        for term in set(query):
+            matched[self.postings(term)] = True
+        if weights is not None:  # a term with weight 0 does not make a match
+            for term, w in zip(query, weights):
+                if w == 0:
+                    matched[self.postings(term)] = False
         if allowed is not None:
-            s = np.where(allowed, s, -np.inf)
-        k = min(k, self.n_docs)
+            matched &= allowed
+        s = np.where(matched, s, -np.inf)
+        k = min(k, int(matched.sum()))
         if k <= 0:
             return []
         if k < len(s):
             kth = s[np.argpartition(-s, k - 1)[:k]].min()
             # every document tied with the k-th score competes, so ties resolve by id, not by chance
-            cand = np.flatnonzero(s >= kth) if kth > 0 else np.flatnonzero(s > 0)
+            cand = np.flatnonzero(s >= kth)
         else:
-            cand = np.arange(len(s))
+            cand = np.flatnonzero(matched)
         cand = cand[np.lexsort((cand, -s[cand]))][:k]
-        return [(int(d), float(s[d])) for d in cand if np.isfinite(s[d]) and s[d] > 0]
+        return [(int(d), float(s[d])) for d in cand]
 
     def postings(self, term: str) -> np.ndarray:
         """Ids of the documents containing `term`."""

@@ -50,7 +50,7 @@ def file_date(path: str) -> str:
 def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str = "id",
               display: str | None = None) -> tuple[list[Document], list[Skipped]]:
     """Parse one file's bytes into documents (JSONL: one per line)."""
-    display = display or path
+    display = display or ("<stdin>" if path == "-" else path)
     abspath = "-" if path == "-" else os.path.abspath(path)
     suffix = "" if path == "-" else os.path.splitext(path)[1].lower()
     if suffix == ".pdf" or data[:5] == b"%PDF-":
@@ -80,7 +80,7 @@ def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str
         sections = [Section("", text)]
     if "title" not in meta:
         first = next((s.heading for s in sections if s.heading), "")
-        meta["title"] = first or (os.path.basename(display) if display != "-" else "")
+        meta["title"] = first or (os.path.basename(display) if path != "-" else "")
     if "date" not in meta and path != "-" and os.path.exists(path):
         meta["date"] = file_date(path)
     sections = [s for s in sections if s.text.strip() or s.heading]
