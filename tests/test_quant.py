@@ -179,12 +179,12 @@ def test_report_json_compare_and_ppl(models, kernel_small, tmp_path):
     assert abs(ppl[1] - ppl[0]) < abs(ppl[2] - ppl[0])  # Q8_0 stays closer to F32 than Q2_K
 
 
-def _model_with(tmp_path, mutate):
-    """The base tiny model with one tensor's F32 data changed in place."""
+def _model_with(tmp_path, mutate, n_embd=64, n_ff=128):
+    """A one-layer tiny model with blk.0.attn_q.weight's F32 data changed in place."""
     from llmkit.gguf.reader import read_gguf
 
-    p = tmp_path / "bad-weights.gguf"
-    write_tiny_llama(p, n_embd=64, n_ff=128, n_layer=1, seed=5)
+    p = tmp_path / f"bad-weights-{n_embd}.gguf"
+    write_tiny_llama(p, n_embd=n_embd, n_ff=n_ff, n_layer=1, seed=5)
     g = read_gguf(str(p))
     t = next(t for t in g.tensors if t.name == "blk.0.attn_q.weight")
     data = bytearray(p.read_bytes())
@@ -262,20 +262,8 @@ def test_fp16_overflow_refused_like_llama_cpp(tmp_path, ftype, value):
     def put(a):
         a[3] = value
 
-    p = _model_with(tmp_path, put)
-    p2 = tmp_path / "model-256.gguf"
-    if ftype == "Q4_K_M":  # K-quants need 256-wide rows: rebuild wider with the same mutation
-        write_tiny_llama(p2, n_embd=256, n_ff=256, n_layer=1, seed=5)
-        from llmkit.gguf.reader import read_gguf
-
-        g = read_gguf(str(p2))
-        t = next(t for t in g.tensors if t.name == "blk.0.attn_q.weight")
-        data = bytearray(p2.read_bytes())
-        arr = np.frombuffer(bytes(data[g.data_offset + t.offset: g.data_offset + t.offset + t.nbytes]), "<f4").copy()
-        put(arr)
-        data[g.data_offset + t.offset: g.data_offset + t.offset + t.nbytes] = arr.tobytes()
-        p2.write_bytes(bytes(data))
-        p = p2
+    # K-quants need 256-wide rows
+    p = _model_with(tmp_path, put, *((256, 256) if ftype == "Q4_K_M" else (64, 128)))
     from llmkit.llama.runtime import _silence_llama_log
 
     _silence_llama_log()

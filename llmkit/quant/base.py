@@ -121,15 +121,18 @@ def nearest_int(v: np.ndarray) -> np.ndarray:
     return np.rint(v).astype(np.int32)
 
 
+def colsum(a: np.ndarray) -> np.ndarray:
+    """In-order float32 sum over axis 0 of an (n, B) array: ((a0 + a1) + a2) + ..."""
+    s = a[0].copy()
+    for i in range(1, a.shape[0]):
+        s += a[i]
+    return s
+
+
 def seq_sum(a: np.ndarray) -> np.ndarray:
     """Sum over the last axis in order, in float32, like a C `for` loop `s += a[i]` (numpy's
     sum is pairwise and rounds differently): n - 1 vector additions over the transposed array."""
-    a = np.asarray(a, dtype=F32)
-    t = np.ascontiguousarray(np.moveaxis(a, -1, 0))
-    s = t[0].copy()
-    for i in range(1, t.shape[0]):
-        s += t[i]
-    return s
+    return colsum(np.ascontiguousarray(np.moveaxis(np.asarray(a, dtype=F32), -1, 0)))
 
 
 def safe_inv(d: np.ndarray) -> np.ndarray:

@@ -16,22 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32
+from llmkit.quant.base import F32, colsum, seq_sum
 
 GROUP_MAX_EPS = F32(1e-15)
-
-
-def colsum(a: np.ndarray) -> np.ndarray:
-    """In-order float32 sum over axis 0 of an (n, B) array: ((a0 + a1) + a2) + ..."""
-    s = a[0].copy()
-    for i in range(1, a.shape[0]):
-        s += a[i]
-    return s
-
-
-def seq_rows(a: np.ndarray) -> np.ndarray:
-    """In-order float32 sum over the last axis of a (B, n) array."""
-    return colsum(np.ascontiguousarray(a.T))
 
 
 def block32_weights(rows: np.ndarray, imatrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,12 +32,12 @@ def block32_weights(rows: np.ndarray, imatrix: np.ndarray) -> tuple[np.ndarray, 
 
 def row_sigma2(rows: np.ndarray) -> np.ndarray:
     """sum(x^2) / n per row, summed in order (the imatrix paths of the 32-block formats)."""
-    return seq_rows(rows * rows) / F32(rows.shape[1])
+    return seq_sum(rows * rows) / F32(rows.shape[1])
 
 
 def superblock_sigma2(x: np.ndarray, factor: float = 2.0) -> np.ndarray:
     """(nb, 256) -> factor * sum(x^2) / 256 per super-block (the K-quant imatrix weighting)."""
-    return F32(factor) * seq_rows(x * x) / F32(x.shape[1])
+    return F32(factor) * seq_sum(x * x) / F32(x.shape[1])
 
 
 def _errs():

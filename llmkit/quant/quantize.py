@@ -220,13 +220,9 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
         data = b"".join(memoryview(p).cast("B") for p in parts)
         if measure:
             out = np.frombuffer(data, np.uint8)
-            y = fmt.dequantize(out, n).astype(np.float64)
-            xf = x.reshape(-1).astype(np.float64)
-            err = y - xf
-            tr.rmse = float(np.sqrt(np.mean(err * err)))
-            tr.max_abs_err = float(np.abs(err).max())
-            nx, ny = np.linalg.norm(xf), np.linalg.norm(y)
-            tr.cosine = float(xf @ y / (nx * ny)) if nx and ny else (1.0 if nx == ny else 0.0)
+            from llmkit.quant.evaluate import error_stats
+
+            tr.rmse, tr.max_abs_err, tr.cosine = error_stats(x, fmt.dequantize(out, n))
         return data, tr
 
     return finish

@@ -221,8 +221,6 @@ class TypeChooser:
             elif ft == "Q3_K_L":
                 new = "Q4_K"
             return new
-        if cat == "attn_qkv":  # unreachable (handled with attn_v above), kept for llama.cpp parity
-            return new
         if cat == "ffn_gate":
             self._layer(self.i_ffn_gate, name)
             self.i_ffn_gate += 1

@@ -133,6 +133,7 @@ class Pipeline:
         if not query.strip():
             raise BadInput("the query is empty.")
         res = QueryResult(query, [])
+        self._qvec: dict[str, np.ndarray] = {}  # query vectors of this run (routing and retrieval share them)
         if ix.n == 0:
             raise BadInput(f"index '{ix.dir}' has no chunks to search. Add documents with llmkit rag index.")
         allowed = _and(ix.filter_mask(o.filters), ix.collection_mask(o.collections))
@@ -188,7 +189,7 @@ class Pipeline:
                                  "query's word pieces (e.g. Chinese with an English-only model)")
                 use_dense = False
             else:
-                qvecs = emb.queries(variants)
+                qvecs = self._query_vectors(variants)
                 if hyde_doc:
                     h = emb.passages([hyde_doc])[0]
                     v = qvecs[0] + h
@@ -257,7 +258,7 @@ class Pipeline:
         if o.mode in ("dense", "hybrid"):
             emb = self.embedder()
             if emb.unknown_share(variants[0]) <= 0.5:
-                q = emb.queries(variants[:1])[0]
+                q = self._query_vectors(variants[:1])[0]
                 rows = ix.dense_list(q, 50, allowed)
                 vecs = np.load(os.path.join(ix.gdir, "vectors.npy"), mmap_mode="r")
                 best = np.full(n_c, -1.0)
@@ -281,6 +282,13 @@ class Pipeline:
                            + ")" for i in order)
         res.notes.append(f"routing: {detail} -> {', '.join(ix.collections[i] for i in chosen)}")
         return np.isin(ix.collection, chosen)
+
+    def _query_vectors(self, texts: list[str]) -> np.ndarray:
+        """Embeddings of query texts, each computed once per run (a copy: HyDE edits it)."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self._qvec]
+        if missing:
+            self._qvec.update(zip(missing, self.embedder().queries(missing)))
+        return np.stack([self._qvec[t] for t in texts])
 
     def _rerank(self, query: str, hits: list[Hit]) -> list[Hit]:
         depth = self.opts.rerank_depth

@@ -267,14 +267,9 @@ class Index:
             if len(toks) > 1 or not re.fullmatch(r"[\w]+", term):
                 needle = term.lower()
                 rows = np.flatnonzero(m)
-                for lo in range(0, len(rows), 900):
-                    part = rows[lo:lo + 900]
-                    texts = dict(self.con.execute(
-                        f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(part))})",
-                        [int(x) for x in self.rows[part]]).fetchall())
-                    for r in part.tolist():
-                        if needle not in " ".join(texts.get(int(self.rows[r]), "").lower().split()):
-                            m[r] = False
+                for r, text in zip(rows.tolist(), self.texts(rows)):
+                    if needle not in " ".join(text.lower().split()):
+                        m[r] = False
             mask &= m
         return mask
 
@@ -333,8 +328,10 @@ class Index:
         return hits
 
     def texts(self, rows) -> list[str]:
+        """Chunk texts of rows, in order (queried 900 ids at a time: SQLite caps bound variables)."""
         ids = [int(self.rows[r]) for r in rows]
-        if not ids:
-            return []
-        got = dict(self.con.execute(f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids))
+        got: dict[int, str] = {}
+        for lo in range(0, len(ids), 900):
+            part = ids[lo:lo + 900]
+            got.update(self.con.execute(f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
         return [got.get(i, "") for i in ids]

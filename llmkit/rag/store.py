@@ -398,16 +398,18 @@ def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
 def _vectors(directory, manifest, opts, rows, keys, report, progress):
     """Vectors for the live chunks: reused from the previous generation where the text is unchanged."""
     old_gen = os.path.join(directory, f"gen-{manifest['generation']}")
-    reuse: dict[bytes, np.ndarray] = {}
+    reuse: dict[bytes, int] = {}
     try:
         old_keys = np.load(os.path.join(old_gen, "keys.npy"))
         old_vecs = np.load(os.path.join(old_gen, "vectors.npy"), mmap_mode="r")
         reuse = {k: i for i, k in enumerate(old_keys.tolist())}
     except (OSError, ValueError):
         old_vecs = None
-    need = [i for i, k in enumerate(keys.tolist()) if k not in reuse]
+    key_list = keys.tolist()
+    need = [i for i, k in enumerate(key_list) if k not in reuse]
+    have = [i for i, k in enumerate(key_list) if k in reuse]
     dim = manifest.get("dim")
-    vectors = None
+    new = None
     if need:
         from llmkit.rag.embed import Embedder
 
@@ -421,13 +423,11 @@ def _vectors(directory, manifest, opts, rows, keys, report, progress):
         new = emb.passages([rows[i][1] for i in need],
                            progress=(lambda d, n: progress("embedding", d, n)) if progress else None)
         report.embed_s = time.perf_counter() - t
-        vectors = np.zeros((len(rows), dim), np.float32)
+    vectors = np.zeros((len(rows), dim), np.float32)
+    if need:
         vectors[need] = new
-    else:
-        vectors = np.zeros((len(rows), dim), np.float32)
-    have = [i for i, k in enumerate(keys.tolist()) if k in reuse]
     if have:
-        vectors[have] = old_vecs[[reuse[keys[i]] for i in have]]
+        vectors[have] = old_vecs[[reuse[key_list[i]] for i in have]]
     report.embedded, report.vectors_reused = len(need), len(have)
     return vectors, dim
 
