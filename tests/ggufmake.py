@@ -72,6 +72,13 @@ def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
             if a.ndim == 2 and a.shape[-1] >= 64:  # whole blocks of +0.0 and of -0.0 (sign of zero scales)
                 a[::7, 32:64] = 0.0
                 a[3::7, 32:64] = -0.0
+            if a.ndim == 2 and a.shape[-1] >= 128:  # blocks whose min or max is a zero of mixed sign
+                a[1::5, 64:96] = np.abs(a[1::5, 64:96])  # min is a zero: its sign is the first zero's
+                a[1::5, 64:96:7] = 0.0
+                a[1::5, 65:96:9] = -0.0
+                a[2::5, 96:128] = -np.abs(a[2::5, 96:128])  # max is a zero
+                a[2::5, 97:128:6] = -0.0
+                a[2::5, 100:128:8] = 0.0
         return a.astype(dtype)
 
     w = gguf.GGUFWriter(str(path), "llama")

@@ -277,3 +277,20 @@ def test_fp16_overflow_refused_like_llama_cpp(tmp_path, ftype, value):
     else:
         assert r.exit_code == 0 and same_file(out, tmp_path / "ref.gguf")
     assert refused == (value != 1e7 or ftype == "Q8_0")
+
+
+def test_colsum_is_the_c_loop_order():
+    """The K-quant searches rely on numpy reducing axis 0 row by row (C's `s += a[i]` order); pairwise
+    summation would give 2^24 + 32 here instead of 2^24, and different bytes from llama.cpp."""
+    from llmkit.quant.base import colsum, seq_sum
+
+    a = np.ones((33, 5), np.float32)
+    a[0] = 2.0 ** 24
+    assert colsum(a)[0] == 2.0 ** 24
+    rng = np.random.default_rng(0)
+    b = (rng.standard_normal((32, 300)) * np.exp(rng.standard_normal((32, 300)) * 4)).astype(np.float32)
+    s = b[0].copy()
+    for row in b[1:]:
+        s = (s + row).astype(np.float32)
+    assert np.array_equal(colsum(b), s)
+    assert np.array_equal(seq_sum(np.ascontiguousarray(b.T)), s)

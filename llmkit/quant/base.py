@@ -122,11 +122,12 @@ def nearest_int(v: np.ndarray) -> np.ndarray:
 
 
 def colsum(a: np.ndarray) -> np.ndarray:
-    """In-order float32 sum over axis 0 of an (n, B) array: ((a0 + a1) + a2) + ..."""
-    s = a[0].copy()
-    for i in range(1, a.shape[0]):
-        s += a[i]
-    return s
+    """In-order float32 sum over axis 0 of an (n, B) array: ((a0 + a1) + a2) + ...
+
+    numpy reduces a non-innermost axis row by row into the output (pairwise summation is only used
+    along the innermost axis), which is exactly this order; tests/test_quant.py checks it on data
+    where the two orders give different sums, so a numpy that changes it fails loudly."""
+    return np.add.reduce(a, axis=0)
 
 
 def seq_sum(a: np.ndarray) -> np.ndarray:
@@ -142,37 +143,64 @@ def safe_inv(d: np.ndarray) -> np.ndarray:
     return out
 
 
-def abs_max_signed(x: np.ndarray) -> np.ndarray:
-    """Per row, ggml's `max`: the first value with the largest magnitude, or +0.0 when every value
-    is zero (the C loop starts from max = 0 and only moves on a strictly larger |v|).
+def blocks_t(x: np.ndarray) -> np.ndarray:
+    """(n_blocks, block) -> its transposed float32 copy (block, n_blocks): "weight j of every block" is
+    then one contiguous row, so per-block reductions and per-block scales become fast row operations."""
+    return np.ascontiguousarray(np.asarray(x, dtype=F32).T)
 
-    From the row min and max (fast on the transposed copy); only rows where min == -max need
-    the position of the first extreme."""
-    mn, mx = row_min_max(x)
-    out = np.where(mx >= -mn, mx, mn).astype(F32)
-    tie = (mx == -mn) & (mx > 0)
-    if tie.any():
-        rows = np.flatnonzero(tie)
-        sub = x[rows]
-        out[rows] = sub[np.arange(len(rows)), np.abs(sub).argmax(axis=1)]
+
+def first_min_t(xt: np.ndarray) -> np.ndarray:
+    """Per column of (n, B) the minimum as C's `if (v < min) min = v` finds it: the reduction gives the
+    value; only where it is zero can the loop's answer differ (the sign of the first zero)."""
+    return _first_extreme_t(xt, xt.min(axis=0), np.argmin)
+
+
+def first_max_t(xt: np.ndarray) -> np.ndarray:
+    """Per column the maximum as C's `if (v > max) max = v` finds it (see first_min_t)."""
+    return _first_extreme_t(xt, xt.max(axis=0), np.argmax)
+
+
+def _first_extreme_t(xt, v, arg):
+    z = np.flatnonzero(v == 0)
+    if len(z):
+        sub = xt[:, z]
+        v[z] = sub[arg(sub, axis=0), np.arange(len(z))]
+    return v
+
+
+def abs_max_signed_t(xt: np.ndarray) -> np.ndarray:
+    """Per column of (n, B) ggml's `max`: the first value with the largest magnitude, or +0.0 when every
+    value is zero (the C loop starts from max = 0 and only moves on a strictly larger |v|). From the
+    column min and max; only columns where min == -max need the position of the first extreme."""
+    mn, mx = xt.min(axis=0), xt.max(axis=0)
+    out = np.where(mx >= -mn, mx, mn)
+    tie = np.flatnonzero((mx == -mn) & (mx > 0))
+    if len(tie):
+        sub = xt[:, tie]
+        out[tie] = sub[np.abs(sub).argmax(axis=0), np.arange(len(tie))]
     out[(mx == 0) & (mn == 0)] = F32(0.0)  # also turns -0.0 into +0.0
     return out
 
 
-def row_min_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row minimum and maximum (through the transposed copy, see abs_max_signed)."""
-    t = np.ascontiguousarray(x.T)
-    return t.min(axis=0), t.max(axis=0)
+def abs_max_signed(x: np.ndarray) -> np.ndarray:
+    """abs_max_signed_t per row of (n_rows, n)."""
+    return abs_max_signed_t(blocks_t(x))
 
 
-def row_abs_max(x: np.ndarray) -> np.ndarray:
-    return np.abs(np.ascontiguousarray(x.T)).max(axis=0)
+def abs_max_t(xt: np.ndarray) -> np.ndarray:
+    """Per column the largest |v| (+0.0 for all-zero columns, as C's `amax = MAX(amax, fabsf(v))` from 0)."""
+    out = np.maximum(xt.max(axis=0), -xt.min(axis=0))
+    out[out == 0] = F32(0.0)
+    return out
 
 
-def pack_nibbles(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    return (lo.astype(np.uint8) & 0x0F) | ((hi.astype(np.uint8) & 0x0F) << 4)
+def nibbles_t(qt: np.ndarray) -> np.ndarray:
+    """(32, B) uint8 levels -> (B, 16) bytes: the low 4 bits of weight j in the low nibble of byte j,
+    those of weight j+16 in the high nibble."""
+    return ((qt[:16] & 0x0F) | (qt[16:] << 4)).T
 
 
-def high_bits_u32(q: np.ndarray) -> np.ndarray:
-    """(n, 32) 5-bit values -> (n, 4) uint8: bit 4 of value j stored at bit j of a uint32."""
-    return np.packbits((q >= 16) & (q < 32), axis=1, bitorder="little")
+def high_bits_t(qt: np.ndarray) -> np.ndarray:
+    """(32, B) 5-bit levels -> (B, 4) bytes: bit 4 of weight j at bit j of a little-endian uint32."""
+    bits = (qt >> 4).reshape(4, 8, -1) << np.arange(8, dtype=np.uint8)[:, None]  # byte k gets weights 8k..8k+7
+    return np.add.reduce(bits, axis=1, dtype=np.uint8).T  # distinct bits: the sum is an OR (packbits: 6x slower)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, colsum, seq_sum
+from llmkit.quant.base import F32, abs_max_signed_t, colsum, first_max_t, first_min_t, seq_sum
 
 GROUP_MAX_EPS = F32(1e-15)
 
@@ -44,12 +44,6 @@ def _errs():
     return np.errstate(divide="ignore", invalid="ignore", over="ignore")
 
 
-def _abs_max_signed_t(xt: np.ndarray) -> np.ndarray:
-    """(n, B): per column the value of largest magnitude, the first one on ties (C's strict '>')."""
-    idx = np.abs(xt).argmax(axis=0)
-    return xt[idx, np.arange(xt.shape[1])]
-
-
 def _levels(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """nearest_int then clamp, kept in float32 (every value is an exact small integer)."""
     r = np.rint(v)
@@ -61,7 +55,7 @@ def make_qx_quants(x: np.ndarray, nmax: int, rmse_type: int, qw: np.ndarray | No
     """Symmetric levels l in [-nmax, nmax-1] (returned + nmax) and the scale: the start scale
     -nmax/max, refined by least squares, then 18 nearby scales tried. Returns (scale, L)."""
     xt = np.ascontiguousarray(x.T, dtype=F32)
-    mx = _abs_max_signed_t(xt)
+    mx = abs_max_signed_t(xt)
     zero = np.abs(mx) < GROUP_MAX_EPS
     if qw is not None:
         w = np.ascontiguousarray(qw.T, dtype=F32)
@@ -76,66 +70,90 @@ def make_qx_quants(x: np.ndarray, nmax: int, rmse_type: int, qw: np.ndarray | No
     wx = w * xt
     with _errs():
         iscale = F32(-nmax) / mx
-        l = _levels(iscale * xt, -nmax, nmax - 1)
-        L = l
         if rmse_type == 0:
             scale = F32(1) / iscale
         else:
-            sumlx = colsum(wx * l)
-            suml2 = colsum(w * l * l)
+            l, tmp = np.empty_like(xt), np.empty_like(xt)
+
+            def sums(isc):
+                np.multiply(xt, isc, out=l)
+                np.rint(l, out=l)
+                np.clip(l, -nmax, nmax - 1, out=l)
+                np.multiply(wx, l, out=tmp)
+                sumlx = np.add.reduce(tmp, axis=0)
+                np.multiply(w, l, out=tmp)
+                np.multiply(tmp, l, out=tmp)
+                return sumlx, np.add.reduce(tmp, axis=0)
+
+            sumlx, suml2 = sums(iscale)
             scale = np.where(suml2 != 0, sumlx / suml2, F32(0)).astype(F32)
             best = scale * sumlx
+            best_iscale = iscale  # the levels are recomputed once at the end from the winning scale
             for step in range(-9, 10):
                 if step == 0:
                     continue
                 iscale = -(F32(nmax) + F32(0.1) * F32(step)) / mx
-                l = _levels(iscale * xt, -nmax, nmax - 1)
-                sumlx = colsum(wx * l)
-                suml2 = colsum(w * l * l)
+                sumlx, suml2 = sums(iscale)
                 better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
                 if better.any():
-                    L = np.where(better, l, L)
+                    best_iscale = np.where(better, iscale, best_iscale)
                     scale = np.where(better, sumlx / suml2, scale).astype(F32)
                     best = np.where(better, scale * sumlx, best).astype(F32)
+            iscale = best_iscale
+        L = _levels(xt * iscale, -nmax, nmax - 1)
     scale = np.where(zero, F32(0), scale).astype(F32)
-    L = np.where(zero, F32(0), L + F32(nmax))
+    L += F32(nmax)
+    L[:, zero] = 0
     return scale, L.T.astype(np.int32)
 
 
 def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float, nstep: int, use_mad: bool):
     """Asymmetric levels in [0, nmax] with a scale and a min (make_qkx2_quants; make_qkx3_quants is
-    the same search). Returns (scale, the_min = -min, L)."""
+    the same search). Returns (scale, the_min = -min, L).
+
+    Per step only the per-block sums are kept; the winning step's (iscale, min) is remembered and
+    its levels recomputed once at the end (the same float32 operations give the same levels)."""
     xt = np.ascontiguousarray(x.T, dtype=F32)
     wt = np.ascontiguousarray(w.T, dtype=F32)
-    cols = np.arange(xt.shape[1])
-    mn = xt[xt.argmin(axis=0), cols]
-    mx = xt[xt.argmax(axis=0), cols]
-    sum_w = colsum(wt)
-    sum_x = colsum(wt * xt)
+    mn = first_min_t(xt)
+    mx = first_max_t(xt)
+    add = np.add.reduce
+    sum_w = add(wt, axis=0)
+    la, wl, tmp = np.empty_like(xt), np.empty_like(xt), np.empty_like(xt)
+    np.multiply(wt, xt, out=tmp)
+    sum_x = add(tmp, axis=0)
     mn = np.where(mn > 0, F32(0), mn).astype(F32)
     flat = mx <= mn
     with _errs():
         iscale = F32(nmax) / (mx - mn)
         scale = F32(1) / iscale
         xm = xt - mn
-        L = _levels(iscale * xm, 0, nmax)
-        diff = scale * L + mn - xt
-        diff = np.abs(diff) if use_mad else diff * diff
-        best = colsum(wt * diff)
+        np.multiply(xm, iscale, out=la)
+        np.rint(la, out=la)
+        np.clip(la, 0, nmax, out=la)
+        np.multiply(la, scale, out=tmp)
+        tmp += mn
+        tmp -= xt
+        if use_mad:
+            np.abs(tmp, out=tmp)
+        else:
+            tmp *= tmp
+        tmp *= wt
+        best = add(tmp, axis=0)
         cur_min = mn
-        la, wl, tmp = np.empty_like(xt), np.empty_like(xt), np.empty_like(xt)
+        best_iscale, best_base = iscale, mn  # levels = clip(rint(best_iscale * (x - best_base)))
         for step in range(nstep + 1):
             # `min` moves when a step wins, and later steps start from the moved value (as in C)
             iscale = (F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / (mx - cur_min)
-            np.multiply(iscale, xm, out=la)
+            np.multiply(xm, iscale, out=la)
             np.rint(la, out=la)
             np.clip(la, 0, nmax, out=la)
             np.multiply(wt, la, out=wl)
-            sum_l = colsum(wl)
+            sum_l = add(wl, axis=0)
             np.multiply(wl, la, out=tmp)
-            sum_l2 = colsum(tmp)
+            sum_l2 = add(tmp, axis=0)
             np.multiply(wl, xt, out=tmp)
-            sum_xl = colsum(tmp)
+            sum_xl = add(tmp, axis=0)
             D = sum_w * sum_l2 - sum_l * sum_l
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
@@ -143,7 +161,7 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
             if pos.any():
                 this_min = np.where(pos, F32(0), this_min).astype(F32)
                 this_scale = np.where(pos, sum_xl / sum_l2, this_scale).astype(F32)
-            np.multiply(this_scale, la, out=tmp)
+            np.multiply(la, this_scale, out=tmp)
             tmp += this_min
             tmp -= xt
             if use_mad:
@@ -151,18 +169,23 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
             else:
                 tmp *= tmp
             tmp *= wt
-            cur = colsum(tmp)
+            cur = add(tmp, axis=0)
             better = (D > 0) & (cur < best)
             if better.any():
-                L = np.where(better, la, L)
+                best_iscale = np.where(better, iscale, best_iscale)
+                best_base = np.where(better, cur_min, best_base)
                 best = np.where(better, cur, best).astype(F32)
                 scale = np.where(better, this_scale, scale).astype(F32)
                 cur_min = np.where(better, this_min, cur_min).astype(F32)
-                xm = xt - cur_min
+                np.subtract(xt, cur_min, out=xm)
+        np.subtract(xt, best_base, out=xm)
+        np.multiply(xm, best_iscale, out=la)
+        np.rint(la, out=la)
+        np.clip(la, 0, nmax, out=la)
     scale = np.where(flat, F32(0), scale).astype(F32)
-    L = np.where(flat, F32(0), L)
+    la[:, flat] = 0
     cur_min = np.where(flat, mn, cur_min).astype(F32)
-    return scale, (-cur_min).astype(F32), L.T.astype(np.int32)
+    return scale, (-cur_min).astype(F32), la.T.astype(np.int32)
 
 
 def make_qp_quants(x: np.ndarray, nmax: int, qw: np.ndarray):
@@ -235,7 +258,7 @@ def make_q3_quants(x: np.ndarray, nmax: int):
     x^2-weighted error (5 rounds). Returns (scale, L + nmax)."""
     xt = np.ascontiguousarray(x.T, dtype=F32)
     n, B = xt.shape
-    mx = _abs_max_signed_t(xt)
+    mx = abs_max_signed_t(xt)
     zero = np.abs(mx) < GROUP_MAX_EPS
     wt = xt * xt
     with _errs():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, abs_max_signed, fp16_bytes, half_to_f32, high_bits_u32, pack_nibbles, safe_inv
+from llmkit.quant.base import F32, Format, abs_max_signed_t, blocks_t, fp16_bytes, half_to_f32, high_bits_t, nibbles_t, safe_inv
 from llmkit.quant.kcommon import block32_weights, make_qx_quants
 
 
@@ -15,22 +15,24 @@ class Q5_0(Format):
     uses_imatrix = True
 
     def quantize_blocks(self, x):
-        d = abs_max_signed(x) / F32(-16)
-        v = x * safe_inv(d)[:, None] + F32(16.5)  # >= 0.5, so a cast truncates like C's (int8_t)
-        q = np.minimum(v, F32(31)).astype(np.uint8)
-        return self._pack(d, q)
+        xt = blocks_t(x)  # (32, n_blocks)
+        d = abs_max_signed_t(xt) / F32(-16)
+        xt *= safe_inv(d)
+        xt += F32(16.5)  # >= 0.5, so the cast truncates like C's (int8_t)
+        np.minimum(xt, F32(31), out=xt)
+        return self._pack(d, xt.astype(np.uint8))
 
     def quantize_weighted(self, rows, imatrix):
         x, w = block32_weights(rows, imatrix)
         d, q = make_qx_quants(x, 16, 1, w)
-        return self._pack(d, q)
+        return self._pack(d, np.ascontiguousarray(q.T, dtype=np.uint8))
 
     @staticmethod
-    def _pack(d, q):
-        out = np.empty((len(q), 22), np.uint8)
+    def _pack(d, qt):
+        out = np.empty((len(d), 22), np.uint8)
         out[:, :2] = fp16_bytes(d)
-        out[:, 2:6] = high_bits_u32(np.concatenate([q[:, :16], q[:, 16:]], axis=1))
-        out[:, 6:] = pack_nibbles(q[:, :16], q[:, 16:])
+        out[:, 2:6] = high_bits_t(qt)
+        out[:, 6:] = nibbles_t(qt)
         return out
 
     def dequantize_blocks(self, b):

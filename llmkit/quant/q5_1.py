@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, row_min_max, fp16_bytes, half_to_f32, high_bits_u32, pack_nibbles, safe_inv
+from llmkit.quant.base import F32, Format, blocks_t, first_max_t, first_min_t, fp16_bytes, half_to_f32, high_bits_t, nibbles_t, safe_inv
 from llmkit.quant.kcommon import block32_weights, make_qkx
 
 
@@ -14,24 +14,26 @@ class Q5_1(Format):
     uses_imatrix = True
 
     def quantize_blocks(self, x):
-        mn, mx = row_min_max(x)
+        xt = blocks_t(x)  # (32, n_blocks)
+        mn, mx = first_min_t(xt), first_max_t(xt)
         d = (mx - mn) / F32(31)
-        v = (x - mn[:, None]) * safe_inv(d)[:, None] + F32(0.5)  # >= 0.5: the cast truncates
-        q = v.astype(np.uint8)
-        return self._pack(d, mn, q)
+        xt -= mn
+        xt *= safe_inv(d)
+        xt += F32(0.5)  # >= 0.5: the cast truncates (no clamp in ggml's Q5_1)
+        return self._pack(d, mn, xt.astype(np.uint8))
 
     def quantize_weighted(self, rows, imatrix):
         x, w = block32_weights(rows, imatrix)
         d, the_min, q = make_qkx(x, 31, w, -0.9, 0.05, 36, use_mad=False)
-        return self._pack(d, -the_min, q)
+        return self._pack(d, -the_min, np.ascontiguousarray(q.T, dtype=np.uint8))
 
     @staticmethod
-    def _pack(d, m, q):
-        out = np.empty((len(q), 24), np.uint8)
+    def _pack(d, m, qt):
+        out = np.empty((len(d), 24), np.uint8)
         out[:, :2] = fp16_bytes(d)
         out[:, 2:4] = fp16_bytes(m)
-        out[:, 4:8] = high_bits_u32(q)
-        out[:, 8:] = pack_nibbles(q[:, :16], q[:, 16:])
+        out[:, 4:8] = high_bits_t(qt)
+        out[:, 8:] = nibbles_t(qt)
         return out
 
     def dequantize_blocks(self, b):

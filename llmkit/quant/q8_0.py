@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, row_abs_max, fp16_bytes, half_to_f32, safe_inv
+from llmkit.quant.base import F32, Format, abs_max_t, blocks_t, fp16_bytes, half_to_f32, safe_inv
 
 
 _JUST_BELOW_HALF = np.nextafter(F32(0.5), F32(0))
@@ -15,15 +15,14 @@ class Q8_0(Format):
     half_fields = ((0, 2),)
 
     def quantize_blocks(self, x):
-        amax = row_abs_max(x)
-        d = amax / F32(127)
-        v = x * safe_inv(d)[:, None]
+        xt = blocks_t(x)  # (32, n_blocks)
+        d = abs_max_t(xt) / F32(127)
+        xt *= safe_inv(d)
         # roundf (half away from zero): add the largest float32 below 0.5 with v's sign, truncate
-        v += np.copysign(_JUST_BELOW_HALF, v)
-        q = v.astype(np.int8)
-        out = np.empty((len(x), 34), np.uint8)
+        xt += np.copysign(_JUST_BELOW_HALF, xt)
+        out = np.empty((len(d), 34), np.uint8)
         out[:, :2] = fp16_bytes(d)
-        out[:, 2:] = q.view(np.uint8)
+        out[:, 2:] = xt.astype(np.int8).view(np.uint8).T
         return out
 
     def dequantize_blocks(self, b):
