@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, abs_max_signed_t, colsum, first_max_t, first_min_t, seq_sum
+from llmkit.quant.base import F32, abs_max_signed_t, blocks_t, colsum, first_max_t, first_min_t, seq_sum
 
 GROUP_MAX_EPS = F32(1e-15)
 
@@ -97,8 +97,8 @@ def make_qx_quants(x: np.ndarray, nmax: int, rmse_type: int, qw: np.ndarray | No
                 better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
                 if better.any():
                     best_iscale = np.where(better, iscale, best_iscale)
-                    scale = np.where(better, sumlx / suml2, scale).astype(F32)
-                    best = np.where(better, scale * sumlx, best).astype(F32)
+                    scale = np.where(better, sumlx / suml2, scale)
+                    best = np.where(better, scale * sumlx, best)
             iscale = best_iscale
         L = _levels(xt * iscale, -nmax, nmax - 1)
     scale = np.where(zero, F32(0), scale).astype(F32)
@@ -107,14 +107,16 @@ def make_qx_quants(x: np.ndarray, nmax: int, rmse_type: int, qw: np.ndarray | No
     return scale, L.T.astype(np.int32)
 
 
-def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float, nstep: int, use_mad: bool):
+def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float, nstep: int, use_mad: bool,
+             transposed: bool = False):
     """Asymmetric levels in [0, nmax] with a scale and a min (make_qkx2_quants; make_qkx3_quants is
-    the same search). Returns (scale, the_min = -min, L).
+    the same search). Returns (scale, the_min = -min, L). With `transposed`, x and w are already
+    (n, B) float32 (blocks as columns).
 
     Per step only the per-block sums are kept; the winning step's (iscale, min) is remembered and
     its levels recomputed once at the end (the same float32 operations give the same levels)."""
-    xt = np.ascontiguousarray(x.T, dtype=F32)
-    wt = np.ascontiguousarray(w.T, dtype=F32)
+    xt = x if transposed else blocks_t(x)
+    wt = w if transposed else blocks_t(w)
     mn = first_min_t(xt)
     mx = first_max_t(xt)
     add = np.add.reduce
@@ -159,8 +161,8 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
             pos = this_min > 0
             if pos.any():
-                this_min = np.where(pos, F32(0), this_min).astype(F32)
-                this_scale = np.where(pos, sum_xl / sum_l2, this_scale).astype(F32)
+                this_min = np.where(pos, F32(0), this_min)
+                this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
             np.multiply(la, this_scale, out=tmp)
             tmp += this_min
             tmp -= xt
@@ -174,9 +176,9 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
             if better.any():
                 best_iscale = np.where(better, iscale, best_iscale)
                 best_base = np.where(better, cur_min, best_base)
-                best = np.where(better, cur, best).astype(F32)
-                scale = np.where(better, this_scale, scale).astype(F32)
-                cur_min = np.where(better, this_min, cur_min).astype(F32)
+                best = np.where(better, cur, best)
+                scale = np.where(better, this_scale, scale)
+                cur_min = np.where(better, this_min, cur_min)
                 np.subtract(xt, cur_min, out=xm)
         np.subtract(xt, best_base, out=xm)
         np.multiply(xm, best_iscale, out=la)
@@ -211,8 +213,8 @@ def make_qp_quants(x: np.ndarray, nmax: int, qw: np.ndarray):
             diff = xt - scale_is * l
             mse = colsum(wt * diff * diff)
             better = mse < best
-            best = np.where(better, mse, best).astype(F32)
-            iscale = np.where(better, iscale_is, iscale).astype(F32)
+            best = np.where(better, mse, best)
+            iscale = np.where(better, iscale_is, iscale)
         L = np.minimum(F32(nmax), np.rint(iscale * xt))
         scale = _descend(xt, wt, L, ~zero, None, nmax, q3=False)
     scale = np.where(zero, F32(0), scale).astype(F32)
@@ -244,8 +246,8 @@ def _descend(xt, wt, L, active, lo, hi, q3: bool) -> np.ndarray:
             accept = active & (slx > 0) & ok & (new_l != li) & (slx2 * slx2 * suml2 > sumlx * sumlx * sl22)
             if accept.any():
                 L[i] = np.where(accept, new_l, li)
-                sumlx = np.where(accept, slx2, sumlx).astype(F32)
-                suml2 = np.where(accept, sl22, suml2).astype(F32)
+                sumlx = np.where(accept, slx2, sumlx)
+                suml2 = np.where(accept, sl22, suml2)
                 changed_any |= accept
         active = active & changed_any
         if not active.any():

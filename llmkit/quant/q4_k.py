@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, SuperBlockFormat, fp16_bytes, half_to_f32, nearest_int, seq_sum
+from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int, seq_sum
 from llmkit.quant.kcommon import make_qkx, make_qp_quants, pack_scales_k4, superblock_sigma2, unpack_scales_k4
 
 
@@ -17,9 +17,11 @@ def kquant_scales_mins(x, nmax, qw, ref_params, imx_params):
     nb = len(x)
     sub = x.reshape(nb * 8, 32)
     if qw is None:
-        av_x = np.sqrt(seq_sum(sub * sub) / F32(32))
-        w = av_x[:, None] + np.abs(sub)
-        scales, mins, L = make_qkx(sub, nmax, w, *ref_params, use_mad=False)
+        xt = blocks_t(sub)  # (32, sub-blocks)
+        av_x = np.sqrt(colsum(xt * xt) / F32(32))
+        wt = np.abs(xt)
+        wt += av_x  # av_x + |x|
+        scales, mins, L = make_qkx(xt, nmax, wt, *ref_params, use_mad=False, transposed=True)
         scales, mins = scales.reshape(nb, 8), mins.reshape(nb, 8)
         max_scale = np.maximum(F32(0), scales.max(axis=1))
         max_min = np.maximum(F32(0), mins.max(axis=1))

@@ -25,7 +25,7 @@ from llmkit.quant import rules
 from llmkit.quant.base import get_format
 
 ALIGN = 32
-READ_AHEAD = 64 << 20  # unwritten input bytes held in memory before the oldest tensor is awaited
+READ_AHEAD = 32 << 20  # unwritten input bytes held in memory before the oldest tensor is awaited
 QNT_VERSION = 2
 _DROP = ("general.quantization_version", "general.file_type", "split.no", "split.count", "split.tensors.count")
 TYPE_ID = {v[0]: k for k, v in GGML_TYPES.items()}
@@ -163,8 +163,8 @@ def _tune_malloc() -> None:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 64 << 20)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD
+        libc.mallopt(-3, 4 << 20)  # M_MMAP_THRESHOLD: job temporaries from the heap, tensor buffers mmapped
+        libc.mallopt(-1, 32 << 20)  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):
         pass
 
