@@ -76,10 +76,10 @@ def tensor_bytes(type_name: str, shape) -> int:
     return n // bs * ts
 
 
-def read_tensor(f, info, data_offset: int) -> np.ndarray:
+def read_tensor(f, info, data_offset: int, into: np.ndarray | None = None) -> np.ndarray:
     """A tensor's raw bytes, read with one readinto (a plain read from the page cache is ~2x faster
-    here than faulting in an mmap page by page)."""
-    raw = np.empty(info.nbytes, np.uint8)
+    here than faulting in an mmap page by page), into `into` (uint8, nbytes long) when given."""
+    raw = np.empty(info.nbytes, np.uint8) if into is None else into
     f.seek(data_offset + info.offset)
     if f.readinto(memoryview(raw)) != info.nbytes:
         raise BadFileFormat(f"tensor '{info.name}' is cut short: the file ends inside its data.")
@@ -175,13 +175,19 @@ def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress
     with open(src, "rb") as fin, atomic_file(dst) as fout:
         fout.write(header)
 
-        def emit(t, finish) -> None:
-            data, tr = finish()
-            fout.write(data)
-            fout.write(b"\0" * (-len(data) % ALIGN))
+        buffers = _Buffers()
+
+        def emit(t, job) -> None:
+            parts, tr = job.finish()
+            size = 0
+            for part in parts:  # written piece by piece: no joined copy of the tensor
+                fout.write(part)
+                size += memoryview(part).nbytes
+            fout.write(b"\0" * (-size % ALIGN))
+            buffers.put(job.buffer)  # every job of this tensor is done: its input buffer is free again
             report.tensors.append(tr)
             report.bytes_in += t.nbytes
-            report.bytes_out += len(data)
+            report.bytes_out += size
             report.n_weights += int(np.prod(t.shape, dtype=np.int64))
 
         # read ahead: tensor i is read and its jobs queued while earlier tensors are still being
@@ -192,35 +198,34 @@ def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress
         for i, (t, new) in enumerate(plan):
             if progress:
                 progress(i, len(plan), t.name)
-            pending.append((t, _convert(fin, data_offset, t, new, imatrix, pool, measure)))
+            pending.append((t, _convert(fin, data_offset, t, new, imatrix, pool, measure, buffers)))
             inflight += t.nbytes
             while len(pending) > 1 and (inflight > READ_AHEAD or pending[0][1].done()):
                 t0, job = pending.popleft()
                 inflight -= t0.nbytes
-                emit(t0, job.finish)
+                emit(t0, job)
         while pending:
-            t0, job = pending.popleft()
-            emit(t0, job.finish)
+            emit(*pending.popleft())
 
 
-def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
-    """Read one tensor and queue its quantization."""
+def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffers: "_Buffers"):
+    """Read one tensor (into a pooled buffer) and queue its quantization."""
     n = int(np.prod(t.shape, dtype=np.int64))
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
     fmt = get_format(new)
     procs = pool.processes(t.nbytes, fmt)
     if new == t.type_name or measure or procs is None:
-        raw = read_tensor(fin, t, data_offset)
+        raw = read_tensor(fin, t, data_offset, buffers.get(t.nbytes))
         if new == t.type_name:
             if t.type_name in ("F32", "F16", "BF16"):
                 _check_finite(to_f32(raw, t), t.name)
             if measure:
                 tr.rmse, tr.max_abs_err, tr.cosine = 0.0, 0.0, 1.0
-            return _Queued([], lambda: (raw, tr))
+            return _Queued([], lambda: ([raw], tr), raw)
         x = to_f32(raw, t)
     else:
-        x = None  # worker processes read their own rows from the file
+        raw = x = None  # worker processes read their own rows from the file
     ne0 = t.shape[0]
     rows_per_matrix = t.shape[1] if len(t.shape) > 1 else 1
     qw = imatrix.get(t.name) if imatrix is not None else None
@@ -248,25 +253,49 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool):
 
     def finish():
         parts = [j.result() for j in jobs]
-        data = b"".join(memoryview(p).cast("B") for p in parts)
         if measure:
-            out = np.frombuffer(data, np.uint8)
+            out = np.concatenate([np.frombuffer(memoryview(p).cast("B"), np.uint8) for p in parts])
             from llmkit.quant.evaluate import error_stats
 
             tr.rmse, tr.max_abs_err, tr.cosine = error_stats(x, fmt.dequantize(out, n))
-        return data, tr
+        return parts, tr
 
-    return _Queued(jobs, finish)
+    return _Queued(jobs, finish, raw)
 
 
 class _Queued:
-    """A tensor whose quantization jobs are queued: done() without blocking, finish() -> (bytes, report row)."""
+    """A tensor whose quantization jobs are queued: done() without blocking, finish() -> (output
+    pieces, report row); `buffer` holds its input until it is written."""
 
-    def __init__(self, jobs: list, finish: Callable):
-        self.jobs, self.finish = jobs, finish
+    def __init__(self, jobs: list, finish: Callable, buffer):
+        self.jobs, self.finish, self.buffer = jobs, finish, buffer
 
     def done(self) -> bool:
         return all(j.done() for j in self.jobs)
+
+
+class _Buffers:
+    """Reuses the input buffer of the last written tensor for the next read: a fresh 46 MB buffer costs
+    ~11k page faults (the kernel zeroes every page) before the read can fill it. Holds at most one
+    free buffer, so memory stays at what is in flight; tensors under 1 MB get plain new arrays."""
+
+    MIN = 1 << 20
+
+    def __init__(self):
+        self.spare: np.ndarray | None = None
+
+    def get(self, n: int) -> np.ndarray | None:
+        if n < self.MIN:
+            return None
+        b, self.spare = self.spare, None
+        if b is None or len(b) < n:
+            b = np.empty(n, np.uint8)  # a spare that is too small is dropped here
+        return b[:n]
+
+    def put(self, view: np.ndarray | None) -> None:
+        if view is not None and isinstance(view.base, np.ndarray) and len(view) >= self.MIN:
+            if self.spare is None or len(view.base) > len(self.spare):
+                self.spare = view.base
 
 
 class Workers:
