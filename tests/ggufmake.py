@@ -47,7 +47,8 @@ def byte_vocab() -> list[str]:
 
 def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128, n_ctx=512,
                      logit_scale=4.0, dtype=np.float32, merges=(("Ġ", "t"), ("h", "e"), ("Ġt", "he")),
-                     extra_tokens=("Ġt", "he", "Ġthe"), chat_template=None, tied=False, outliers=False):
+                     extra_tokens=("Ġt", "he", "Ġthe"), chat_template=None, tied=False, outliers=False,
+                     alignment=None):
     """A random-weight llama with a byte-level BPE vocabulary that llama.cpp loads and runs.
 
     `logit_scale` sharpens the output layer so greedy choices are far from ties (batch-vs-single
@@ -82,6 +83,8 @@ def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
         return a.astype(dtype)
 
     w = gguf.GGUFWriter(str(path), "llama")
+    if alignment is not None:  # general.alignment other than GGUF's default 32
+        w.add_custom_alignment(alignment)
     w.add_context_length(n_ctx)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)

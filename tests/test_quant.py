@@ -294,3 +294,30 @@ def test_colsum_is_the_c_loop_order():
         s = (s + row).astype(np.float32)
     assert np.array_equal(colsum(b), s)
     assert np.array_equal(seq_sum(np.ascontiguousarray(b.T)), s)
+
+
+def test_input_alignment_other_than_32_gives_a_valid_file(tmp_path):
+    """general.alignment = 64: the key is copied, so the data must be laid out to 64 (llama.cpp's
+    quantizer pads to 32 regardless and its own loader rejects the result). Same quantized bytes
+    per tensor as llama.cpp on the 32-aligned twin, and llama.cpp loads the file."""
+    import llama_cpp
+
+    from llmkit.gguf.reader import read_gguf
+
+    a64, a32 = tmp_path / "a64.gguf", tmp_path / "a32.gguf"
+    write_tiny_llama(a64, n_embd=256, n_ff=512, n_layer=1, seed=7, alignment=64)
+    write_tiny_llama(a32, n_embd=256, n_ff=512, n_layer=1, seed=7)
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    quantize_file(str(a64), str(ours), "Q4_K_M")
+    reference(a32, ref, "Q4_K_M")
+    go, gr = read_gguf(str(ours)), read_gguf(str(ref))  # the reader checks every offset against the alignment
+    assert go.metadata["general.alignment"] == 64 and go.data_offset % 64 == 0
+    fo, fr = open(ours, "rb"), open(ref, "rb")
+    for to, tr in zip(go.tensors, gr.tensors):
+        assert (to.name, to.type, to.offset % 64) == (tr.name, tr.type, 0)
+        fo.seek(go.data_offset + to.offset), fr.seek(gr.data_offset + tr.offset)
+        assert fo.read(to.nbytes) == fr.read(tr.nbytes), to.name
+    fo.close(), fr.close()
+    llm = llama_cpp.Llama(str(ours), n_ctx=64, verbose=False)
+    assert llm.n_vocab() > 256
+    llm.close()

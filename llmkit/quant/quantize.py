@@ -2,7 +2,9 @@
 
 Output layout (llama.cpp's): the input's metadata entries copied verbatim in order, minus
 split keys and `general.quantization_version` / `general.file_type`, which are appended (u32);
-tensors sorted by (layer, name); each tensor's data padded to 32 bytes; GGUF version 3.
+tensors sorted by (layer, name); each tensor's data padded to the input's `general.alignment`
+(32 by default); GGUF version 3. (llama.cpp pads to 32 whatever the alignment key says, and its
+own loader then rejects the file; llmkit keeps the layout valid instead.)
 Tensors are processed one at a time (rows in parallel chunks), so memory stays near one tensor;
 the file is written to a temp name and renamed when complete.
 """
@@ -24,7 +26,7 @@ from llmkit.gguf.reader import GGML_TYPES, read_gguf
 from llmkit.quant import rules
 from llmkit.quant.base import get_format
 
-ALIGN = 32
+ALIGN = 32  # GGUF's default general.alignment
 READ_AHEAD = 32 << 20  # unwritten input bytes held in memory before the oldest tensor is awaited
 QNT_VERSION = 2
 _DROP = ("general.quantization_version", "general.file_type", "split.no", "split.count", "split.tensors.count")
@@ -135,11 +137,12 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
                 raise BadInput(f"the imatrix entry for '{name}' has {len(imatrix[name])} values, the tensor needs {want}.")
         plan.append((t, new))
     report = QuantReport(src, dst, ftype, fallbacks=chooser.n_fallback)
-    header = _header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0])
+    align = int(g.metadata.get("general.alignment", ALIGN))  # the copied key must describe the output too
+    header = _header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0], align)
     _tune_malloc()
     pool = Workers(threads or os.cpu_count() or 1)
     try:
-        _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report)
+        _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report, align)
     finally:
         pool.close()
     report.seconds = time.perf_counter() - t0
@@ -169,7 +172,7 @@ def _tune_malloc() -> None:
         pass
 
 
-def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress, report) -> None:
+def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress, report, align: int) -> None:
     from llmkit.io import atomic_file
 
     with open(src, "rb") as fin, atomic_file(dst) as fout:
@@ -183,7 +186,7 @@ def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress
             for part in parts:  # written piece by piece: no joined copy of the tensor
                 fout.write(part)
                 size += memoryview(part).nbytes
-            fout.write(b"\0" * (-size % ALIGN))
+            fout.write(b"\0" * (-size % align))
             buffers.put(job.buffer)  # every job of this tensor is done: its input buffer is free again
             report.tensors.append(tr)
             report.bytes_in += t.nbytes
@@ -365,7 +368,7 @@ def _check_finite(x: np.ndarray, name: str) -> None:
                        "Fix the model before quantizing.")
 
 
-def _header(g, tensors, ftype_id: int) -> bytes:
+def _header(g, tensors, ftype_id: int, align: int) -> bytes:
     """Header, metadata (input entries verbatim + quantization version + file type), tensor infos, padding."""
     with open(g.path, "rb") as f:
         raw = f.read(max(e for _, e, _ in g.kv_spans.values()) if g.kv_spans else 0)
@@ -383,6 +386,6 @@ def _header(g, tensors, ftype_id: int) -> bytes:
         infos.append(struct.pack("<Q", len(k)) + k + struct.pack("<I", nd) + struct.pack(f"<{nd}q", *shape[:nd])
                      + struct.pack("<iQ", TYPE_ID[type_name], offset))
         size = tensor_bytes(type_name, shape)
-        offset += size + (-size % ALIGN)
+        offset += size + (-size % align)
     out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs) + b"".join(infos)
-    return out + b"\0" * (-len(out) % ALIGN)
+    return out + b"\0" * (-len(out) % align)
