@@ -23,14 +23,29 @@ from llmkit.quant.quantize import quantize_file  # noqa: E402
 ALL = list(rules.FTYPES)
 
 
-def reference(src, dst, ftype, imatrix=None, pure=False):
-    """llama.cpp's quantizer through llama-cpp-python, with an imatrix passed as llama-quantize would."""
+def reference(src, dst, ftype, imatrix=None, pure=False, output_type=None, embd_type=None, tensor_types=()):
+    """llama.cpp's quantizer through llama-cpp-python, with an imatrix and type overrides passed as
+    llama-quantize would."""
     from llmkit.llama.runtime import _silence_llama_log
+    from llmkit.quant.quantize import TYPE_ID
 
     _silence_llama_log()
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype, p.nthread, p.pure = rules.FTYPES[ftype][0], 2, pure
     keep = []
+    if output_type:
+        p.output_tensor_type = TYPE_ID[output_type]
+    if embd_type:
+        p.token_embedding_type = TYPE_ID[embd_type]
+    if tensor_types:
+        tt = (llama_cpp.llama_model_tensor_override * (len(tensor_types) + 1))()
+        for i, (pattern, t) in enumerate(tensor_types):
+            pb = pattern.lower().encode()
+            keep.append(pb)
+            tt[i].pattern, tt[i].type = pb, TYPE_ID[t]
+        tt[len(tensor_types)].pattern = None
+        keep.append(tt)
+        p.tt_overrides = ctypes.cast(tt, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
     if imatrix:
         arr = (llama_cpp.llama_model_imatrix_data * (len(imatrix) + 1))()
         for i, (k, v) in enumerate(imatrix.items()):
@@ -321,3 +336,39 @@ def test_input_alignment_other_than_32_gives_a_valid_file(tmp_path):
     llm = llama_cpp.Llama(str(ours), n_ctx=64, verbose=False)
     assert llm.n_vocab() > 256
     llm.close()
+
+
+OVERRIDE_CASES = [
+    ("base", "Q4_K_M", dict(output_type="Q8_0", embd_type="Q4_0", tensor_types=[("attn_v", "Q8_0"), ("FFN_DOWN", "Q5_K")])),
+    ("base", "Q3_K_S", dict(tensor_types=[(r"blk\.[02]\.", "Q6_K")])),
+    ("tied", "Q4_K_M", dict(output_type="Q5_0", embd_type="Q5_K")),  # tied: the embedding follows its own option
+    ("odd", "Q4_K_M", dict(tensor_types=[("ffn_up", "Q4_K")])),  # 640-wide rows: the pattern's type falls back
+]
+
+
+@pytest.mark.parametrize("model,ftype,ov", OVERRIDE_CASES)
+def test_type_overrides_byte_identical(models, model, ftype, ov):
+    d, m = models
+    ours, ref = d / f"ours-ov-{model}.gguf", d / f"ref-ov-{model}.gguf"
+    reference(m[model], ref, ftype, **ov)
+    o = rules.Overrides(ov.get("output_type"), ov.get("embd_type"), ov.get("tensor_types", []))
+    quantize_file(str(m[model]), str(ours), ftype, overrides=o)
+    assert same_file(ours, ref)
+    os.unlink(ours), os.unlink(ref)
+
+
+def test_type_override_cli_and_errors(models, tmp_path):
+    d, m = models
+    out = tmp_path / "o.gguf"
+    r = run_cli(["quant", str(m["base"]), "-t", "Q4_0", "-o", str(out), "--tensor-type", "attn_q=q8_0",
+                 "--output-tensor-type", "q6_k", "--json"])
+    assert r.exit_code == 0, r.output
+    types = {t["name"]: t["type_out"] for t in json.loads(r.stdout)["tensors"]}
+    assert types["blk.0.attn_q.weight"] == "Q8_0" and types["output.weight"] == "Q6_K"
+    assert types["blk.0.attn_k.weight"] == "Q4_0"
+    for args, words in ((["--tensor-type", "attn_q"], "PATTERN=TYPE"), (["--tensor-type", "attn_q=Q9_9"], "unknown tensor type"),
+                        (["--tensor-type", "(=Q8_0"], "regular expression"), (["--output-tensor-type", "Q7"], "unknown")):
+        r = run_cli(["quant", str(m["base"]), "-t", "Q4_0", "-o", str(out), *args])
+        assert r.exit_code == 1 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = run_cli(["quant", str(m["odd"]), "-t", "Q4_0", "-o", str(out), "--token-embedding-type", "Q4_K"])
+    assert r.exit_code == 1 and "not a multiple" in r.stderr

@@ -43,11 +43,18 @@ def group():
 @click.option("--threads", type=int, help="Worker threads (default: all cores).")
 @click.option("--report", is_flag=True, help="Per-tensor table: type, bits/weight, bytes, RMSE, max error, cosine.")
 @click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
-def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads, report, as_json):
+@click.option("--output-tensor-type", "output_type", metavar="TYPE", help="Type for output.weight (as llama-quantize).")
+@click.option("--token-embedding-type", "embd_type", metavar="TYPE", help="Type for token_embd.weight.")
+@click.option("--tensor-type", "tensor_types", metavar="PATTERN=TYPE", multiple=True,
+              help="Type for tensors whose name matches the regex PATTERN (repeatable; first match wins).")
+def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads, report, as_json, output_type,
+                 embd_type, tensor_types):
     """Quantize IN.gguf to TYPE, writing OUT.gguf (the same bytes llama.cpp's quantizer writes)."""
     from llmkit.quant.quantize import quantize_file
+    from llmkit.quant.rules import Overrides
 
     out = Output()
+    overrides = Overrides.parse(output_type, embd_type, tensor_types)
     imx = None
     if imatrix_path:
         from llmkit.quant.imatrix import load_imatrix
@@ -55,7 +62,8 @@ def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads,
         imx = load_imatrix(imatrix_path)
     with progress_bar("quantizing") as bar:
         rep = quantize_file(src, dst, qtype, pure=pure, imatrix=imx, allow_requantize=allow_requantize,
-                            threads=threads, measure=report or as_json, progress=lambda i, n, name: bar(i, n, name))
+                            threads=threads, measure=report or as_json, progress=lambda i, n, name: bar(i, n, name),
+                            overrides=overrides)
     if as_json:
         out.json(rep.to_dict())
     elif report:

@@ -111,7 +111,8 @@ def load_f32(f, info, data_offset: int) -> np.ndarray:
 
 def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix: dict | None = None,
                   allow_requantize: bool = False, threads: int | None = None, measure: bool = False,
-                  progress: Callable[[int, int, str], None] | None = None) -> QuantReport:
+                  progress: Callable[[int, int, str], None] | None = None,
+                  overrides: rules.Overrides | None = None) -> QuantReport:
     """Quantize `src` into `dst` (written atomically). Returns per-tensor sizes (and errors when `measure`)."""
     t0 = time.perf_counter()
     ftype = rules.resolve_ftype(ftype)
@@ -123,7 +124,7 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
     info = rules.model_info(g.metadata)
     by_name = {t.name: t for t in g.tensors}
     order = rules.tensor_order(list(by_name))
-    chooser = rules.TypeChooser(info, ftype, order, pure, imatrix is not None)
+    chooser = rules.TypeChooser(info, ftype, order, pure, imatrix is not None, overrides)
     plan = []
     for name in order:
         t = by_name[name]

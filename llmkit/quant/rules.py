@@ -10,7 +10,7 @@ that is not a multiple of the block size falls back to a 32-block type (or F16).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmkit.errors import BadInput
 
@@ -112,11 +112,63 @@ def model_info(meta: dict) -> ModelInfo:
                      is_70b=arch == "llama" and n_layer == 80)
 
 
+@dataclass
+class Overrides:
+    """llama-quantize's per-tensor type options: --output-tensor-type, --token-embedding-type and
+    --tensor-type PATTERN=TYPE (first regex found in the name wins; patterns are lower-cased)."""
+
+    output: str | None = None
+    token_embd: str | None = None
+    tensor_types: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.output = _known_type(self.output, "--output-tensor-type")
+        self.token_embd = _known_type(self.token_embd, "--token-embedding-type")
+        compiled = []
+        for pattern, t in self.tensor_types:
+            try:
+                compiled.append((re.compile(pattern.lower()), _known_type(t, "--tensor-type")))
+            except re.error as e:
+                raise BadInput(f"--tensor-type pattern {pattern!r} is not a valid regular expression ({e}).") from None
+        self._compiled = compiled
+
+    @classmethod
+    def parse(cls, output=None, token_embd=None, specs=()) -> "Overrides":
+        pairs = []
+        for spec in specs:
+            pattern, sep, t = spec.partition("=")
+            if not sep or not pattern or not t:
+                raise BadInput(f"--tensor-type {spec!r} should be PATTERN=TYPE, e.g. attn_v=Q8_0.")
+            pairs.append((pattern, t))
+        return cls(output, token_embd, pairs)
+
+    def pattern_type(self, name: str) -> str | None:
+        return next((t for rx, t in self._compiled if rx.search(name)), None)
+
+
+def _known_type(t: str | None, option: str) -> str | None:
+    if t is None:
+        return None
+    u = t.upper()
+    if u not in BLOCK:
+        raise BadInput(f"{option}: unknown tensor type {t!r}; use one of {', '.join(BLOCK)}.")
+    return u
+
+
+def _fixed(name: str, shape, t: str, option: str) -> str:
+    if shape[0] % BLOCK[t]:
+        raise BadInput(f"{option} {t}: tensor '{name}' has rows of {shape[0]} weights, not a multiple of "
+                       f"{t}'s block of {BLOCK[t]}; choose another type.")
+    return t
+
+
 class TypeChooser:
     """Stateful like llama.cpp's quantize_state: counters advance as tensors are visited in order."""
 
-    def __init__(self, info: ModelInfo, ftype: str, names: list[str], pure: bool, has_imatrix: bool):
+    def __init__(self, info: ModelInfo, ftype: str, names: list[str], pure: bool, has_imatrix: bool,
+                 overrides: "Overrides | None" = None):
         self.info, self.ftype, self.pure, self.has_imatrix = info, ftype, pure, has_imatrix
+        self.ov = overrides or Overrides()
         self.default = FTYPES[ftype][1]
         cats = [category(n) for n in names]
         self.n_attention_wv = sum(c in ("attn_v", "attn_qkv", "attn_kv_b") for c in cats)
@@ -128,9 +180,20 @@ class TypeChooser:
     def choose(self, name: str, shape: tuple[int, ...], cur_type: str) -> str:
         if not allows_quantization(name, shape):
             return cur_type
+        cat, ov = category(name), self.ov
+        # --token-embedding-type / --output-tensor-type win outright (no mixture, no fallback); an
+        # explicit --tensor-type pattern may still name per_layer_token_embd (llama_tensor_get_type)
+        if ov.token_embd and cat == "token_embd" and not (
+                name == "per_layer_token_embd.weight" and ov.pattern_type(name)):
+            return _fixed(name, shape, ov.token_embd, "--token-embedding-type")
+        if ov.output and cat == "output":
+            return _fixed(name, shape, ov.output, "--output-tensor-type")
         new = self.default
         if new in QUANTIZED:
-            if not self.pure:
+            manual = ov.pattern_type(name)
+            if manual:
+                new = manual
+            elif not self.pure:
                 new = self._mix(name, shape, new)
             new = self._fallback(shape, new)
         return new
