@@ -17,6 +17,9 @@ def write_vocab_gguf(path, model: str, tokens, *, merges=None, scores=None, type
     w.add_head_count(4)
     w.add_head_count_kv(4)
     w.add_layer_norm_rms_eps(1e-5)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(2)
     w.add_tokenizer_model(model)
     if model == "gpt2":
         w.add_tokenizer_pre(pre)
@@ -48,12 +51,13 @@ def byte_vocab() -> list[str]:
 def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128, n_ctx=512,
                      logit_scale=4.0, dtype=np.float32, merges=(("Ġ", "t"), ("h", "e"), ("Ġt", "he")),
                      extra_tokens=("Ġt", "he", "Ġthe"), chat_template=None, tied=False, outliers=False,
-                     alignment=None):
+                     alignment=None, n_expert=0):
     """A random-weight llama with a byte-level BPE vocabulary that llama.cpp loads and runs.
 
     `logit_scale` sharpens the output layer so greedy choices are far from ties (batch-vs-single
     evaluation noise then cannot flip them). `tied` leaves out output.weight (the token embedding
-    is reused); `outliers` sprinkles large weights and exact zeros (harder cases for quantizers).
+    is reused); `outliers` sprinkles large weights and exact zeros (harder cases for quantizers);
+    `n_expert` > 0 makes the feed-forward a Mixtral-style mixture of experts (2 used per token).
     """
     import gguf
 
@@ -93,6 +97,9 @@ def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
     w.add_head_count_kv(n_head_kv)
     w.add_rope_dimension_count(head_dim)
     w.add_layer_norm_rms_eps(1e-5)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(2)
     w.add_file_type(0 if dtype == np.float32 else 1)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt-2")
@@ -112,9 +119,15 @@ def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
         w.add_tensor(f"blk.{i}.attn_v.weight", rand(n_head_kv * head_dim, n_embd))
         w.add_tensor(f"blk.{i}.attn_output.weight", rand(n_embd, n_embd))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", rand(n_ff, n_embd))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", rand(n_ff, n_embd))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", rand(n_embd, n_ff))
+        if n_expert:
+            w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", rand(n_expert, n_embd))
+            w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", rand(n_expert, n_ff, n_embd))
+            w.add_tensor(f"blk.{i}.ffn_up_exps.weight", rand(n_expert, n_ff, n_embd))
+            w.add_tensor(f"blk.{i}.ffn_down_exps.weight", rand(n_expert, n_embd, n_ff))
+        else:
+            w.add_tensor(f"blk.{i}.ffn_gate.weight", rand(n_ff, n_embd))
+            w.add_tensor(f"blk.{i}.ffn_up.weight", rand(n_ff, n_embd))
+            w.add_tensor(f"blk.{i}.ffn_down.weight", rand(n_embd, n_ff))
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     if not tied:
         w.add_tensor("output.weight", rand(n_vocab, n_embd, scale=logit_scale / np.sqrt(n_embd)))

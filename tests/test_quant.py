@@ -372,3 +372,32 @@ def test_type_override_cli_and_errors(models, tmp_path):
         assert r.exit_code == 1 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = run_cli(["quant", str(m["odd"]), "-t", "Q4_0", "-o", str(out), "--token-embedding-type", "Q4_K"])
     assert r.exit_code == 1 and "not a multiple" in r.stderr
+
+
+def test_mixture_of_experts_quantization_and_imatrix(tmp_path, kernel_small):
+    """A Mixtral-style model (4 experts, 2 used): 3-D expert tensors quantize byte-identically, the
+    imatrix covers every expert through llama.cpp's MUL_MAT_ID (routed tokens only, per-expert counts),
+    and quantizing with it — one imatrix slice per expert — still equals llama.cpp."""
+    from llmkit.gguf.reader import read_gguf
+    from llmkit.quant.imatrix import load_imatrix
+
+    src = write_tiny_llama(tmp_path / "moe.gguf", n_embd=256, n_ff=512, n_layer=2, n_expert=4, outliers=True, seed=9)
+    imx_path = tmp_path / "moe-imatrix.gguf"
+    r = run_cli(["quant", "imatrix", "-m", str(src), "--text", str(kernel_small), "-o", str(imx_path), "-c", "128",
+                 "--chunks", "4"])
+    assert r.exit_code == 0, r.stderr
+    g = read_gguf(str(imx_path))
+    by = {t.name: t for t in g.tensors}
+    counts = by["blk.1.ffn_down_exps.weight.counts"]
+    assert counts.shape == (1, 4) and by["blk.1.ffn_down_exps.weight.in_sum2"].shape == (512, 4)
+    with open(imx_path, "rb") as f:
+        f.seek(g.data_offset + counts.offset)
+        c = np.frombuffer(f.read(16), "<f4")
+    assert c.sum() == 4 * 128 * 2  # every token of every chunk went to 2 experts (BOS counted: 128 per chunk)
+    imx = load_imatrix(str(imx_path))
+    assert len(imx["blk.0.ffn_gate_exps.weight"]) == 4 * 256 and "blk.0.attn_q.weight" in imx
+    for ftype, w in (("Q4_K_M", None), ("Q2_K", imx), ("Q4_0", imx), ("Q6_K", imx)):
+        ours, ref = tmp_path / f"ours-{ftype}.gguf", tmp_path / f"ref-{ftype}.gguf"
+        reference(src, ref, ftype, imatrix=w)
+        quantize_file(str(src), str(ours), ftype, imatrix=w)
+        assert same_file(ours, ref), ftype

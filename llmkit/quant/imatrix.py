@@ -100,7 +100,8 @@ class _Tensor(ctypes.Structure):
                 ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8)]
 
 
-def _mul_mat_op() -> int:
+def _op_ids(*names: bytes) -> tuple[int, ...]:
+    """ggml's operation numbers for these names (they change between ggml versions)."""
     import glob
 
     import llama_cpp
@@ -113,17 +114,28 @@ def _mul_mat_op() -> int:
         except (OSError, AttributeError):
             continue
         fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_int]
-        for i in range(200):
-            if fn(i) == b"MUL_MAT":
-                return i
-    raise BadInput("cannot find ggml's MUL_MAT operation in llama-cpp-python's libraries.")
+        found: dict[bytes, int] = {}
+        for i in range(200):  # stop at the last name wanted: past GGML_OP_COUNT the table is not ours to read
+            found.setdefault(fn(i), i)
+            if all(n in found for n in names):
+                return tuple(found[n] for n in names)
+        break
+    raise BadInput(f"cannot find ggml's {', '.join(n.decode() for n in names)} operations in llama-cpp-python's libraries.")
+
+
+def _strided(addr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype) -> np.ndarray:
+    """A numpy view of ggml tensor memory (host buffer) with ggml's byte strides."""
+    span = sum((n - 1) * st for n, st in zip(shape, strides)) + np.dtype(dtype).itemsize
+    buf = (ctypes.c_char * span).from_address(addr)
+    return np.ndarray(shape, dtype=dtype, buffer=buf, strides=strides)
 
 
 def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None, max_chunks: int = 0,
-            progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, int], int]:
+            progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
     """Run the model over `text` in chunks of n_ctx tokens (each starting with BOS when the model
     wants one) and accumulate, for every `blk.*` matrix multiplication, the squared input activations
-    per column. Returns (sums, token counts, chunks) — llama-imatrix's statistics."""
+    per column; for mixture-of-experts matrices (MUL_MAT_ID) per expert, from the tokens routed to it.
+    Returns (sums, token counts per matrix, chunks) — llama-imatrix's statistics."""
     import llama_cpp
 
     from llmkit.llama import runtime
@@ -135,17 +147,24 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
     step = n_ctx - 1 if bos else n_ctx
     if len(toks) < 16:
         raise BadInput(f"the calibration text has {len(toks)} tokens; give at least a few hundred.")
-    mul_mat = _mul_mat_op()
+    mul_mat, mul_mat_id = _op_ids(b"MUL_MAT", b"MUL_MAT_ID")
     sums: dict[str, np.ndarray] = {}
-    counts: dict[str, int] = {}
+    counts: dict[str, np.ndarray] = {}
 
     def on_tensor(t_ptr, ask, _user):
         t = _Tensor.from_address(t_ptr)
-        if t.op != mul_mat or not t.src[0] or not t.src[1]:
+        if t.op not in (mul_mat, mul_mat_id) or not t.src[0] or not t.src[1]:
             return False
         src0 = _Tensor.from_address(t.src[0])
         src1 = _Tensor.from_address(t.src[1])
-        name = src0.name.decode("utf-8", "replace")
+        name = src0.name.decode("utf-8", "replace").split(" ")[0]
+        if t.op == mul_mat_id:  # experts: every routed token counts, whatever the batch (as llama-imatrix)
+            if ask:
+                return True
+            if src1.type != 0 or src1.nb[0] != 4 or not src1.data or not t.src[2]:
+                return True
+            _add_experts(name, src0, src1, _Tensor.from_address(t.src[2]))
+            return True
         if not name.startswith("blk.") or src1.type != 0 or src1.ne[1] < 16:
             return False
         if ask:
@@ -153,14 +172,25 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
         ne0, rows = src1.ne[0], src1.ne[1] * src1.ne[2] * src1.ne[3]
         if src1.nb[0] != 4 or not src1.data:
             return True
-        n_mat = src0.ne[2] * src0.ne[3]
-        buf = (ctypes.c_char * (src1.nb[1] * (rows - 1) + 4 * ne0)).from_address(src1.data)
-        x = np.ndarray((rows, ne0), dtype=np.float32, buffer=buf, strides=(src1.nb[1], 4)).astype(np.float64)
-        key = name.split(" ")[0]
-        acc = sums.setdefault(key, np.zeros(ne0 * n_mat, np.float64))
-        acc[:ne0] += (x * x).sum(axis=0)
-        counts[key] = counts.get(key, 0) + int(rows)
+        x = _strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32).astype(np.float64)
+        acc = sums.setdefault(name, np.zeros(ne0, np.float64))
+        acc += (x * x).sum(axis=0)
+        counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
         return True
+
+    def _add_experts(name, src0, src1, ids):
+        """MUL_MAT_ID: ids [n_used, n_tokens] pick the expert of each (slot, token); src1 [cols, n_used or
+        1, n_tokens] holds the inputs. Each expert's slice gets the squares of the inputs routed to it."""
+        n_as, ne0, ne11, n_tok, n_ids = src0.ne[2], src1.ne[0], src1.ne[1], src1.ne[2], ids.ne[0]
+        ex = _strided(ids.data, (n_tok, n_ids), (ids.nb[1], ids.nb[0]), np.int32).reshape(-1)
+        if ex.size == 0 or ex.min() < 0 or ex.max() >= n_as:
+            return
+        x = _strided(src1.data, (n_tok, ne11, ne0), (src1.nb[2], src1.nb[1], 4), np.float32)
+        slot = np.arange(n_ids) % ne11
+        xs = x[:, slot, :].reshape(-1, ne0).astype(np.float64)  # row (token, slot) in ex's order
+        acc = sums.setdefault(name, np.zeros(ne0 * n_as, np.float64)).reshape(n_as, ne0)
+        np.add.at(acc, ex, xs * xs)
+        counts[name] = counts.get(name, np.zeros(n_as, np.int64)) + np.bincount(ex, minlength=n_as)
 
     cb = llama_cpp.ggml_backend_sched_eval_callback(on_tensor)
     cp = llama_cpp.llama_context_default_params()
@@ -195,7 +225,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
     return {k: v.astype(np.float32) for k, v in sums.items()}, counts, len(chunks)
 
 
-def save_imatrix(path: str, sums: dict[str, np.ndarray], counts: dict[str, int], chunks: int, chunk_size: int,
+def save_imatrix(path: str, sums: dict[str, np.ndarray], counts: dict[str, np.ndarray], chunks: int, chunk_size: int,
                  dataset: str) -> None:
     """Write llama.cpp's GGUF imatrix format (readable by llama-quantize --imatrix)."""
     from llmkit.gguf.writer import write_gguf
@@ -204,7 +234,7 @@ def save_imatrix(path: str, sums: dict[str, np.ndarray], counts: dict[str, int],
            ("imatrix.chunk_count", "u32", chunks), ("imatrix.chunk_size", "u32", chunk_size)]
     tensors = []
     for name in sorted(sums):
-        v = sums[name]
-        tensors.append((f"{name}.in_sum2", v.reshape(1, -1)))
-        tensors.append((f"{name}.counts", np.array([[counts[name]]], np.float32)))
+        c = np.asarray(counts[name], np.float32).reshape(-1, 1)  # one count per matrix (expert)
+        tensors.append((f"{name}.in_sum2", np.asarray(sums[name], np.float32).reshape(len(c), -1)))
+        tensors.append((f"{name}.counts", c))
     write_gguf(path, kvs, tensors)
