@@ -232,26 +232,34 @@ def _descend(xt, wt, L, active, lo, hi, q3: bool) -> np.ndarray:
     n, B = xt.shape
     sumlx = colsum(wt * xt * L)
     suml2 = colsum(wt * L * L)
+    cols = np.flatnonzero(active)  # blocks still descending; after one round ~5-20 % remain (measured)
     for _ in range(5):
-        changed_any = np.zeros(B, bool)
+        if len(cols) == 0:
+            break
+        full = len(cols) == B
+        x_, w_, L_ = (xt, wt, L) if full else (xt[:, cols], wt[:, cols], L[:, cols])
+        sx, s2 = (sumlx, suml2) if full else (sumlx[cols], suml2[cols])
+        changed = np.zeros(len(cols), bool)
         for i in range(n):
-            xi, w, li = xt[i], wt[i], L[i]
-            slx = sumlx - w * xi * li
-            sl2 = suml2 - w * li * li
+            xi, w, li = x_[i], w_[i], L_[i]
+            slx = sx - w * xi * li
+            sl2 = s2 - w * li * li
             new_l = np.rint(xi * sl2 / slx)
             new_l = np.clip(new_l, lo, hi) if lo is not None else np.minimum(F32(hi), new_l)
             slx2 = slx + w * xi * new_l
             sl22 = sl2 + w * new_l * new_l
             ok = (sl22 > 0) if q3 else (sl2 > 0)
-            accept = active & (slx > 0) & ok & (new_l != li) & (slx2 * slx2 * suml2 > sumlx * sumlx * sl22)
+            accept = (slx > 0) & ok & (new_l != li) & (slx2 * slx2 * s2 > sx * sx * sl22)
             if accept.any():
-                L[i] = np.where(accept, new_l, li)
-                sumlx = np.where(accept, slx2, sumlx)
-                suml2 = np.where(accept, sl22, suml2)
-                changed_any |= accept
-        active = active & changed_any
-        if not active.any():
-            break
+                L_[i] = np.where(accept, new_l, li)
+                sx = np.where(accept, slx2, sx)
+                s2 = np.where(accept, sl22, s2)
+                changed |= accept
+        if full:
+            sumlx, suml2 = sx, s2
+        else:
+            L[:, cols], sumlx[cols], suml2[cols] = L_, sx, s2
+        cols = cols[changed]
     return np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
 
 
