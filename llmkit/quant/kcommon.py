@@ -54,11 +54,11 @@ def _levels(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
 def make_qx_quants(x: np.ndarray, nmax: int, rmse_type: int, qw: np.ndarray | None = None):
     """Symmetric levels l in [-nmax, nmax-1] (returned + nmax) and the scale: the start scale
     -nmax/max, refined by least squares, then 18 nearby scales tried. Returns (scale, L)."""
-    xt = np.ascontiguousarray(x.T, dtype=F32)
+    xt = blocks_t(x)
     mx = abs_max_signed_t(xt)
     zero = np.abs(mx) < GROUP_MAX_EPS
     if qw is not None:
-        w = np.ascontiguousarray(qw.T, dtype=F32)
+        w = blocks_t(qw)
     elif rmse_type == 1:
         w = xt * xt
     elif rmse_type == 2:
@@ -193,8 +193,8 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
 def make_qp_quants(x: np.ndarray, nmax: int, qw: np.ndarray):
     """Non-negative levels in [0, nmax] for the block scales of K-quants with an imatrix:
     a grid of 9 scales, then coordinate descent (5 rounds). Returns (scale, L)."""
-    xt = np.ascontiguousarray(x.T, dtype=F32)
-    wt = np.ascontiguousarray(qw.T, dtype=F32)
+    xt = blocks_t(x)
+    wt = blocks_t(qw)
     n, B = xt.shape
     mx = np.maximum(F32(0), xt.max(axis=0)).astype(F32)
     zero = mx < GROUP_MAX_EPS
@@ -266,7 +266,7 @@ def _descend(xt, wt, L, active, lo, hi, q3: bool) -> np.ndarray:
 def make_q3_quants(x: np.ndarray, nmax: int):
     """Q3_K's symmetric search (do_rmse): start at -nmax/max, then coordinate descent on the
     x^2-weighted error (5 rounds). Returns (scale, L + nmax)."""
-    xt = np.ascontiguousarray(x.T, dtype=F32)
+    xt = blocks_t(x)
     n, B = xt.shape
     mx = abs_max_signed_t(xt)
     zero = np.abs(mx) < GROUP_MAX_EPS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, abs_max_signed_t, blocks_t, fp16_bytes, half_to_f32, nibbles_t, safe_inv
+from llmkit.quant.base import F32, Format, abs_max_signed_t, blocks_t, fp16_bytes, half_to_f32, nibbles_t, put_rows, safe_inv
 from llmkit.quant.kcommon import block32_weights, make_qx_quants
 
 
@@ -31,7 +31,7 @@ class Q4_0(Format):
     def _pack(d, qt):
         out = np.empty((len(d), 18), np.uint8)
         out[:, :2] = fp16_bytes(d)
-        out[:, 2:] = nibbles_t(qt)
+        put_rows(out[:, 2:], nibbles_t(qt))
         return out
 
     def dequantize_blocks(self, b):

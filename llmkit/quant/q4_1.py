@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, blocks_t, first_max_t, first_min_t, fp16_bytes, half_to_f32, nibbles_t, safe_inv
+from llmkit.quant.base import F32, Format, blocks_t, first_max_t, first_min_t, fp16_bytes, half_to_f32, nibbles_t, put_rows, safe_inv
 from llmkit.quant.kcommon import block32_weights, make_qkx
 
 
@@ -33,7 +33,7 @@ class Q4_1(Format):
         out = np.empty((len(d), 20), np.uint8)
         out[:, :2] = fp16_bytes(d)
         out[:, 2:4] = fp16_bytes(m)
-        out[:, 4:] = nibbles_t(qt)
+        put_rows(out[:, 4:], nibbles_t(qt))
         return out
 
     def dequantize_blocks(self, b):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, blocks_t, first_max_t, first_min_t, fp16_bytes, half_to_f32, high_bits_t, nibbles_t, safe_inv
+from llmkit.quant.base import F32, Format, blocks_t, first_max_t, first_min_t, fp16_bytes, half_to_f32, high_bits_t, nibbles_t, put_rows, safe_inv
 from llmkit.quant.kcommon import block32_weights, make_qkx
 
 
@@ -32,8 +32,8 @@ class Q5_1(Format):
         out = np.empty((len(d), 24), np.uint8)
         out[:, :2] = fp16_bytes(d)
         out[:, 2:4] = fp16_bytes(m)
-        out[:, 4:8] = high_bits_t(qt)
-        out[:, 8:] = nibbles_t(qt)
+        put_rows(out[:, 4:8], high_bits_t(qt))
+        put_rows(out[:, 8:], nibbles_t(qt))
         return out
 
     def dequantize_blocks(self, b):

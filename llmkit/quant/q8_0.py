@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, abs_max_t, blocks_t, fp16_bytes, half_to_f32, safe_inv
+from llmkit.quant.base import F32, Format, abs_max_t, blocks_t, fp16_bytes, half_to_f32, put_rows, safe_inv
 
 
 _JUST_BELOW_HALF = np.nextafter(F32(0.5), F32(0))
@@ -22,7 +22,7 @@ class Q8_0(Format):
         xt += np.copysign(_JUST_BELOW_HALF, xt)
         out = np.empty((len(d), 34), np.uint8)
         out[:, :2] = fp16_bytes(d)
-        out[:, 2:] = xt.astype(np.int8).view(np.uint8).T
+        put_rows(out[:, 2:], xt.astype(np.int8).view(np.uint8).T)
         return out
 
     def dequantize_blocks(self, b):
