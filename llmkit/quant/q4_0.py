@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, abs_max_signed_t, blocks_t, fp16_bytes, half_to_f32, nibbles_t, put_rows, safe_inv
+from llmkit.quant.base import (
+    F32, Format, abs_max_signed_t, blocks_t, fp16_bytes, half_to_f32, nibbles_t, put_rows, safe_inv)
 from llmkit.quant.kcommon import block32_weights, make_qx_quants
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, Format, blocks_t, first_max_t, first_min_t, fp16_bytes, half_to_f32, nibbles_t, put_rows, safe_inv
+from llmkit.quant.base import (
+    F32, Format, blocks_t, first_max_t, first_min_t, fp16_bytes, half_to_f32, nibbles_t, put_rows,
+    safe_inv)
 from llmkit.quant.kcommon import block32_weights, make_qkx
 
 
