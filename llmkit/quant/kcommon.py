@@ -51,14 +51,15 @@ def _levels(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return r
 
 
-def make_qx_quants(x: np.ndarray, nmax: int, rmse_type: int, qw: np.ndarray | None = None):
+def make_qx_quants(x: np.ndarray, nmax: int, rmse_type: int, qw: np.ndarray | None = None, transposed: bool = False):
     """Symmetric levels l in [-nmax, nmax-1] (returned + nmax) and the scale: the start scale
-    -nmax/max, refined by least squares, then 18 nearby scales tried. Returns (scale, L)."""
-    xt = blocks_t(x)
+    -nmax/max, refined by least squares, then 18 nearby scales tried. Returns (scale, L): L as
+    (blocks, n) int32, or with `transposed` (x and qw given as (n, B)) as (n, B) float32."""
+    xt = x if transposed else blocks_t(x)
     mx = abs_max_signed_t(xt)
     zero = np.abs(mx) < GROUP_MAX_EPS
     if qw is not None:
-        w = blocks_t(qw)
+        w = qw if transposed else blocks_t(qw)
     elif rmse_type == 1:
         w = xt * xt
     elif rmse_type == 2:
@@ -104,7 +105,7 @@ def make_qx_quants(x: np.ndarray, nmax: int, rmse_type: int, qw: np.ndarray | No
     scale = np.where(zero, F32(0), scale).astype(F32)
     L += F32(nmax)
     L[:, zero] = 0
-    return scale, L.T.astype(np.int32)
+    return scale, (L if transposed else L.T.astype(np.int32))
 
 
 def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float, nstep: int, use_mad: bool,

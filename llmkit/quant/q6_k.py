@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, SuperBlockFormat, fp16_bytes, half_to_f32, nearest_int
+from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, fp16_bytes, half_to_f32, nearest_int, put_rows
 from llmkit.quant.kcommon import GROUP_MAX_EPS, make_qx_quants
 
 
@@ -15,10 +15,10 @@ class Q6_K(SuperBlockFormat):
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
-        sub = x.reshape(nb * 16, 16)
-        scales, L = make_qx_quants(sub, 32, 1, None if qw is None else qw.reshape(nb * 16, 16))
+        xt = blocks_t(x.reshape(nb * 16, 16))  # (16, sub-blocks): the searches and requantization run here
+        scales, Lt = make_qx_quants(xt, 32, 1, None if qw is None else blocks_t(qw.reshape(nb * 16, 16)),
+                                    transposed=True)
         scales = scales.reshape(nb, 16)
-        L = L.reshape(nb, 16, 16)
         idx = np.abs(scales).argmax(axis=1)  # first of the largest |scale|, like the C loop's '>'
         max_scale = scales[np.arange(nb), idx]
         empty = np.abs(max_scale) < GROUP_MAX_EPS
@@ -26,9 +26,14 @@ class Q6_K(SuperBlockFormat):
             iscale = F32(-128) / max_scale
             d16 = fp16_bytes(F32(1) / iscale)
             sc = np.minimum(127, nearest_int(iscale[:, None] * scales)).astype(np.int8)
-            dq = half_to_f32(d16)[:, None] * sc.astype(F32)  # (nb, 16)
-            l = np.clip(nearest_int(sub.reshape(nb, 16, 16) / dq[:, :, None]), -32, 31) + 32
-        L = np.where((dq != 0)[:, :, None], l, L).reshape(nb, 256).astype(np.uint8)
+            dq = (half_to_f32(d16)[:, None] * sc.astype(F32)).reshape(-1)  # per sub-block
+            lt = np.rint(xt / dq)
+            np.clip(lt, -32, 31, out=lt)
+            lt += F32(32)
+        np.copyto(Lt, lt, where=dq != 0)  # sub-blocks whose scale is 0 keep the search's levels
+        L = np.empty((nb * 16, 16), np.uint8)
+        put_rows(L, Lt.astype(np.uint8).T)
+        L = L.reshape(nb, 256)
         out = np.zeros((nb, 210), np.uint8)
         q = L.reshape(nb, 2, 4, 32)  # halves of 128, quarter k = weights k*32..k*32+31
         ql = np.concatenate([(q[:, :, 0] & 0xF) | ((q[:, :, 2] & 0xF) << 4),
