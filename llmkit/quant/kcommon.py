@@ -112,7 +112,7 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
              transposed: bool = False):
     """Asymmetric levels in [0, nmax] with a scale and a min (make_qkx2_quants; make_qkx3_quants is
     the same search). Returns (scale, the_min = -min, L). With `transposed`, x and w are already
-    (n, B) float32 (blocks as columns).
+    (n, B) float32 (blocks as columns) and L comes back as (n, B) float32.
 
     Per step only the per-block sums are kept; the winning step's (iscale, min) is remembered and
     its levels recomputed once at the end (the same float32 operations give the same levels)."""
@@ -188,7 +188,7 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
     scale = np.where(flat, F32(0), scale).astype(F32)
     la[:, flat] = 0
     cur_min = np.where(flat, mn, cur_min).astype(F32)
-    return scale, (-cur_min).astype(F32), la.T.astype(np.int32)
+    return scale, (-cur_min).astype(F32), (la if transposed else la.T.astype(np.int32))
 
 
 def make_qp_quants(x: np.ndarray, nmax: int, qw: np.ndarray):
@@ -264,10 +264,11 @@ def _descend(xt, wt, L, active, lo, hi, q3: bool) -> np.ndarray:
     return np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
 
 
-def make_q3_quants(x: np.ndarray, nmax: int):
+def make_q3_quants(x: np.ndarray, nmax: int, transposed: bool = False):
     """Q3_K's symmetric search (do_rmse): start at -nmax/max, then coordinate descent on the
-    x^2-weighted error (5 rounds). Returns (scale, L + nmax)."""
-    xt = blocks_t(x)
+    x^2-weighted error (5 rounds). Returns (scale, L + nmax); with `transposed`, x is (n, B) and
+    L comes back as (n, B) float32."""
+    xt = x if transposed else blocks_t(x)
     n, B = xt.shape
     mx = abs_max_signed_t(xt)
     zero = np.abs(mx) < GROUP_MAX_EPS
@@ -278,7 +279,7 @@ def make_q3_quants(x: np.ndarray, nmax: int):
         scale = _descend(xt, wt, L, ~zero, -nmax, nmax - 1, q3=True)
     scale = np.where(zero, F32(0), scale).astype(F32)
     L = np.where(zero, F32(0), L + F32(nmax))
-    return scale, L.T.astype(np.int32)
+    return scale, (L if transposed else L.T.astype(np.int32))
 
 
 def pack_scales_k4(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, SuperBlockFormat, fp16_bytes, half_to_f32, nearest_int, seq_sum
+from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int, put_rows, seq_sum
 from llmkit.quant.kcommon import make_qkx, make_qp_quants
 from llmkit.quant.q3_k import pack_2bit, unpack_2bit
 
@@ -16,9 +16,9 @@ class Q2_K(SuperBlockFormat):
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
-        sub = x.reshape(nb * 16, 16)
+        xt = blocks_t(x.reshape(nb * 16, 16))  # (16, sub-blocks)
         if qw is None:
-            scales, mins, L = make_qkx(sub, 3, np.abs(sub), -0.5, 0.1, 15, use_mad=True)
+            scales, mins, Lt = make_qkx(xt, 3, np.abs(xt), -0.5, 0.1, 15, use_mad=True, transposed=True)
             scales, mins = scales.reshape(nb, 16), mins.reshape(nb, 16)
             max_scale = np.maximum(F32(0), scales.max(axis=1))
             max_min = np.maximum(F32(0), mins.max(axis=1))
@@ -29,20 +29,28 @@ class Q2_K(SuperBlockFormat):
             dmin16 = fp16_bytes(np.where(max_min > 0, max_min / F32(15), F32(0)))
             codes = (ls.astype(np.uint8) | (lm.astype(np.uint8) << 4)).astype(np.uint8)
         else:
-            sigma2 = seq_sum(x * x) / F32(256)
-            xs = sub.reshape(nb, 16, 16)
-            w = (qw.reshape(nb, 16, 16) * np.sqrt(sigma2[:, None, None] + xs * xs)).reshape(nb * 16, 16)
-            sw = seq_sum(w).reshape(nb, 16)
-            scales, mins, L = make_qkx(sub, 3, w, -0.9, 0.05, 36, use_mad=False)
+            sigma2 = np.repeat(seq_sum(x * x) / F32(256), 16)  # per sub-block column
+            wt = xt * xt
+            wt += sigma2
+            np.sqrt(wt, out=wt)
+            wt *= blocks_t(qw.reshape(nb * 16, 16))  # qw * sqrt(sigma2 + x^2)
+            sw = colsum(wt).reshape(nb, 16)
+            scales, mins, Lt = make_qkx(xt, 3, wt, -0.9, 0.05, 36, use_mad=False, transposed=True)
             dm, ls = make_qp_quants(scales.reshape(nb, 16), 15, sw)
             mm, lm = make_qp_quants(mins.reshape(nb, 16), 15, sw)
             d16, dmin16 = fp16_bytes(dm), fp16_bytes(mm)
             codes = (ls.astype(np.uint8) | (lm.astype(np.uint8) << 4)).astype(np.uint8)
-        d = half_to_f32(d16)[:, None] * (codes & 0xF).astype(F32)
-        m = half_to_f32(dmin16)[:, None] * (codes >> 4).astype(F32)
+        d = (half_to_f32(d16)[:, None] * (codes & 0xF).astype(F32)).reshape(-1)
+        m = (half_to_f32(dmin16)[:, None] * (codes >> 4).astype(F32)).reshape(-1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            l = np.clip(nearest_int((sub.reshape(nb, 16, 16) + m[:, :, None]) / d[:, :, None]), 0, 3)
-        L = np.where((d != 0)[:, :, None], l, L.reshape(nb, 16, 16)).reshape(nb, 256)
+            lt = xt + m
+            lt /= d
+            np.rint(lt, out=lt)
+            np.clip(lt, 0, 3, out=lt)
+        np.copyto(Lt, lt, where=d != 0)  # sub-blocks whose scale is 0 keep the search's levels
+        L = np.empty((nb * 16, 16), np.uint8)
+        put_rows(L, Lt.astype(np.uint8).T)
+        L = L.reshape(nb, 256)
         out = np.empty((nb, 84), np.uint8)
         out[:, 0:16] = codes
         out[:, 16:80] = pack_2bit(L)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, SuperBlockFormat, abs_max_signed, fp16_bytes, half_to_f32, nearest_int, seq_sum
+from llmkit.quant.base import F32, SuperBlockFormat, abs_max_signed, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int, put_rows
 from llmkit.quant.kcommon import make_q3_quants, make_qx_quants, superblock_sigma2
 
 
@@ -26,9 +26,9 @@ class Q3_K(SuperBlockFormat):
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
-        sub = x.reshape(nb * 16, 16)
+        xt = blocks_t(x.reshape(nb * 16, 16))  # (16, sub-blocks)
         if qw is None:
-            scales, L = make_q3_quants(sub, 4)
+            scales, Lt = make_q3_quants(xt, 4, transposed=True)
             scales = scales.reshape(nb, 16)
             max_scale = abs_max_signed(scales)
             has = max_scale != 0
@@ -38,18 +38,26 @@ class Q3_K(SuperBlockFormat):
                 d = np.where(has, F32(1) / iscale, F32(0)).astype(F32)
             ls = np.where(has[:, None], ls, 0)
         else:
-            sigma2 = superblock_sigma2(x)
-            xs = sub.reshape(nb, 16, 16)
-            w = (qw.reshape(nb, 16, 16) * np.sqrt(sigma2[:, None, None] + xs * xs)).reshape(nb * 16, 16)
-            sw = seq_sum(w).reshape(nb, 16)
-            scales, L = make_qx_quants(sub, 4, 1, w)
+            sigma2 = np.repeat(superblock_sigma2(x), 16)  # per sub-block column
+            wt = xt * xt
+            wt += sigma2
+            np.sqrt(wt, out=wt)
+            wt *= blocks_t(qw.reshape(nb * 16, 16))  # qw * sqrt(sigma2 + x^2)
+            sw = colsum(wt).reshape(nb, 16)
+            scales, Lt = make_qx_quants(xt, 4, 1, wt, transposed=True)
             d, ls = make_qx_quants(scales.reshape(nb, 16), 32, 1, sw)
         d16 = fp16_bytes(d)
         sc = ls.astype(np.int32) - 32  # what the 12 packed bytes decode to
-        dq = half_to_f32(d16)[:, None] * sc.astype(F32)
+        dq = (half_to_f32(d16)[:, None] * sc.astype(F32)).reshape(-1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            l = np.clip(nearest_int(sub.reshape(nb, 16, 16) / dq[:, :, None]), -4, 3) + 4
-        L = np.where((dq != 0)[:, :, None], l, L.reshape(nb, 16, 16)).reshape(nb, 256)
+            lt = xt / dq
+            np.rint(lt, out=lt)
+            np.clip(lt, -4, 3, out=lt)
+            lt += F32(4)
+        np.copyto(Lt, lt, where=dq != 0)  # sub-blocks whose scale is 0 keep the search's levels
+        L = np.empty((nb * 16, 16), np.uint8)
+        put_rows(L, Lt.astype(np.uint8).T)
+        L = L.reshape(nb, 256)
         high = L > 3
         L = np.where(high, L - 4, L)
         hmask = np.bitwise_or.reduce(high.reshape(nb, 8, 32).astype(np.uint8) << np.arange(8, dtype=np.uint8)[None, :, None], axis=1)

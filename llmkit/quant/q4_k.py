@@ -5,23 +5,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int, seq_sum
+from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int, put_rows
 from llmkit.quant.kcommon import make_qkx, make_qp_quants, pack_scales_k4, superblock_sigma2, unpack_scales_k4
 
 
 def kquant_scales_mins(x, nmax, qw, ref_params, imx_params):
-    """Sub-block (scale, min, L) and the 6-bit scale/min codes with their fp16 super-scales.
+    """Sub-block (scale, min, levels) and the 6-bit scale/min codes with their fp16 super-scales,
+    on the transposed layout xt (32, sub-blocks). Returns (xt, Lt, ls, lm, d16, dmin16).
 
     Without an imatrix: make_qkx2 with weights av_x + |x| per sub-block, codes = round(63 * s / max s).
     With one: make_qkx3 with weights qw * sqrt(sigma2 + x^2), codes from make_qp_quants."""
     nb = len(x)
-    sub = x.reshape(nb * 8, 32)
+    xt = blocks_t(x.reshape(nb * 8, 32))  # (32, sub-blocks)
     if qw is None:
-        xt = blocks_t(sub)  # (32, sub-blocks)
         av_x = np.sqrt(colsum(xt * xt) / F32(32))
         wt = np.abs(xt)
         wt += av_x  # av_x + |x|
-        scales, mins, L = make_qkx(xt, nmax, wt, *ref_params, use_mad=False, transposed=True)
+        scales, mins, Lt = make_qkx(xt, nmax, wt, *ref_params, use_mad=False, transposed=True)
         scales, mins = scales.reshape(nb, 8), mins.reshape(nb, 8)
         max_scale = np.maximum(F32(0), scales.max(axis=1))
         max_min = np.maximum(F32(0), mins.max(axis=1))
@@ -32,25 +32,34 @@ def kquant_scales_mins(x, nmax, qw, ref_params, imx_params):
         lm = np.minimum(63, nearest_int(inv_min[:, None] * mins) & 0xFF)
         d, dmin = max_scale / F32(63), max_min / F32(63)
     else:
-        sigma2 = superblock_sigma2(x)
-        xs = sub.reshape(nb, 8, 32)
-        w = (qw.reshape(nb, 8, 32) * np.sqrt(sigma2[:, None, None] + xs * xs)).reshape(nb * 8, 32)
-        sw = seq_sum(w).reshape(nb, 8)
-        scales, mins, L = make_qkx(sub, nmax, w, *imx_params, use_mad=False)
+        sigma2 = np.repeat(superblock_sigma2(x), 8)  # per sub-block column
+        wt = xt * xt
+        wt += sigma2
+        np.sqrt(wt, out=wt)
+        wt *= blocks_t(qw.reshape(nb * 8, 32))  # qw * sqrt(sigma2 + x^2)
+        sw = colsum(wt).reshape(nb, 8)
+        scales, mins, Lt = make_qkx(xt, nmax, wt, *imx_params, use_mad=False, transposed=True)
         d, ls = make_qp_quants(scales.reshape(nb, 8), 63, sw)
         dmin, lm = make_qp_quants(mins.reshape(nb, 8), 63, sw)
         ls, lm = np.minimum(63, ls), np.minimum(63, lm)
-    return sub, L.reshape(nb, 8, 32), ls, lm, fp16_bytes(d), fp16_bytes(dmin)
+    return xt, Lt, ls, lm, fp16_bytes(d), fp16_bytes(dmin)
 
 
-def requantize(sub, L, ls, lm, d16, dmin16, nmax):
-    """Levels from the final (fp16, 6-bit) scales; sub-blocks whose scale is 0 keep the search's levels."""
-    nb = len(L)
-    d = half_to_f32(d16)[:, None] * ls.astype(F32)
-    dm = half_to_f32(dmin16)[:, None] * lm.astype(F32)
+def requantize(xt, Lt, ls, lm, d16, dmin16, nmax):
+    """Levels from the final (fp16, 6-bit) scales, on the transposed layout; sub-blocks whose scale
+    is 0 keep the search's levels. Returns (n_blocks, 256) uint8."""
+    nb = len(ls)
+    d = (half_to_f32(d16)[:, None] * ls.astype(F32)).reshape(-1)
+    dm = (half_to_f32(dmin16)[:, None] * lm.astype(F32)).reshape(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        l = np.clip(nearest_int((sub.reshape(nb, 8, 32) + dm[:, :, None]) / d[:, :, None]), 0, nmax)
-    return np.where((d != 0)[:, :, None], l, L).reshape(nb, 256).astype(np.uint8)
+        lt = xt + dm
+        lt /= d
+        np.rint(lt, out=lt)
+        np.clip(lt, 0, nmax, out=lt)
+    np.copyto(Lt, lt, where=d != 0)
+    L = np.empty((nb * 8, 32), np.uint8)
+    put_rows(L, Lt.astype(np.uint8).T)
+    return L.reshape(nb, 256)
 
 
 class Q4_K(SuperBlockFormat):
@@ -59,8 +68,8 @@ class Q4_K(SuperBlockFormat):
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
-        sub, L, ls, lm, d16, dmin16 = kquant_scales_mins(x, 15, qw, (-1.0, 0.1, 20), (-0.9, 0.05, 36))
-        q = requantize(sub, L, ls, lm, d16, dmin16, 15).reshape(nb, 4, 2, 32)
+        xt, Lt, ls, lm, d16, dmin16 = kquant_scales_mins(x, 15, qw, (-1.0, 0.1, 20), (-0.9, 0.05, 36))
+        q = requantize(xt, Lt, ls, lm, d16, dmin16, 15).reshape(nb, 4, 2, 32)
         out = np.empty((nb, 144), np.uint8)
         out[:, 0:2], out[:, 2:4] = d16, dmin16
         out[:, 4:16] = pack_scales_k4(ls, lm)

@@ -15,8 +15,8 @@ class Q5_K(SuperBlockFormat):
 
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
-        sub, L, ls, lm, d16, dmin16 = kquant_scales_mins(x, 31, qw, (-0.5, 0.1, 15), (-0.9, 0.05, 36))
-        q = requantize(sub, L, ls, lm, d16, dmin16, 31).reshape(nb, 4, 2, 32)
+        xt, Lt, ls, lm, d16, dmin16 = kquant_scales_mins(x, 31, qw, (-0.5, 0.1, 15), (-0.9, 0.05, 36))
+        q = requantize(xt, Lt, ls, lm, d16, dmin16, 31).reshape(nb, 4, 2, 32)
         hi = (q >> 4) & 1
         shifts = (2 * np.arange(4, dtype=np.uint8))[None, :, None]
         qh = ((hi[:, :, 0] << shifts) | (hi[:, :, 1] << (shifts + 1))).astype(np.uint8)
