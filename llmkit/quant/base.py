@@ -19,6 +19,7 @@ class Format:
     type_size = 4  # bytes per block
     uses_imatrix = False
     half_fields: tuple[tuple[int, int], ...] = ()  # byte ranges of each block holding fp16 values
+    nan_reaches_scale = False  # True where a NaN/Inf weight always shows in an output scale (no search)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -95,7 +96,7 @@ def _load_all() -> None:
     """Import every format module once (each registers its class in FORMATS)."""
     import importlib
 
-    for m in ("floats", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"):
+    for m in ("floats", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4"):
         importlib.import_module(f"llmkit.quant.{m}")
 
 

@@ -10,6 +10,7 @@ from llmkit.quant.base import F32, Format
 
 class F32Format(Format):
     name, type_id, block, type_size = "F32", 0, 1, 4
+    nan_reaches_scale = True  # every value is its own output
 
     def check(self, out, name):
         if not np.isfinite(np.ascontiguousarray(out).reshape(-1).view("<f4")).all():
@@ -24,6 +25,7 @@ class F32Format(Format):
 
 class F16Format(Format):
     name, type_id, block, type_size = "F16", 1, 1, 2
+    nan_reaches_scale = True  # every value is its own output
     half_fields = ((0, 2),)
 
     def quantize_blocks(self, x):
@@ -35,6 +37,7 @@ class F16Format(Format):
 
 class BF16Format(Format):
     name, type_id, block, type_size = "BF16", 30, 1, 2
+    nan_reaches_scale = True  # every value is its own output
 
     def check(self, out, name):
         h = np.ascontiguousarray(out).reshape(-1).view("<u2")

@@ -14,6 +14,7 @@ from llmkit.quant.kcommon import block32_weights, make_qx_quants
 class Q5_0(Format):
     name, type_id, block, type_size = "Q5_0", 6, 32, 22
     half_fields = ((0, 2),)
+    nan_reaches_scale = True
     uses_imatrix = True
 
     def quantize_blocks(self, x):

@@ -344,10 +344,10 @@ def _rows_job(path: str, start: int, n_rows: int, ne0: int, type_id: int, fmt_na
 
 
 def _quantize_checked(fmt, x: np.ndarray, w, name: str) -> np.ndarray:
-    """One job: quantize, then validate like ggml_validate_row_data. For the 32-block and float
-    formats a NaN/Inf weight always reaches a block scale (it is the block's max), so the check of
-    the output catches it; the K-quant searches are checked on the input first."""
-    if fmt.block == 256 or w is not None:
+    """One job: quantize, then validate like ggml_validate_row_data. For the plain 32-block and
+    float formats a NaN/Inf weight always reaches a block scale (it is the block's max), so the check
+    of the output catches it; searched formats (K-quants, IQ4, any imatrix) check the input first."""
+    if not fmt.nan_reaches_scale or w is not None:
         with np.errstate(over="ignore", invalid="ignore"):
             total = np.add.reduce(x, axis=None)  # NaN/Inf propagate; a finite overflow is re-checked exactly
         if not np.isfinite(total):

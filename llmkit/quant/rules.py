@@ -20,13 +20,13 @@ FTYPES = {
     "Q4_0": (2, "Q4_0"), "Q4_1": (3, "Q4_1"), "Q8_0": (7, "Q8_0"), "Q5_0": (8, "Q5_0"), "Q5_1": (9, "Q5_1"),
     "Q2_K": (10, "Q2_K"), "Q3_K_S": (11, "Q3_K"), "Q3_K_M": (12, "Q3_K"), "Q3_K_L": (13, "Q3_K"),
     "Q4_K_S": (14, "Q4_K"), "Q4_K_M": (15, "Q4_K"), "Q5_K_S": (16, "Q5_K"), "Q5_K_M": (17, "Q5_K"),
-    "Q6_K": (18, "Q6_K"),
+    "Q6_K": (18, "Q6_K"), "IQ4_NL": (25, "IQ4_NL"), "IQ4_XS": (30, "IQ4_XS"),
 }
 ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}  # llama-quantize's shorthands
 BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32,
-         "Q2_K": 256, "Q3_K": 256, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
+         "Q2_K": 256, "Q3_K": 256, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "IQ4_NL": 32, "IQ4_XS": 256}
 QUANTIZED = {k for k, b in BLOCK.items() if b > 1}
-FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "IQ4_XS": "IQ4_NL"}
 _NO_QUANT = ("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
              "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight", "indexer.q_proj.weight",
              "time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
@@ -234,6 +234,8 @@ class TypeChooser:
                 new = "Q5_K" if self.i_attention_wv < 2 else "Q4_K"
             elif ft == "Q3_K_L":
                 new = "Q5_K"
+            elif ft in ("IQ4_NL", "IQ4_XS") and info.n_gqa >= 4:
+                new = "Q5_K"
             elif ft in ("Q4_K_M", "Q5_K_M") and self._more_bits(self.i_attention_wv, self.n_attention_wv):
                 new = "Q6_K"
             elif ft == "Q4_K_S" and self.i_attention_wv < 4:
@@ -262,6 +264,8 @@ class TypeChooser:
                     new = "Q6_K" if i < n // 16 else ("Q5_K" if self._more_bits(i, n) else "Q4_K")
                 elif self._more_bits(i, n):
                     new = "Q6_K"
+            elif ft in ("IQ4_NL", "IQ4_XS") and i < n // 8 and not self.has_imatrix:
+                new = "Q5_K"
             elif ft == "Q5_K_M" and self._more_bits(i, n):
                 new = "Q6_K"
             elif ft == "Q4_K_S" and not falcon and i < n // 8:
@@ -273,7 +277,7 @@ class TypeChooser:
         if cat == "attn_output":
             if info.arch != "falcon":
                 if info.n_expert == 8:
-                    if ft in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M"):
+                    if ft in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M", "IQ4_NL", "IQ4_XS"):
                         new = "Q5_K"
                 elif ft == "Q2_K":
                     new = "Q3_K"
