@@ -218,7 +218,8 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
     fmt = get_format(new)
-    procs = pool.processes(t.nbytes, fmt)
+    searched = not fmt.nan_reaches_scale or (imatrix is not None and fmt.uses_imatrix and t.name in imatrix)
+    procs = pool.processes(t.nbytes, searched)
     if new == t.type_name or measure or procs is None:
         raw = read_tensor(fin, t, data_offset, buffers.get(t.nbytes))
         if new == t.type_name:
@@ -303,22 +304,23 @@ class _Buffers:
 
 
 class Workers:
-    """Threads for small tensors; for large ones with several workers, processes (the K-quant
-    searches are many small numpy calls that hold the GIL, so threads scale poorly)."""
+    """Threads for small tensors; for large ones with several workers, processes (the scale searches
+    of K-quants, IQ4 and imatrix runs are many small numpy calls that hold the GIL, so threads scale
+    poorly)."""
 
-    PROCESS_MIN_BYTES = 8 << 20
+    PROCESS_MIN_BYTES = 2 << 20  # smaller tensors in threads of this process would compete with the workers
 
     def __init__(self, n: int):
         self.n = max(1, n)
         self.threads = ThreadPoolExecutor(max_workers=self.n)
         self._procs = None
 
-    def processes(self, nbytes: int, fmt):
-        """A process pool for this tensor, or None: only K-quants gain (measured: the 32-block formats
-        are mostly large numpy passes that release the GIL, and lose to the pickling)."""
+    def processes(self, nbytes: int, searched: bool):
+        """A process pool for this tensor, or None: only searched formats gain (measured: the plain
+        32-block formats are mostly large numpy passes that release the GIL, and lose to the pickling)."""
         import multiprocessing
 
-        if (self.n < 2 or nbytes < self.PROCESS_MIN_BYTES or fmt.block != 256
+        if (self.n < 2 or nbytes < self.PROCESS_MIN_BYTES or not searched
                 or "fork" not in multiprocessing.get_all_start_methods()):
             return None
         if self._procs is None:
