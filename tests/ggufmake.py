@@ -17,9 +17,6 @@ def write_vocab_gguf(path, model: str, tokens, *, merges=None, scores=None, type
     w.add_head_count(4)
     w.add_head_count_kv(4)
     w.add_layer_norm_rms_eps(1e-5)
-    if n_expert:
-        w.add_expert_count(n_expert)
-        w.add_expert_used_count(2)
     w.add_tokenizer_model(model)
     if model == "gpt2":
         w.add_tokenizer_pre(pre)
