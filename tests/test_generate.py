@@ -283,3 +283,25 @@ def test_ctrl_c_exits_130_with_partial_output(models):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130
     assert len(first + out) > 1 and b"Traceback" not in err
+
+
+def test_ctrl_c_inside_a_llama_callback_is_not_lost(monkeypatch):
+    """SIGINT handled while llama.cpp is inside a Python callback must not raise there (ctypes would
+    print and swallow it, and generation went on): the flag makes the next streamed token raise."""
+    import sys
+
+    import llmkit.commands._common as common
+    import llmkit.llama.runtime as runtime
+
+    def fake_log_callback():
+        common._on_sigint(2, sys._getframe())  # what Python runs when the signal lands here
+
+    monkeypatch.setattr(runtime, "CALLBACK_CODES", {fake_log_callback.__code__})
+    monkeypatch.setattr(common, "_INTERRUPTED", False)
+    fake_log_callback()  # no exception inside the callback
+    write = common.stdout_stream(False)
+    with pytest.raises(KeyboardInterrupt):
+        write("token")
+    monkeypatch.setattr(common, "_INTERRUPTED", False)
+    with pytest.raises(KeyboardInterrupt):  # outside a callback it raises at once, as before
+        common._on_sigint(2, sys._getframe())

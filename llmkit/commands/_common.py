@@ -81,10 +81,49 @@ def read_prompt(prompt: str | None, prompt_file: str | None = None) -> str:
     return prompt
 
 
+_INTERRUPTED = False
+
+
+def _in_c_callback(frame) -> bool:
+    """Is Python running inside a ctypes callback that llama.cpp called (its log callback)?"""
+    from llmkit.llama.runtime import CALLBACK_CODES
+
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_code in CALLBACK_CODES or frame.f_code.co_name == "llama_log_callback":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _on_sigint(signum, frame) -> None:
+    global _INTERRUPTED
+    _INTERRUPTED = True
+    if not _in_c_callback(frame):  # raised there, ctypes would print and swallow it
+        raise KeyboardInterrupt
+
+
+def _remember_interrupts() -> None:
+    """Ctrl-C during generation can land while llama.cpp is inside a Python callback (its log
+    callback runs hundreds of times per run); ctypes then swallows the KeyboardInterrupt and
+    generation went on (seen once in CI). The handler sets a flag that the token stream checks, and
+    raises only outside such callbacks."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
 def stdout_stream(enabled: bool):
-    """A callback that writes streamed text to stdout and flushes (a no-op when not enabled)."""
+    """A callback that writes streamed text to stdout and flushes (a no-op when not enabled); it
+    raises KeyboardInterrupt for a Ctrl-C that a callback swallowed."""
+    _remember_interrupts()
 
     def write(piece: str) -> None:
+        if _INTERRUPTED:
+            raise KeyboardInterrupt
         if enabled:
             sys.stdout.write(piece)
             sys.stdout.flush()

@@ -120,6 +120,13 @@ def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = T
 _LOG_CALLBACK = None
 
 
+def _quiet_log(level, text, user_data):
+    return None
+
+
+CALLBACK_CODES = {_quiet_log.__code__}  # Python functions that llama.cpp calls back into
+
+
 def _silence_llama_log() -> None:
     """Route llama.cpp's own log lines to nowhere (they appear with --debug)."""
     global _LOG_CALLBACK
@@ -129,9 +136,5 @@ def _silence_llama_log() -> None:
 
     import llama_cpp
 
-    @llama_cpp.llama_log_callback
-    def _quiet(level, text, user_data):
-        return None
-
-    _LOG_CALLBACK = _quiet
-    llama_cpp.llama_log_set(_quiet, ctypes.c_void_p(0))
+    _LOG_CALLBACK = llama_cpp.llama_log_callback(_quiet_log)
+    llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
