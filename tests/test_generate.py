@@ -274,9 +274,12 @@ def test_ctrl_c_exits_130_with_partial_output(models):
     import sys
     import time
 
+    # a job started in the background by a non-interactive shell inherits SIGINT ignored, and Python
+    # (rightly) keeps it ignored: give the child the default disposition a terminal would
     p = subprocess.Popen([sys.executable, "-m", "llmkit", "generate", "-m", models["target"], "-n", "10000000", "-c", "256",
                           "--ignore-eos", "--context-shift", "--temp", "0", "hello"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = p.stdout.read(1)  # wait until tokens are streaming, however slow the machine is
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)
