@@ -35,7 +35,8 @@ def group():
 @group.command("quantize")
 @click.argument("src", metavar="IN.gguf", type=click.Path(dir_okay=False))
 @click.option("-t", "--type", "qtype", required=True,
-              help="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K.")
+              help="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K "
+                   "IQ4_NL IQ4_XS.")
 @click.option("-o", "--output", "dst", required=True, type=click.Path(dir_okay=False), help="Output GGUF path.")
 @click.option("--pure", is_flag=True, help="Every quantizable tensor gets TYPE (no _S/_M/_L mixture, no Q6_K output).")
 @click.option("--imatrix", "imatrix_path", type=click.Path(dir_okay=False), help="Importance matrix (GGUF or legacy .dat).")
