@@ -15,10 +15,10 @@ import numpy as np
 
 from llmkit.quant.base import (
     F32, Format, SuperBlockFormat, abs_max_signed, abs_max_signed_t, blocks_t, colsum, fp16_bytes, half_to_f32,
-    nibbles_t, put_rows)
+    nibbles_t, put_rows, safe_inv)
+from llmkit.quant.kcommon import GROUP_MAX_EPS, imatrix_weights_t
 
 VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=F32)
-GROUP_MAX_EPS = F32(1e-15)
 
 
 # the levels are integers, so for |a| within the table the pair of levels around a depends only on
@@ -84,25 +84,10 @@ def block_scales(xt: np.ndarray, wt: np.ndarray, ntry: int = 7) -> np.ndarray:
     return d
 
 
-def _weights(xt: np.ndarray, qwt: np.ndarray | None, sigma2_cols: np.ndarray) -> np.ndarray:
-    wt = xt * xt
-    if qwt is not None:  # qw * sqrt(sigma2 + x^2)
-        wt += sigma2_cols
-        np.sqrt(wt, out=wt)
-        wt *= qwt
-    return wt
-
-
 def _levels_bytes(xt: np.ndarray, inv: np.ndarray) -> np.ndarray:
     """Table indices of x * inv per column, packed two per byte in the block layout: (B, 16)."""
     out = np.empty((xt.shape[1], 16), np.uint8)
     put_rows(out, nibbles_t(best_index(xt * inv)))
-    return out
-
-
-def _safe_inv(v: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(v)
-    np.divide(F32(1), v, out=out, where=v != 0)
     return out
 
 
@@ -113,11 +98,14 @@ class IQ4_NL(Format):
 
     def quantize_blocks(self, x, qw=None):
         xt = blocks_t(x)
-        sigma2 = colsum(xt * xt) * F32(2 / 32)
-        d = block_scales(xt, _weights(xt, None if qw is None else blocks_t(qw), sigma2))
+        if qw is None:
+            wt = xt * xt
+        else:  # sigma2 = sum(x^2) * 2/32 per block
+            wt = imatrix_weights_t(xt, blocks_t(qw), colsum(xt * xt) * F32(2 / 32))
+        d = block_scales(xt, wt)
         out = np.empty((len(d), 18), np.uint8)
         out[:, :2] = fp16_bytes(d)
-        out[:, 2:] = _levels_bytes(xt, _safe_inv(d))  # from the float scale, as ggml does
+        out[:, 2:] = _levels_bytes(xt, safe_inv(d))  # from the float scale, as ggml does
         return out
 
     def quantize_weighted(self, rows, imatrix):
@@ -139,11 +127,15 @@ class IQ4_XS(SuperBlockFormat):
     def quantize_blocks(self, x, qw=None):
         nb = len(x)
         xt = blocks_t(x.reshape(nb * 8, 32))  # (32, sub-blocks)
-        sigma2 = np.repeat(colsum(blocks_t(x) ** 2) * F32(2 / 256), 8)
-        scales = block_scales(xt, _weights(xt, None if qw is None else blocks_t(qw.reshape(nb * 8, 32)), sigma2))
+        if qw is None:
+            wt = xt * xt
+        else:  # sigma2 = sum(x^2) * 2/256 per super-block
+            sigma2 = np.repeat(colsum(blocks_t(x) ** 2) * F32(2 / 256), 8)
+            wt = imatrix_weights_t(xt, blocks_t(qw.reshape(nb * 8, 32)), sigma2)
+        scales = block_scales(xt, wt)
         with np.errstate(divide="ignore", invalid="ignore"):
             d = -abs_max_signed(scales.reshape(nb, 8)) / F32(32)
-            ls = np.clip(np.rint(_safe_inv(d)[:, None] * scales.reshape(nb, 8)), -32, 31)
+            ls = np.clip(np.rint(safe_inv(d)[:, None] * scales.reshape(nb, 8)), -32, 31)
             dl = (d[:, None] * ls).reshape(-1)  # the float super-scale, not its fp16 rounding
         codes = (ls + 32).astype(np.uint8)  # (nb, 8) 6-bit
         out = np.empty((nb, 136), np.uint8)
@@ -152,7 +144,7 @@ class IQ4_XS(SuperBlockFormat):
         out[:, 2:4] = np.bitwise_or.reduce(h, axis=1).astype("<u2").view(np.uint8).reshape(nb, 2)
         lo = codes & 0xF
         out[:, 4:8] = lo[:, 0::2] | (lo[:, 1::2] << 4)
-        out[:, 8:] = _levels_bytes(xt, _safe_inv(dl)).reshape(nb, 128)
+        out[:, 8:] = _levels_bytes(xt, safe_inv(dl)).reshape(nb, 128)
         return out
 
     def dequantize_blocks(self, b):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, abs_max_signed_t, blocks_t, colsum, first_max_t, first_min_t, seq_sum
+from llmkit.quant.base import F32, abs_max_signed_t, blocks_t, colsum, first_max_t, first_min_t, put_rows, seq_sum
 
 GROUP_MAX_EPS = F32(1e-15)
 
@@ -38,6 +38,25 @@ def row_sigma2(rows: np.ndarray) -> np.ndarray:
 def superblock_sigma2(x: np.ndarray, factor: float = 2.0) -> np.ndarray:
     """(nb, 256) -> factor * sum(x^2) / 256 per super-block (the K-quant imatrix weighting)."""
     return F32(factor) * seq_sum(x * x) / F32(x.shape[1])
+
+
+def imatrix_weights_t(xt: np.ndarray, qwt: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+    """qw * sqrt(sigma2 + x^2) on the transposed layout (sigma2 per column): ggml's imatrix weighting
+    of the K-quant and IQ4 searches."""
+    wt = xt * xt
+    wt += sigma2
+    np.sqrt(wt, out=wt)
+    wt *= qwt
+    return wt
+
+
+def levels_to_blocks(Lt: np.ndarray, lt: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The levels lt (n, B) requantized from the final scales, except in columns whose scale is 0,
+    which keep the search's Lt (ggml: `if (!d) continue;`); returned as (B, n) uint8."""
+    np.copyto(Lt, lt, where=scale != 0)
+    L = np.empty(Lt.shape[::-1], np.uint8)
+    put_rows(L, Lt.astype(np.uint8).T)
+    return L
 
 
 def _errs():
@@ -127,30 +146,36 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
     sum_x = add(tmp, axis=0)
     mn = np.where(mn > 0, F32(0), mn).astype(F32)
     flat = mx <= mn
-    with _errs():
-        iscale = F32(nmax) / (mx - mn)
-        scale = F32(1) / iscale
-        xm = xt - mn
+    xm = np.empty_like(xt)  # x - min for the current min
+
+    def levels(iscale):  # la = clip(nearest_int(iscale * (x - min)), 0, nmax)
         np.multiply(xm, iscale, out=la)
         np.rint(la, out=la)
         np.clip(la, 0, nmax, out=la)
+
+    def error(scale, the_min):  # sum of w * |d| or w * d^2, d = scale * l + min - x, in C's order
         np.multiply(la, scale, out=tmp)
-        tmp += mn
-        tmp -= xt
+        np.add(tmp, the_min, out=tmp)
+        np.subtract(tmp, xt, out=tmp)
         if use_mad:
             np.abs(tmp, out=tmp)
         else:
-            tmp *= tmp
-        tmp *= wt
-        best = add(tmp, axis=0)
+            np.multiply(tmp, tmp, out=tmp)
+        np.multiply(tmp, wt, out=tmp)
+        return add(tmp, axis=0)
+
+    with _errs():
+        np.subtract(xt, mn, out=xm)
+        iscale = F32(nmax) / (mx - mn)
+        scale = F32(1) / iscale
+        levels(iscale)
+        best = error(scale, mn)
         cur_min = mn
         best_iscale, best_base = iscale, mn  # levels = clip(rint(best_iscale * (x - best_base)))
         for step in range(nstep + 1):
             # `min` moves when a step wins, and later steps start from the moved value (as in C)
             iscale = (F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / (mx - cur_min)
-            np.multiply(xm, iscale, out=la)
-            np.rint(la, out=la)
-            np.clip(la, 0, nmax, out=la)
+            levels(iscale)
             np.multiply(wt, la, out=wl)
             sum_l = add(wl, axis=0)
             np.multiply(wl, la, out=tmp)
@@ -164,15 +189,7 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
             if pos.any():
                 this_min = np.where(pos, F32(0), this_min)
                 this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
-            np.multiply(la, this_scale, out=tmp)
-            tmp += this_min
-            tmp -= xt
-            if use_mad:
-                np.abs(tmp, out=tmp)
-            else:
-                tmp *= tmp
-            tmp *= wt
-            cur = add(tmp, axis=0)
+            cur = error(this_scale, this_min)
             better = (D > 0) & (cur < best)
             if better.any():
                 best_iscale = np.where(better, iscale, best_iscale)
@@ -182,9 +199,7 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
                 cur_min = np.where(better, this_min, cur_min)
                 np.subtract(xt, cur_min, out=xm)
         np.subtract(xt, best_base, out=xm)
-        np.multiply(xm, best_iscale, out=la)
-        np.rint(la, out=la)
-        np.clip(la, 0, nmax, out=la)
+        levels(best_iscale)
     scale = np.where(flat, F32(0), scale).astype(F32)
     la[:, flat] = 0
     cur_min = np.where(flat, mn, cur_min).astype(F32)

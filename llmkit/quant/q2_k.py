@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int, put_rows, seq_sum
-from llmkit.quant.kcommon import make_qkx, make_qp_quants
+from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int, seq_sum
+from llmkit.quant.kcommon import imatrix_weights_t, levels_to_blocks, make_qkx, make_qp_quants
 from llmkit.quant.q3_k import pack_2bit, unpack_2bit
 
 
@@ -29,11 +29,8 @@ class Q2_K(SuperBlockFormat):
             dmin16 = fp16_bytes(np.where(max_min > 0, max_min / F32(15), F32(0)))
             codes = (ls.astype(np.uint8) | (lm.astype(np.uint8) << 4)).astype(np.uint8)
         else:
-            sigma2 = np.repeat(seq_sum(x * x) / F32(256), 16)  # per sub-block column
-            wt = xt * xt
-            wt += sigma2
-            np.sqrt(wt, out=wt)
-            wt *= blocks_t(qw.reshape(nb * 16, 16))  # qw * sqrt(sigma2 + x^2)
+            sigma2 = np.repeat(seq_sum(x * x) / F32(256), 16)  # per sub-block column (factor 1 in Q2_K)
+            wt = imatrix_weights_t(xt, blocks_t(qw.reshape(nb * 16, 16)), sigma2)
             sw = colsum(wt).reshape(nb, 16)
             scales, mins, Lt = make_qkx(xt, 3, wt, -0.9, 0.05, 36, use_mad=False, transposed=True)
             dm, ls = make_qp_quants(scales.reshape(nb, 16), 15, sw)
@@ -47,10 +44,7 @@ class Q2_K(SuperBlockFormat):
             lt /= d
             np.rint(lt, out=lt)
             np.clip(lt, 0, 3, out=lt)
-        np.copyto(Lt, lt, where=d != 0)  # sub-blocks whose scale is 0 keep the search's levels
-        L = np.empty((nb * 16, 16), np.uint8)
-        put_rows(L, Lt.astype(np.uint8).T)
-        L = L.reshape(nb, 256)
+        L = levels_to_blocks(Lt, lt, d).reshape(nb, 256)
         out = np.empty((nb, 84), np.uint8)
         out[:, 0:16] = codes
         out[:, 16:80] = pack_2bit(L)

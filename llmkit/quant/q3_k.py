@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, SuperBlockFormat, abs_max_signed, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int, put_rows
-from llmkit.quant.kcommon import make_q3_quants, make_qx_quants, superblock_sigma2
+from llmkit.quant.base import F32, SuperBlockFormat, abs_max_signed, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int
+from llmkit.quant.kcommon import imatrix_weights_t, levels_to_blocks, make_q3_quants, make_qx_quants, superblock_sigma2
 
 
 def pack_2bit(L: np.ndarray) -> np.ndarray:
@@ -38,11 +38,7 @@ class Q3_K(SuperBlockFormat):
                 d = np.where(has, F32(1) / iscale, F32(0)).astype(F32)
             ls = np.where(has[:, None], ls, 0)
         else:
-            sigma2 = np.repeat(superblock_sigma2(x), 16)  # per sub-block column
-            wt = xt * xt
-            wt += sigma2
-            np.sqrt(wt, out=wt)
-            wt *= blocks_t(qw.reshape(nb * 16, 16))  # qw * sqrt(sigma2 + x^2)
+            wt = imatrix_weights_t(xt, blocks_t(qw.reshape(nb * 16, 16)), np.repeat(superblock_sigma2(x), 16))
             sw = colsum(wt).reshape(nb, 16)
             scales, Lt = make_qx_quants(xt, 4, 1, wt, transposed=True)
             d, ls = make_qx_quants(scales.reshape(nb, 16), 32, 1, sw)
@@ -54,10 +50,7 @@ class Q3_K(SuperBlockFormat):
             np.rint(lt, out=lt)
             np.clip(lt, -4, 3, out=lt)
             lt += F32(4)
-        np.copyto(Lt, lt, where=dq != 0)  # sub-blocks whose scale is 0 keep the search's levels
-        L = np.empty((nb * 16, 16), np.uint8)
-        put_rows(L, Lt.astype(np.uint8).T)
-        L = L.reshape(nb, 256)
+        L = levels_to_blocks(Lt, lt, dq).reshape(nb, 256)
         high = L > 3
         L = np.where(high, L - 4, L)
         hmask = np.bitwise_or.reduce(high.reshape(nb, 8, 32).astype(np.uint8) << np.arange(8, dtype=np.uint8)[None, :, None], axis=1)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int, put_rows
-from llmkit.quant.kcommon import make_qkx, make_qp_quants, pack_scales_k4, superblock_sigma2, unpack_scales_k4
+from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int
+from llmkit.quant.kcommon import imatrix_weights_t, levels_to_blocks, make_qkx, make_qp_quants, pack_scales_k4, superblock_sigma2, unpack_scales_k4
 
 
 def kquant_scales_mins(x, nmax, qw, ref_params, imx_params):
@@ -32,11 +32,7 @@ def kquant_scales_mins(x, nmax, qw, ref_params, imx_params):
         lm = np.minimum(63, nearest_int(inv_min[:, None] * mins) & 0xFF)
         d, dmin = max_scale / F32(63), max_min / F32(63)
     else:
-        sigma2 = np.repeat(superblock_sigma2(x), 8)  # per sub-block column
-        wt = xt * xt
-        wt += sigma2
-        np.sqrt(wt, out=wt)
-        wt *= blocks_t(qw.reshape(nb * 8, 32))  # qw * sqrt(sigma2 + x^2)
+        wt = imatrix_weights_t(xt, blocks_t(qw.reshape(nb * 8, 32)), np.repeat(superblock_sigma2(x), 8))
         sw = colsum(wt).reshape(nb, 8)
         scales, mins, Lt = make_qkx(xt, nmax, wt, *imx_params, use_mad=False, transposed=True)
         d, ls = make_qp_quants(scales.reshape(nb, 8), 63, sw)
@@ -56,10 +52,7 @@ def requantize(xt, Lt, ls, lm, d16, dmin16, nmax):
         lt /= d
         np.rint(lt, out=lt)
         np.clip(lt, 0, nmax, out=lt)
-    np.copyto(Lt, lt, where=d != 0)
-    L = np.empty((nb * 8, 32), np.uint8)
-    put_rows(L, Lt.astype(np.uint8).T)
-    return L.reshape(nb, 256)
+    return levels_to_blocks(Lt, lt, d).reshape(nb, 256)
 
 
 class Q4_K(SuperBlockFormat):

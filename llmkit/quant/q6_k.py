@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, fp16_bytes, half_to_f32, nearest_int, put_rows
-from llmkit.quant.kcommon import GROUP_MAX_EPS, make_qx_quants
+from llmkit.quant.base import F32, SuperBlockFormat, blocks_t, fp16_bytes, half_to_f32, nearest_int
+from llmkit.quant.kcommon import GROUP_MAX_EPS, levels_to_blocks, make_qx_quants
 
 
 class Q6_K(SuperBlockFormat):
@@ -30,10 +30,7 @@ class Q6_K(SuperBlockFormat):
             lt = np.rint(xt / dq)
             np.clip(lt, -32, 31, out=lt)
             lt += F32(32)
-        np.copyto(Lt, lt, where=dq != 0)  # sub-blocks whose scale is 0 keep the search's levels
-        L = np.empty((nb * 16, 16), np.uint8)
-        put_rows(L, Lt.astype(np.uint8).T)
-        L = L.reshape(nb, 256)
+        L = levels_to_blocks(Lt, lt, dq).reshape(nb, 256)
         out = np.zeros((nb, 210), np.uint8)
         q = L.reshape(nb, 2, 4, 32)  # halves of 128, quarter k = weights k*32..k*32+31
         ql = np.concatenate([(q[:, :, 0] & 0xF) | ((q[:, :, 2] & 0xF) << 4),
