@@ -64,6 +64,7 @@ def main(argv=None) -> None:
     from llmkit.errors import LlmkitError
 
     debug = _debug_env() or "--debug" in (argv if argv is not None else sys.argv[1:])
+    _terminate_like_interrupt()
     try:
         cli.main(args=argv, prog_name="llmkit", standalone_mode=False)
     except click.exceptions.Exit as e:
@@ -71,11 +72,11 @@ def main(argv=None) -> None:
     except click.ClickException as e:  # usage errors: exit 2
         e.show()
         _exit(e.exit_code)
-    except click.exceptions.Abort:
-        _exit(130)
-    except KeyboardInterrupt:
+    except click.exceptions.Abort as e:  # click turns KeyboardInterrupt (and Terminated) into Abort
+        _exit(128 + getattr(e.__cause__, "signum", 2))
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated): 128 + the signal
         _flush_quietly()
-        _exit(130)
+        _exit(128 + getattr(e, "signum", 2))
     except BrokenPipeError:
         # `llmkit ... | head`: the reader went away; exit quietly without a traceback.
         _silence_stdout()
@@ -93,6 +94,25 @@ def main(argv=None) -> None:
         click.echo(f"Error: {type(e).__name__}: {e}. Re-run with --debug for the traceback.", err=True)
         _exit(1)
     _flush_quietly()
+
+
+def _terminate_like_interrupt() -> None:
+    """SIGTERM and SIGHUP unwind the stack like Ctrl-C, so temporary files are removed (`kill` during
+    `llmkit quant` used to leave a half-written .tmp beside the output); an inherited 'ignore' is kept."""
+    import signal
+    import threading
+
+    from llmkit.errors import Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame):
+        raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, handler)
 
 
 def _flush_quietly() -> None:

@@ -23,3 +23,11 @@ class MissingDependency(LlmkitError):
             f"this command needs the Python package '{package}'. "
             f"Install it with: pip install 'llmkit[{extra}]'"
         )
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: unwinds like Ctrl-C (temp files removed), exit 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"terminated by signal {signum}")
+        self.signum = signum

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -14,16 +16,77 @@ from llmkit.errors import BadInput
 TEXT_SUFFIXES = {".txt", ".md", ".rst", ".text", ".csv", ".tsv", ".json", ".jsonl", ".html", ".htm", ".xml", ""}
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (Linux: /proc; elsewhere set and restore)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode(path: str | os.PathLike) -> int:
+    """The mode a written file should get: the replaced file's mode, else what a plain open() gives
+    (0666 minus the umask). mkstemp's 0600 would make a quantized model or an index manifest
+    unreadable to other users (a llama-server running as another user)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[str]:
+    """Remove the temp files of earlier writes to `path` whose process is gone (a `kill -9` leaves
+    `.NAME.PID.XXXX.tmp`; no handler can run then). Temps of live processes are left alone."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    pat = re.compile(r"\." + re.escape(path.name) + r"\.(\d+)\.[^/]+\.tmp")
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for e in entries:
+        m = pat.fullmatch(e.name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            try:
+                os.unlink(e.path)
+                removed.append(e.path)
+            except OSError:
+                pass
+    return removed
+
+
 @contextmanager
 def atomic_file(path: str | os.PathLike):
     """Yield a binary file to write; it replaces `path` atomically only if the block completes
-    (temp file in the same directory, fsync, rename); on any error the temp file is removed."""
+    (temp file `.NAME.PID.XXXX.tmp` in the same directory, fsync, rename); on any error, SIGTERM
+    included (the CLI turns it into an exception), the temp file is removed. The file gets the mode
+    of the file it replaces, or 0666 minus the umask."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise BadInput(f"cannot write '{path}': directory '{directory}' does not exist. Create it first.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    remove_stale_temps(path)
+    mode = new_file_mode(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
@@ -117,3 +180,11 @@ def split_lines(text: str) -> list[str]:
     if parts[-1]:
         lines.append(parts[-1])
     return lines
+
+
+def cache_dir(*parts: str) -> Path:
+    """llmkit's cache directory (LLMKIT_CACHE, else $XDG_CACHE_HOME/llmkit or ~/.cache/llmkit), joined
+    with `parts`; not created here."""
+    root = os.environ.get("LLMKIT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "llmkit")
+    return Path(root, *parts)

@@ -11,6 +11,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def pytest_configure(config):
+    """One embedding export per test session, outside the user's cache (unless one is given)."""
+    import tempfile
+
+    os.environ.setdefault("LLMKIT_EMBED_CACHE", tempfile.mkdtemp(prefix="llmkit-embed-"))
+
+
 @dataclass
 class Result:
     exit_code: int

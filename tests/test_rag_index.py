@@ -77,7 +77,7 @@ def test_index_report_counts_and_skips(built):
     _, idx, report, err = built
     assert report["docs_added"] == 5 and report["chunks_indexed"] >= 6
     assert {s["reason"] for s in report["skipped"]} == {"binary", "empty"}
-    assert "skipped 2 input(s)" in err
+    assert "skipped 2 file(s): 1 .txt (binary), 1 .txt (empty)" in err
     m = json.loads((idx / "manifest.json").read_text())
     assert m["format"] == "llmkit-rag" and m["dim"] == 384 and set(m["collections"]) == {"articles", "code"}
     assert {"source", "title", "section", "date", "lang", "collection"} <= set(m["fields"])
@@ -100,10 +100,11 @@ def test_bm25_mode_equals_rank_bm25(built):
     _, idx, _, _ = built
     ix = Index(str(idx))
     texts = ix.texts(range(ix.n))
-    ref = rank_bm25.BM25Okapi([tokenize(t) for t in texts])
-    for q in ("memory pages allocator", "scheduler tasks", "mount filesystem noatime"):
-        theirs = ref.get_scores(tokenize(q))
-        np.testing.assert_allclose(ix.bm25.scores(tokenize(q)), theirs, rtol=1e-12)
+    assert ix.idents and ix.tok("parse_config") == tokenize("parse_config", idents=True)
+    ref = rank_bm25.BM25Okapi([ix.tok(t) for t in texts])
+    for q in ("memory pages allocator", "scheduler tasks", "mount filesystem noatime", "parseConfig kmalloc()"):
+        theirs = ref.get_scores(ix.tok(q))
+        np.testing.assert_allclose(ix.bm25.scores(ix.tok(q)), theirs, rtol=1e-12)
         hits, _ = query(idx, q, "--mode", "bm25", "-k", "3")
         want = [d for d in sorted(range(len(theirs)), key=lambda d: (-theirs[d], d))[:3] if theirs[d] > 0]
         assert [h["chunk_id"] for h in hits] == [int(ix.rows[d]) for d in want]

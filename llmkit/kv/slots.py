@@ -233,10 +233,16 @@ def save_raw(model, path: str, seq_id: int = 0) -> int:
         raise BadInput("nothing to save: the prompt produced no tokens.")
     enc = server_tokens_encode([int(t) for t in model.input_ids[:n]])
     toks = (llama_cpp.llama_token * len(enc))(*enc)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    from llmkit.io import new_file_mode, remove_stale_temps
+
+    remove_stale_temps(path)
+    mode = new_file_mode(path)
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.slot.tmp")  # the pattern remove_stale_temps knows
     try:
         if llama_cpp.llama_state_seq_save_file(model.ctx, tmp.encode(), seq_id, toks, len(enc)) == 0:
             raise BadInput(f"llama.cpp could not write '{path}'.")
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

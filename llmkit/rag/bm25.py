@@ -23,27 +23,50 @@ _WORD = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+|[\p{L}\p{N}
 _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
 
 
-def tokenize(text: str, stem: bool = False) -> list[str]:
+_WORD_ID = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+"
+                         r"|[\p{L}_][\p{L}\p{N}_]*(?:\.[\p{L}_][\p{L}\p{N}_]*)+"  # dotted.names
+                         r"|[\p{L}\p{N}_]+(?:['’][\p{L}]+)?")
+_ID_PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+\p{N}*|\p{Lu}+\p{N}*|\p{N}+\p{L}*")
+
+
+def identifier_parts(word: str) -> list[str]:
+    """The parts of a snake_case, camelCase or dotted.name identifier (one part for a plain word).
+
+    >>> identifier_parts("parse_config"), identifier_parts("parseHTTPConfig2"), identifier_parts("os.path")
+    (['parse', 'config'], ['parse', 'HTTP', 'Config2'], ['os', 'path'])
+    """
+    return [p for piece in regex.split(r"[._]+", word) if piece for p in _ID_PART.findall(piece)]
+
+
+def tokenize(text: str, stem: bool = False, idents: bool = False) -> list[str]:
     """Lower-cased words (Porter-stemmed with `stem`); CJK runs become overlapping character
-    bigrams (single characters alone).
+    bigrams (single characters alone). With `idents`, an identifier (snake_case, camelCase,
+    dotted.name) gives the whole identifier and then its parts, so `parse_config`, `parseConfig` and
+    "parse config" all match it.
 
     >>> tokenize("Hello, World! 台灣大學 is")
     ['hello', 'world', '台灣', '灣大', '大學', 'is']
+    >>> tokenize("call parseConfig() or os.path", idents=True)
+    ['call', 'parseconfig', 'parse', 'config', 'or', 'os.path', 'os', 'path']
     """
+    porter = None
+    if stem:
+        from llmkit.rag.stem import stem as porter
     out: list[str] = []
-    for m in _WORD.finditer(text):
+    for m in (_WORD_ID if idents else _WORD).finditer(text):
         w = m.group()
         if _CJK.match(w):
             if len(w) == 1:
                 out.append(w)
             else:
                 out.extend(w[i:i + 2] for i in range(len(w) - 1))
-        elif stem:
-            from llmkit.rag.stem import stem as porter
-
-            out.append(porter(w.lower()))
-        else:
+            continue
+        parts = identifier_parts(w) if idents else []
+        if len(parts) > 1 or (parts and parts[0] != w):  # also `_private`, `__init__`
             out.append(w.lower())
+            out.extend(porter(p.lower()) if porter else p.lower() for p in parts)
+        else:
+            out.append(porter(w.lower()) if porter else w.lower())
     return out
 
 

@@ -1,5 +1,6 @@
 """Read documents for indexing: plain text, Markdown (headings become sections), HTML (visible text),
-JSONL (a text field plus metadata fields) and PDF (page numbers as metadata, with pypdf).
+JSONL (a text field plus metadata fields), PDF (page numbers as metadata, with pypdf), and through
+`readers.py` source code, reStructuredText, Word, CSV/TSV, Jupyter notebooks and EPUB.
 
 Every reader returns `Document`s made of `Section`s; problems with one file become a `Skipped`
 record (counted and reported by the caller), never an exception that stops the whole run.
@@ -17,7 +18,16 @@ from dataclasses import dataclass, field
 
 from llmkit.io import looks_binary
 
-SUFFIXES = {".txt", ".text", ".md", ".markdown", ".rst", ".html", ".htm", ".jsonl", ".pdf", ""}
+from llmkit.rag.code import LANGUAGES, MAX_BYTES, minified
+
+# read as plain text (configuration, markup, logs); files without a suffix too (README, Makefile)
+PLAIN = {".txt", ".text", ".toml", ".yaml", ".yml", ".ini", ".cfg", ".conf", ".json", ".xml", ".css", ".scss",
+         ".tex", ".org", ".adoc", ".asciidoc", ".log", ".properties", ".cmake", ".mk", ".gradle", ".r", ".jl",
+         ".pl", ".pm", ".el", ".vim", ".dockerfile", ".proto", ".graphql", ".tf", ".nix", ".cabal", ".hs", ".ml",
+         ".ex", ".exs", ".erl", ".dart", ".zig", ".nim", ".v", ".sv", ".vhd", ""}
+SUFFIXES = PLAIN | set(LANGUAGES) | {".md", ".markdown", ".rst", ".html", ".htm", ".jsonl", ".pdf", ".docx",
+                                     ".csv", ".tsv", ".ipynb", ".epub"}
+MAX_TEXT_BYTES = 32 << 20  # larger files are skipped (dumps, logs): say so rather than stall
 
 
 @dataclass
@@ -25,6 +35,7 @@ class Section:
     heading: str  # "" before the first heading
     text: str
     page: int | None = None
+    chunks: list[tuple[str, dict]] | None = None  # already cut (code, tables): indexed verbatim
 
 
 @dataclass
@@ -34,6 +45,7 @@ class Document:
     hash: str  # sha256 of the record's bytes: unchanged hash = nothing to re-index
     sections: list[Section]
     meta: dict = field(default_factory=dict)  # title, date, url, ... and user fields
+    note: str = ""  # how a code file was chunked when not by definitions ('syntax error', 'no grammar')
 
 
 @dataclass
@@ -48,8 +60,12 @@ def file_date(path: str) -> str:
 
 
 def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str = "id",
-              display: str | None = None) -> tuple[list[Document], list[Skipped]]:
-    """Parse one file's bytes into documents (JSONL: one per line)."""
+              display: str | None = None, size: int = 800, code_size: int = 1500,
+              csv_meta: tuple[str, ...] = ()) -> tuple[list[Document], list[Skipped]]:
+    """Parse one file's bytes into documents (JSONL: one per line). `size` groups CSV rows,
+    `code_size` bounds code chunks, `csv_meta` names CSV columns to keep as metadata."""
+    from llmkit.rag import readers
+
     display = display or ("<stdin>" if path == "-" else path)
     abspath = "-" if path == "-" else os.path.abspath(path)
     suffix = "" if path == "-" else os.path.splitext(path)[1].lower()
@@ -57,6 +73,21 @@ def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str
         return _load_pdf(display, abspath, data)
     if not data.strip():
         return [], [Skipped(display, "empty")]
+    if len(data) > MAX_TEXT_BYTES:
+        return [], [Skipped(display, f"too large ({len(data) >> 20} MB; the cap is {MAX_TEXT_BYTES >> 20} MB)")]
+    if path != "-" and readers.is_lock_file(path):
+        return [], [Skipped(display, "lock file")]
+    meta: dict = {}
+    note = ""
+    digest = hashlib.sha256(data).hexdigest()
+    if suffix in (".docx", ".epub"):
+        try:
+            sections, meta, note = (readers.docx_sections(data) if suffix == ".docx" else readers.epub_sections(data))
+        except ImportError as e:
+            return [], [Skipped(display, f"{suffix} needs {e.name} (pip install 'llmkit[rag]')")]
+        except Exception as e:  # damaged archives raise many types; one bad file must not stop the run
+            return [], [Skipped(display, f"unreadable {suffix} ({type(e).__name__})")]
+        return _finish(path, display, abspath, digest, sections, meta, note)
     if looks_binary(data[:8192]):
         return [], [Skipped(display, "binary")]
     try:
@@ -66,9 +97,22 @@ def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str
     text = text.lstrip("\ufeff")
     if suffix == ".jsonl":
         return _load_jsonl(display, abspath, text, text_field, id_field)
-    meta: dict = {}
-    digest = hashlib.sha256(data).hexdigest()
-    if suffix in (".html", ".htm") or (suffix == "" and re.match(r"\s*<(!doctype html|html)", text[:200], re.I)):
+    if suffix in LANGUAGES:
+        if len(data) > MAX_BYTES:
+            return [], [Skipped(display, f"too large for code ({len(data) >> 10} kB; the cap is {MAX_BYTES >> 10} kB)")]
+        if minified(text):
+            return [], [Skipped(display, "minified")]
+        sections, meta, note = readers.code_sections(text, path, code_size)
+    elif suffix in (".csv", ".tsv"):
+        sections, meta, note = readers.table_sections(text, path, size, csv_meta)
+    elif suffix == ".ipynb":
+        try:
+            sections, meta, note = readers.notebook_sections(text, code_size)
+        except (ValueError, TypeError, AttributeError) as e:
+            return [], [Skipped(display, f"not a notebook ({str(e).splitlines()[0][:60]})")]
+    elif suffix == ".rst":
+        sections, meta, note = readers.rst_sections(text)
+    elif suffix in (".html", ".htm") or (suffix == "" and re.match(r"\s*<(!doctype html|html)", text[:200], re.I)):
         title, sections = html_sections(text)
         if title:
             meta["title"] = title
@@ -78,6 +122,11 @@ def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str
         sections = markdown_sections(text)
     else:
         sections = [Section("", text)]
+    return _finish(path, display, abspath, digest, sections, meta, note)
+
+
+def _finish(path, display, abspath, digest, sections, meta, note):
+    """Title and date fallbacks; a document with no text is skipped."""
     if "title" not in meta:
         first = next((s.heading for s in sections if s.heading), "")
         meta["title"] = first or (os.path.basename(display) if path != "-" else "")
@@ -86,7 +135,7 @@ def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str
     sections = [s for s in sections if s.text.strip() or s.heading]
     if not any(s.text.strip() for s in sections):
         return [], [Skipped(display, "no text")]
-    return [Document(display, abspath, digest, sections, meta)], []
+    return [Document(display, abspath, digest, sections, meta, note)], []
 
 
 def front_matter(text: str) -> tuple[dict, str]:

@@ -113,10 +113,11 @@ def expand_synonyms(tokens: list[str], query: str, synonyms: dict, tok=tokenize)
 class Pipeline:
     """Answer queries against one index with the models loaded once."""
 
-    def __init__(self, index: Index, opts: QueryOptions, llm=None, reranker=None, model: str | None = None):
+    def __init__(self, index: Index, opts: QueryOptions, llm=None, reranker=None, model: str | None = None,
+                 runtime: str = "onnx"):
         opts.validate()
         self.index, self.opts, self.llm, self.reranker = index, opts, llm, reranker
-        self.model = model
+        self.model, self.runtime = model, runtime
         if (opts.rewrite or opts.subqueries or opts.hyde) and llm is None:
             raise BadInput("--rewrite/--subqueries/--hyde need a local GGUF model (-m MODEL.gguf).")
         if opts.hyde and opts.mode == "bm25":
@@ -125,7 +126,7 @@ class Pipeline:
             self.embedder()  # load once up front, so per-query times measure retrieval, not model loading
 
     def embedder(self):
-        return self.index.embedder(self.model)
+        return self.index.embedder(self.model, self.runtime)
 
     def run(self, query: str) -> QueryResult:
         t0 = time.perf_counter()

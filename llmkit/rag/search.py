@@ -136,6 +136,8 @@ class Hit:
              "ranks": self.ranks, "text": self.text, "parent_text": self.parent_text, "meta": self.meta}
         if self.rerank is not None:
             d["rerank_score"] = round(self.rerank, 6)
+        if self.meta.get("line_start"):  # code: where to open it
+            d["line"] = self.meta["line_start"]
         return d
 
 
@@ -160,10 +162,11 @@ class Index:
         self._embedder = None
         self._parent_rows = None
         self.stem = bool(self.manifest.get("stem", False))
+        self.idents = bool(self.manifest.get("bm25_idents", False))  # indexes before 2026-11-30: plain words
 
     def tok(self, text: str) -> list[str]:
         """BM25 terms of a text, tokenized as the index was (stemmed or not)."""
-        return tokenize(text, self.stem)
+        return tokenize(text, self.stem, self.idents)
 
     @property
     def n(self) -> int:
@@ -188,13 +191,18 @@ class Index:
             self._faiss = faiss.read_index(os.path.join(self.gdir, "faiss.index"))
         return self._faiss
 
-    def embedder(self, model: str | None = None):
-        """The index's embedding model (a different model must give the index's dimension)."""
+    def embedder(self, model: str | None = None, runtime: str = "onnx"):
+        """The index's embedding model at the index's precision on `runtime` (a different model must
+        give the index's dimension)."""
         if self._embedder is None:
-            from llmkit.rag.embed import Embedder
+            from llmkit.rag.embed import load_embedder
 
             name = model or (None if self.manifest["model"] == "default" else self.manifest["model"])
-            emb = Embedder(name, self.manifest.get("query_prompt", ""), self.manifest.get("passage_prompt", ""))
+            precision = self.manifest.get("embed_precision", "fp32")
+            if runtime == "torch":
+                precision = "fp32"  # int8 vectors are close to fp32 ones (cosine ~0.97+): searchable either way
+            emb = load_embedder(name, runtime, precision, self.manifest.get("query_prompt", ""),
+                                self.manifest.get("passage_prompt", ""))
             if self.manifest.get("dim") and emb.dim != self.manifest["dim"]:
                 raise BadInput(f"the embedding model '{emb.name}' gives {emb.dim}-d vectors but index '{self.dir}' "
                                f"holds {self.manifest['dim']}-d ones. Query with the model it was built with.")

@@ -23,7 +23,9 @@ import json
 import os
 import shutil
 import sqlite3
+import re
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -59,6 +61,8 @@ class IndexOptions:
     overlap: int = 100
     parent_size: int = 3000  # small-to-big parents (0: the whole section)
     model: str | None = None
+    runtime: str = "onnx"  # onnx | torch: how vectors are computed (fp32 vectors of both are interchangeable)
+    precision: str | None = None  # fp32 | int8, fixed when the index is created (None: the index's, else fp32)
     query_prompt: str = ""
     passage_prompt: str = ""
     meta: dict = field(default_factory=dict)
@@ -70,6 +74,9 @@ class IndexOptions:
     near_threshold: float = 0.9
     boilerplate: bool = True
     stem: bool = False  # Porter-stem English words for BM25 (index-wide, fixed when the index is created)
+    code_size: int = 1500  # characters per code chunk (definitions up to this size stay whole)
+    csv_meta: tuple[str, ...] = ()  # CSV/TSV columns kept as metadata (one row per chunk then)
+    gitignore: bool = True  # respect .gitignore files in directories
     index_type: str = "auto"  # auto | flat | hnsw
     hnsw_above: int = 100_000
 
@@ -86,6 +93,8 @@ class IndexReport:
     exact_duplicates: int = 0
     near_duplicates: int = 0
     boilerplate_lines: int = 0
+    code_fallbacks: dict = field(default_factory=dict)  # e.g. {'syntax error': 1}: cut at lines instead
+    ignored: int = 0  # files and directories left out by .gitignore (and node_modules, __pycache__, ...)
     embedded: int = 0
     vectors_reused: int = 0
     embed_s: float = 0.0
@@ -124,6 +133,38 @@ def read_manifest(directory: str) -> dict:
     return m
 
 
+LOCK = "writer.lock"
+_OWN = re.compile(r"writer\.lock|chunks\.sqlite(-wal|-shm|-journal)?|gen-\d+|\.manifest\.json\..*\.tmp")
+
+
+@contextmanager
+def writer_lock(directory: str, wait: bool = True, on_wait: Callable[[str], None] | None = None):
+    """Hold the index's writer lock (flock on DIR/writer.lock) for the block. A second writer waits
+    (telling `on_wait`) or, with wait=False, fails at once; readers never take it. The kernel drops
+    the lock when its holder dies, so a killed writer leaves nothing locked."""
+    import fcntl
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, LOCK)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+            if not wait:
+                raise BadInput(f"index '{directory}' is being written by another process (pid {holder}). "
+                               "Wait for it to finish, or run without --no-wait to queue behind it.") from None
+            if on_wait:
+                on_wait(f"index '{directory}' is being written by another process (pid {holder}); waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _connect(directory: str) -> sqlite3.Connection:
     con = sqlite3.connect(os.path.join(directory, DB), isolation_level=None)
     con.execute("PRAGMA journal_mode=WAL")
@@ -143,28 +184,113 @@ def _rollback_unfinished(con: sqlite3.Connection, gen: int) -> None:
     con.execute("COMMIT")
 
 
-def _collect_files(inputs: list[str], opts: IndexOptions) -> list[str]:
+# directories never worth indexing, even without a .gitignore that says so
+JUNK_DIRS = {"node_modules", "__pycache__", "venv", "site-packages", "bower_components"}
+
+
+def _gitignore(directory: str):
+    """The .gitignore of `directory` as a pathspec matcher, or None."""
+    path = os.path.join(directory, ".gitignore")
+    if not os.path.isfile(path):
+        return None
+    try:
+        import pathspec
+    except ImportError:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return pathspec.GitIgnoreSpec.from_lines(f.read().splitlines())
+    except (OSError, ValueError):
+        return None
+
+
+def _ignored(path: str, is_dir: bool, specs: list) -> bool:
+    """Git's rule: the deepest .gitignore with a matching pattern decides (negations included)."""
+    verdict = False
+    for base, spec in specs:
+        rel = os.path.relpath(path, base).replace(os.sep, "/") + ("/" if is_dir else "")
+        res = spec.check_file(rel)
+        if res.include is not None:
+            verdict = res.include
+    return verdict
+
+
+def _collect_files(inputs: list[str], opts: IndexOptions) -> tuple[list[str], list[Skipped], int]:
+    """(files to read, files skipped for their type, files ignored by .gitignore/junk directories);
+    explicitly named files are always read."""
     files: list[str] = []
+    skipped: list[Skipped] = []
+    ignored = 0
     for item in inputs:
         if item == "-":
             files.append(item)
         elif os.path.isdir(item):
+            specs_at: dict[str, list] = {}
             for root, dirs, names in os.walk(item):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                parent = specs_at.get(os.path.dirname(root), [])
+                spec = _gitignore(root) if opts.gitignore else None
+                specs = parent + [(root, spec)] if spec is not None else parent
+                specs_at[root] = specs
+                keep = []
+                for d in sorted(dirs):
+                    full = os.path.join(root, d)
+                    if d.startswith(".") or d in JUNK_DIRS or (specs and _ignored(full, True, specs)):
+                        ignored += d not in (".git",) and not d.startswith(".")
+                        continue
+                    keep.append(d)
+                dirs[:] = keep
                 for name in sorted(names):
                     p = os.path.join(root, name)
-                    if name.startswith(".") or os.path.splitext(name)[1].lower() not in SUFFIXES:
+                    if name.startswith("."):
+                        continue
+                    if specs and _ignored(p, False, specs):
+                        ignored += 1
                         continue
                     if opts.include and not any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.include):
                         continue
                     if any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.exclude):
+                        continue
+                    if os.path.splitext(name)[1].lower() not in SUFFIXES:
+                        skipped.append(Skipped(p, "unsupported type"))
                         continue
                     files.append(p)
         elif os.path.exists(item):
             files.append(item)
         else:
             raise BadInput(f"input '{item}' does not exist. Check the path.")
-    return files
+    return files, skipped, ignored
+
+
+def _check_csv_meta(files: list[str], columns: tuple[str, ...]) -> None:
+    """Before touching the index: every --csv-meta column must exist in at least one table file."""
+    from llmkit.rag.readers import table_header
+
+    seen: set[str] = set()
+    tables = [f for f in files if f != "-" and f.lower().endswith((".csv", ".tsv"))]
+    for f in tables:
+        try:
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                seen.update(table_header(fh.read(100000), f)[1])
+        except OSError:
+            continue
+    missing = [c for c in columns if c not in seen]
+    if missing:
+        raise BadInput(f"no CSV/TSV input has a column {missing[0]!r}" + (
+            f" (columns: {', '.join(sorted(seen))})" if seen else " (there is no CSV/TSV input)") + ". Fix --csv-meta.")
+
+
+def summarize_skipped(skipped: list[Skipped], show: int = 5) -> str:
+    """'12 file(s): 8 .png (unsupported type), 3 .py (syntax error: cut at lines) ...: a.png, b.png ...'"""
+    from collections import Counter
+
+    def ext(src: str) -> str:
+        base = re.sub(r"(:\d+|#.*)$", "", src)  # a JSONL line ('docs.jsonl:7') or record ('docs.jsonl#id')
+        return os.path.splitext(base)[1].lower() or "(no suffix)"
+
+    groups = Counter((ext(s.source), s.reason.split(" (")[0]) for s in skipped)
+    head = ", ".join(f"{n} {e} ({r})" for (e, r), n in groups.most_common())
+    names = ", ".join(s.source for s in skipped[:show]) + (" ..." if len(skipped) > show else "")
+    return f"{len(skipped)} file(s): {head}: {names}"
 
 
 def _chunk_document(doc: Document, opts: IndexOptions, drop_lines: set[str]):
@@ -172,6 +298,11 @@ def _chunk_document(doc: Document, opts: IndexOptions, drop_lines: set[str]):
     out = []
     base = {"source": doc.source, **{k: v for k, v in doc.meta.items()}, **opts.meta}
     for sec in doc.sections:
+        if sec.chunks is not None:  # already cut (code, table rows): verbatim, the section is the parent
+            chunks = [(t, dict(base, section=sec.heading, chunk_size=len(t), **m)) for t, m in sec.chunks if t.strip()]
+            if chunks:
+                out.append((sec.text, chunks))
+            continue
         text = chunking.normalize_whitespace(chunking.strip_lines(sec.text, drop_lines))
         if not text:
             continue
@@ -195,8 +326,10 @@ def _chunk_document(doc: Document, opts: IndexOptions, drop_lines: set[str]):
 
 
 def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: bytes | None = None,
-          progress: Callable[[str, int, int], None] | None = None) -> IndexReport:
-    """Add, update and remove documents of one collection, then publish a new searchable generation."""
+          progress: Callable[[str, int, int], None] | None = None, wait: bool = True,
+          on_wait: Callable[[str], None] | None = None) -> IndexReport:
+    """Add, update and remove documents of one collection, then publish a new searchable generation
+    (under the index's writer lock: concurrent runs queue, none loses the other's documents)."""
     t0 = time.perf_counter()
     if opts.chunker not in ("recursive", "window"):
         raise BadInput(f"unknown chunker {opts.chunker!r}; use 'recursive' or 'window'.")
@@ -210,7 +343,18 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
     if opts.parent_size and opts.parent_size < max(opts.sizes):
         raise BadInput(f"--parent-size {opts.parent_size} is smaller than the chunk size {max(opts.sizes)}; "
                        "make it larger or 0 (parents = whole sections).")
-    files = _collect_files(inputs, opts)
+    files, unsupported, ignored = _collect_files(inputs, opts)
+    if opts.csv_meta:
+        _check_csv_meta(files, opts.csv_meta)
+    with writer_lock(directory, wait, on_wait):
+        report = _build_locked(directory, files, inputs, opts, stdin_data, progress)
+    report.skipped[:0] = unsupported
+    report.ignored = ignored
+    report.total_s = time.perf_counter() - t0
+    return report
+
+
+def _build_locked(directory, files, inputs, opts, stdin_data, progress) -> IndexReport:
     manifest = _open_or_create(directory, opts)
     gen = manifest["generation"] + 1
     report = IndexReport(generation=gen, files=len(files))
@@ -232,9 +376,12 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
                 except OSError as e:
                     report.skipped.append(Skipped(path, e.strerror or "unreadable"))
                     continue
-            docs, skipped = load_file(path, data, text_field=opts.text_field, id_field=opts.id_field)
+            docs, skipped = load_file(path, data, text_field=opts.text_field, id_field=opts.id_field,
+                                      size=max(opts.sizes), code_size=opts.code_size, csv_meta=opts.csv_meta)
             report.skipped.extend(skipped)
             for doc in docs:
+                if doc.note:
+                    report.code_fallbacks[doc.note] = report.code_fallbacks.get(doc.note, 0) + 1
                 seen.add(doc.path)
                 old = live.get(doc.path)
                 if old and old[1] == doc.hash:
@@ -247,8 +394,8 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
         changed = [live[d.path][0] for d in new_docs if d.path in live]
         drop_lines: set[str] = set()
         if opts.boilerplate:
-            drop_lines = chunking.boilerplate_lines(
-                [{ln.strip() for s in d.sections for ln in s.text.split("\n")} for d in new_docs])
+            drop_lines = chunking.boilerplate_lines(  # pre-cut sections (code, tables) are not prose
+                [{ln.strip() for s in d.sections if s.chunks is None for ln in s.text.split("\n")} for d in new_docs])
             report.boilerplate_lines = len(drop_lines)
         con.execute("BEGIN")
         for doc_id in changed + [d for d, _ in gone]:
@@ -282,7 +429,6 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
         raise
     finally:
         con.close()
-    report.total_s = time.perf_counter() - t0
     return report
 
 
@@ -296,7 +442,10 @@ def _text_hash(text: str) -> str:
 
 
 def _open_or_create(directory: str, opts: IndexOptions) -> dict:
-    if os.path.isdir(directory) and os.listdir(directory):
+    """The manifest to extend; a new one for an empty directory, or one holding only what a first run
+    killed before its manifest left behind (its rows are rolled back as any unfinished run's)."""
+    existing = os.listdir(directory) if os.path.isdir(directory) else []
+    if os.path.exists(os.path.join(directory, MANIFEST)) or any(not _OWN.fullmatch(n) for n in existing):
         m = read_manifest(directory)
         want = opts.model or None
         have = m.get("model")
@@ -309,6 +458,10 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
                            "use a new index directory to change them.")
         if opts.stem and not m.get("stem", False):
             raise BadInput("this index was built without --stem; BM25 terms cannot be mixed. Use a new index directory.")
+        have_prec = m.get("embed_precision", "fp32")
+        if opts.precision and opts.precision != have_prec:
+            raise BadInput(f"index '{directory}' holds {have_prec} embeddings; {opts.precision} vectors cannot be "
+                           "mixed into it. Use a new index directory.")
         return m
     os.makedirs(directory, exist_ok=True)
     model = opts.model
@@ -317,8 +470,9 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
 
         model = resolve_model(model)
     return {"format": FORMAT, "version": VERSION, "generation": 0, "model": model or "default", "dim": None,
+            "embed_precision": opts.precision or "fp32", "embed_runtime": opts.runtime,
             "query_prompt": opts.query_prompt, "passage_prompt": opts.passage_prompt, "created": _now(),
-            "collections": {}, "fields": [], "index": None, "stem": opts.stem}
+            "collections": {}, "fields": [], "index": None, "stem": opts.stem, "bm25_idents": True}
 
 
 def _live_chunks(con: sqlite3.Connection, gen: int):
@@ -365,7 +519,8 @@ def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
         if progress:
             progress("BM25", 0, 1)
         stem = bool(manifest.get("stem", False))
-        BM25Index.build([tokenize(r[1], stem) for r in rows]).save(os.path.join(gdir, "bm25"))
+        idents = bool(manifest.get("bm25_idents", False))
+        BM25Index.build([tokenize(r[1], stem, idents) for r in rows]).save(os.path.join(gdir, "bm25"))
         manifest["dim"] = dim
     fields = sorted({k for (k,) in con.execute(
         "SELECT DISTINCT j.key FROM chunks c JOIN docs d ON d.id = c.doc_id, json_each(c.meta) j "
@@ -383,15 +538,17 @@ def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
     manifest.update(generation=gen, fields=fields, index=report.index_type or manifest.get("index"),
                     collection_order=collections, updated=_now())
     atomic_write_text(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1, ensure_ascii=False))
-    # the new generation is live: drop what only older generations needed
+    # the new generation is live: drop what only older generations needed, keeping generation N-1
+    # (its rows and arrays) for readers that opened it just before the swap (readers take no lock)
     con.execute("BEGIN")
-    doomed = "SELECT id FROM docs WHERE gen_removed IS NOT NULL AND gen_removed <= ?"
+    doomed = "SELECT id FROM docs WHERE gen_removed IS NOT NULL AND gen_removed < ?"
     con.execute(f"DELETE FROM chunks WHERE doc_id IN ({doomed})", (gen,))
     con.execute(f"DELETE FROM parents WHERE doc_id IN ({doomed})", (gen,))
-    con.execute("DELETE FROM docs WHERE gen_removed IS NOT NULL AND gen_removed <= ?", (gen,))
+    con.execute("DELETE FROM docs WHERE gen_removed IS NOT NULL AND gen_removed < ?", (gen,))
     con.execute("COMMIT")
     for name in os.listdir(directory):
-        if name.startswith("gen-") and name != f"gen-{gen}":
+        m = re.fullmatch(r"gen-(\d+)", name)
+        if m and int(m.group(1)) not in (gen, gen - 1):
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
@@ -411,10 +568,12 @@ def _vectors(directory, manifest, opts, rows, keys, report, progress):
     dim = manifest.get("dim")
     new = None
     if need:
-        from llmkit.rag.embed import Embedder
+        from llmkit.rag.embed import load_embedder
 
         model = None if manifest["model"] == "default" else manifest["model"]
-        emb = Embedder(model, manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""))
+        emb = load_embedder(model, opts.runtime, manifest.get("embed_precision", "fp32"),
+                            manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""),
+                            progress=progress)
         if dim and emb.dim != dim:
             raise BadInput(f"the embedding model gives {emb.dim}-d vectors but the index holds {dim}-d ones. "
                            "Use the model the index was built with.")

@@ -1,0 +1,279 @@
+"""Source code as retrieval units: chunks at definitions (functions, classes, methods), parsed with
+tree-sitter grammars from their own PyPI packages (tree-sitter-python, tree-sitter-go, ...).
+
+A top-level definition that fits in the chunk size is one chunk; a larger one with nested definitions
+(a class, an impl block, a namespace) becomes its header plus one chunk per nested definition
+(qualified symbols: `Parser.parse`); a large definition without nested ones is cut at line
+boundaries. Statements between definitions (imports, constants) are grouped into `module` chunks.
+Comments right above a definition stay with it. Every chunk keeps whole lines and its 1-based line
+range, so a hit can be opened at `path:line`.
+
+A file that does not parse (a syntax error) or whose grammar is not installed is cut at line
+boundaries instead, and the caller counts it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+# extension -> language
+LANGUAGES = {
+    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
+    ".jsx": "javascript", ".ts": "typescript", ".mts": "typescript", ".cts": "typescript", ".tsx": "tsx",
+    ".go": "go", ".rs": "rust", ".java": "java", ".kt": "kotlin", ".kts": "kotlin", ".c": "c", ".h": "c",
+    ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp", ".hxx": "cpp", ".cs": "c_sharp",
+    ".rb": "ruby", ".php": "php", ".swift": "swift", ".scala": "scala", ".sc": "scala", ".sh": "bash",
+    ".bash": "bash", ".zsh": "bash", ".sql": "sql", ".lua": "lua",
+}
+# language -> (module, function returning the grammar)
+GRAMMARS = {
+    "python": ("tree_sitter_python", "language"), "javascript": ("tree_sitter_javascript", "language"),
+    "typescript": ("tree_sitter_typescript", "language_typescript"), "tsx": ("tree_sitter_typescript", "language_tsx"),
+    "go": ("tree_sitter_go", "language"), "rust": ("tree_sitter_rust", "language"),
+    "java": ("tree_sitter_java", "language"), "kotlin": ("tree_sitter_kotlin", "language"),
+    "c": ("tree_sitter_c", "language"), "cpp": ("tree_sitter_cpp", "language"),
+    "c_sharp": ("tree_sitter_c_sharp", "language"), "ruby": ("tree_sitter_ruby", "language"),
+    "php": ("tree_sitter_php", "language_php"), "swift": ("tree_sitter_swift", "language"),
+    "scala": ("tree_sitter_scala", "language"), "bash": ("tree_sitter_bash", "language"),
+    "sql": ("tree_sitter_sql", "language"), "lua": ("tree_sitter_lua", "language"),
+}
+# node type -> kind, for every grammar (node type names rarely collide across grammars)
+DEFINITIONS = {
+    "function_definition": "function", "function_declaration": "function", "function_item": "function",
+    "generator_function_declaration": "function", "method_definition": "method", "method_declaration": "method",
+    "method": "method", "singleton_method": "method", "constructor_declaration": "constructor",
+    "class_definition": "class", "class_declaration": "class", "abstract_class_declaration": "class",
+    "class_specifier": "class", "class": "class", "object_declaration": "object", "object_definition": "object",
+    "interface_declaration": "interface", "protocol_declaration": "interface", "trait_item": "trait",
+    "trait_definition": "trait", "trait_declaration": "trait", "struct_item": "struct", "struct_specifier": "struct",
+    "struct_declaration": "struct", "record_declaration": "record", "enum_item": "enum", "enum_declaration": "enum",
+    "enum_specifier": "enum", "impl_item": "impl", "mod_item": "module", "module": "module",
+    "namespace_definition": "namespace", "namespace_declaration": "namespace", "internal_module": "namespace",
+    "type_declaration": "type", "type_alias_declaration": "type", "type_definition": "type",
+    "macro_definition": "macro", "create_table": "table", "create_function": "function", "create_view": "view",
+}
+# wrappers whose inner declaration names the unit
+WRAPPERS = {"decorated_definition", "export_statement", "template_declaration"}
+_IDENT = {"identifier", "type_identifier", "field_identifier", "property_identifier", "constant", "name",
+          "simple_identifier", "qualified_identifier", "scoped_identifier", "word", "object_reference"}
+_TRIVIAL = re.compile(r"^[\s{}()\[\];,]*(end)?[\s;]*$")
+_FUNC_VALUE = {"arrow_function", "function_expression", "function", "generator_function"}
+
+MAX_BYTES = 1 << 20  # larger source files are skipped (generated code, vendored bundles)
+
+
+@dataclass
+class CodeChunk:
+    text: str
+    line_start: int  # 1-based, inclusive
+    line_end: int
+    symbol: str
+    kind: str
+
+
+def language_of(path: str) -> str | None:
+    return LANGUAGES.get(os.path.splitext(path)[1].lower())
+
+
+_PARSERS: dict = {}
+
+
+def parser_for(lang: str):
+    """A tree-sitter parser for `lang`, or None when its grammar package is not installed."""
+    if lang not in _PARSERS:
+        try:
+            import importlib
+
+            from tree_sitter import Language, Parser
+
+            mod, fn = GRAMMARS[lang]
+            _PARSERS[lang] = Parser(Language(getattr(importlib.import_module(mod), fn)()))
+        except (ImportError, AttributeError, KeyError, ValueError, TypeError):
+            _PARSERS[lang] = None
+    return _PARSERS[lang]
+
+
+def minified(text: str) -> bool:
+    """Minified or generated code: very long lines on average (a bundle, a lock file in one line)."""
+    lines = text.count("\n") + 1
+    return len(text) / lines > 300 and max(len(ln) for ln in text.split("\n")) > 2000
+
+
+def chunk_code(text: str, lang: str, size: int) -> tuple[list[CodeChunk], str]:
+    """(chunks, how): how is 'parsed', 'syntax error' or 'no grammar' (the last two cut at lines)."""
+    lines = text.split("\n")
+    parser = parser_for(lang)
+    if parser is None:
+        return split_lines(lines, 0, len(lines) - 1, size, "", "lines"), "no grammar"
+    tree = parser.parse(text.encode("utf-8"))
+    if tree.root_node.has_error:
+        return split_lines(lines, 0, len(lines) - 1, size, "", "lines"), "syntax error"
+    out: list[CodeChunk] = []
+    _units(tree.root_node.named_children, lines, size, "", out)
+    return [c for c in out if c.text.strip()], "parsed"
+
+
+def split_lines(lines: list[str], a: int, b: int, size: int, symbol: str, kind: str) -> list[CodeChunk]:
+    """Rows a..b (0-based, inclusive) cut into chunks of whole lines of at most `size` characters
+    (a single longer line is cut into pieces)."""
+    out: list[CodeChunk] = []
+    start, buf, n = a, [], 0
+    for r in range(a, b + 1):
+        line = lines[r]
+        if buf and n + len(line) + 1 > size:
+            out.append(CodeChunk("\n".join(buf), start + 1, r, symbol, kind))
+            start, buf, n = r, [], 0
+        if len(line) > size:
+            for i in range(0, len(line), size):
+                out.append(CodeChunk(line[i:i + size], r + 1, r + 1, symbol, kind))
+            start = r + 1
+            continue
+        buf.append(line)
+        n += len(line) + 1
+    if buf and "".join(buf).strip():
+        out.append(CodeChunk("\n".join(buf), start + 1, b + 1, symbol, kind))
+    return out
+
+
+def _row(point) -> int:
+    return point[0]
+
+
+def _end_row(node) -> int:
+    """The last row holding the node's text (a node ending with its newline ends at column 0 of the
+    next row: `#include` lines in C)."""
+    r, c = node.end_point[0], node.end_point[1]
+    return r - 1 if c == 0 and r > node.start_point[0] else r
+
+
+def _receiver(node) -> str:
+    """Go: the receiver type of a method (`func (s *Server) Start()` -> 'Server')."""
+    rec = node.child_by_field_name("receiver")
+    stack = [rec] if rec is not None else []
+    while stack:
+        c = stack.pop(0)
+        if c.type == "type_identifier":
+            return c.text.decode("utf-8", "replace")
+        stack.extend(c.children)
+    return ""
+
+
+def _definition(node):
+    """(the node that names the unit, its kind) when `node` is a definition, else None."""
+    if node.type in WRAPPERS:
+        for c in node.named_children:
+            found = _definition(c)
+            if found:
+                return found
+        return None
+    if node.type in DEFINITIONS:
+        return node, DEFINITIONS[node.type]
+    if node.type in ("lexical_declaration", "variable_declaration"):  # const f = () => ...
+        for d in node.named_children:
+            v = d.child_by_field_name("value")
+            if v is not None and v.type in _FUNC_VALUE:
+                return d, "function"
+    return None
+
+
+def name_of(node) -> str:
+    """The declared name: the `name` field, the end of a C-style declarator chain, or the first
+    identifier on the definition's first line."""
+    n = node.child_by_field_name("name")
+    if n is None:
+        d = node.child_by_field_name("declarator")
+        while d is not None and d.child_by_field_name("declarator") is not None:
+            d = d.child_by_field_name("declarator")
+        n = d if d is not None else node.child_by_field_name("type")
+    if n is not None:
+        return n.text.decode("utf-8", "replace").strip()
+    queue = list(node.children)
+    first_row = _row(node.start_point)
+    while queue:
+        c = queue.pop(0)
+        if _row(c.start_point) > first_row:
+            continue
+        if c.type in _IDENT:
+            return c.text.decode("utf-8", "replace")
+        queue.extend(c.children)
+    return ""
+
+
+def _nested(node) -> list:
+    """The nearest definitions below `node` (not inside other definitions)."""
+    found, stack = [], list(reversed(node.named_children))
+    while stack:
+        c = stack.pop()
+        if _definition(c):
+            found.append(c)
+        else:
+            stack.extend(reversed(c.named_children))
+    return found
+
+
+def _text(lines, a, b) -> str:
+    """Rows a..b (0-based, inclusive) of the source."""
+    return "\n".join(lines[a:b + 1])
+
+
+_TYPES = {"class", "struct", "impl", "trait", "interface", "object", "record", "enum"}
+
+
+def _units(children, lines, size, prefix, out, glue_symbol: str = "", glue_kind: str = "module") -> None:
+    """Emit the chunks of a run of sibling nodes: definitions, and the glue between them."""
+    glue: list = []
+
+    def flush_glue():
+        if glue:
+            a, b = _row(glue[0].start_point), _end_row(glue[-1])
+            if not _TRIVIAL.match(_text(lines, a, b)):
+                out.extend(split_lines(lines, a, b, size, glue_symbol, glue_kind))
+            glue.clear()
+
+    for child in children:
+        found = _definition(child)
+        if not found:
+            glue.append(child)
+            continue
+        # comments directly above the definition belong to it
+        lead = []
+        while glue and "comment" in glue[-1].type and _end_row(glue[-1]) >= _row(
+                (lead[0] if lead else child).start_point) - 1:
+            lead.insert(0, glue.pop())
+        flush_glue()
+        named, kind = found
+        if kind == "function" and glue_kind in _TYPES:
+            kind = "method"
+        owner = _receiver(named) if named.type == "method_declaration" and not prefix else ""
+        symbol = prefix + (owner + "." if owner else "") + (name_of(named) or "?")
+        a = _row((lead[0] if lead else child).start_point)
+        b = _end_row(child)
+        body = _text(lines, a, b)
+        if len(body) <= size:
+            out.append(CodeChunk(body, a + 1, b + 1, symbol, kind))
+            continue
+        inner = _nested(named)
+        if not inner:
+            out.extend(split_lines(lines, a, b, size, symbol, kind))
+            continue
+        # a large container: its header, then its members (methods, fields, nested types) as units
+        block = named.child_by_field_name("body")
+        members = list(block.named_children) if block is not None else []
+        if not members or not all(any(m.start_byte <= d.start_byte < m.end_byte for m in members) for d in inner):
+            members = inner
+        # the header runs up to the member holding the first nested definition (fields, docstring
+        # and statements before it stay with the signature)
+        first = next(i for i, m in enumerate(members) if m.start_byte <= inner[0].start_byte < m.end_byte)
+        while first > 0 and "comment" in members[first - 1].type:
+            first -= 1
+        members = members[first:]
+        head_end = _row(members[0].start_point) - 1
+        if head_end >= a:
+            out.extend(split_lines(lines, a, head_end, size, symbol, kind))
+        _units(members, lines, size, symbol + ".", out, symbol, kind)
+        tail_a = _end_row(members[-1]) + 1
+        if tail_a <= b and not _TRIVIAL.match(_text(lines, tail_a, b)):
+            out.extend(split_lines(lines, tail_a, b, size, symbol, kind))
+    flush_glue()

@@ -1,0 +1,100 @@
+"""Files llmkit writes: the mode a plain open() would give (not mkstemp's 0600), the replaced file's
+mode kept, SIGTERM/SIGHUP removing the temp file (exit 143/129), kill -9 leftovers removed by the
+next write to the same path."""
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture
+def umask022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _mode(p) -> int:
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+def test_new_files_get_0666_minus_umask(tmp_path, umask022):
+    from llmkit.io import atomic_write_bytes
+
+    atomic_write_bytes(tmp_path / "a.bin", b"x")
+    assert _mode(tmp_path / "a.bin") == 0o644
+    os.umask(0o027)
+    atomic_write_bytes(tmp_path / "b.bin", b"x")
+    assert _mode(tmp_path / "b.bin") == 0o640
+
+
+def test_replacing_a_file_keeps_its_mode(tmp_path, umask022):
+    from llmkit.io import atomic_write_bytes
+
+    p = tmp_path / "keep.bin"
+    p.write_bytes(b"old")
+    os.chmod(p, 0o604)
+    atomic_write_bytes(p, b"new")
+    assert p.read_bytes() == b"new" and _mode(p) == 0o604
+
+
+def test_cli_outputs_are_readable_by_others(tmp_path, kernel_small, umask022):
+    out = tmp_path / "tok.json"
+    r = run_cli(["tokenize", "train", "--algo", "bpe", "--vocab-size", "300", "-o", str(out), str(kernel_small)])
+    assert r.exit_code == 0, r.stderr
+    assert _mode(out) == 0o644
+
+
+def test_stale_temps_of_dead_processes_are_removed(tmp_path):
+    from llmkit.io import atomic_write_bytes
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        stale = tmp_path / f".out.gguf.{dead.pid}.abcd1234.tmp"
+        live = tmp_path / f".out.gguf.{alive.pid}.efgh5678.tmp"
+        other = tmp_path / f".other.gguf.{dead.pid}.abcd1234.tmp"
+        for p in (stale, live, other):
+            p.write_bytes(b"leftover")
+        atomic_write_bytes(tmp_path / "out.gguf", b"new")
+        assert not stale.exists()  # its writer is gone
+        assert live.exists()  # a writer still running: not ours to remove
+        assert other.exists()  # another output's temp
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_signal_during_quantize_removes_the_temp_file(tmp_path, sig, code):
+    from ggufmake import write_tiny_llama
+
+    src = write_tiny_llama(tmp_path / "big.gguf", n_embd=512, n_layer=8, n_ff=1536, n_head=8, n_head_kv=8)
+    out = tmp_path / "out.gguf"
+    out.write_bytes(b"previous output")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "llmkit", "quant", str(src), "-t", "Q4_K_M", "-o", str(out),
+                          "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 60
+    while time.time() < deadline and not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]:
+        time.sleep(0.02)
+    assert p.poll() is None, "quantization finished before the signal could be sent"
+    time.sleep(0.2)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == code, err.decode()[-500:]
+    assert not [f.name for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
+    assert out.read_bytes() == b"previous output"
+    assert b"Traceback" not in err

