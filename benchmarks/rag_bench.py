@@ -2,6 +2,7 @@
 
     python benchmarks/rag_bench.py                       # 100k chunks of data/kernel-docs.txt (or Zipfian text)
     python benchmarks/rag_bench.py --chunks 20000 --build-docs 500
+    python benchmarks/rag_bench.py --parts runtime       # only part 4 (needs ../shared/data/cranfield)
 
 1. BM25 top-10 latency: llmkit's inverted index vs rank-bm25 `get_scores` + sort; the top-10 must be identical.
 2. Hybrid latency at N chunks (query embedding excluded): BM25 top-100 + faiss top-100 + weighted RRF.
@@ -10,6 +11,10 @@
    real embeddings only (recall on random vectors means nothing).
 3. Index build split: `llmkit rag index` on --build-docs documents: embedding time vs everything else,
    index size on disk; peak RSS of this process.
+4. Embedding runtimes on Cranfield (title + abstract): passages/s for sentence-transformers (torch),
+   ONNX fp32 and ONNX int8, interleaved over --rounds; indexes built with fp32 and int8 evaluated
+   (nDCG@10 per precision); fresh-process `llmkit rag query` wall time per mode, median of 5
+   (ONNX runtime, and sentence-transformers for comparison).
 """
 
 from __future__ import annotations
@@ -60,12 +65,24 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=30)
     ap.add_argument("--real", type=int, default=3000, help="chunks embedded for real (HNSW recall, vector pool)")
     ap.add_argument("--build-docs", type=int, default=300, help="documents for the index-build split")
+    ap.add_argument("--cranfield", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "cranfield"))
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the runtime throughput runs")
+    ap.add_argument("--parts", default="bm25,runtime", help="bm25 (parts 1-3) and/or runtime (part 4)")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    if "bm25" in parts:
+        bm25_parts(args)
+    if "runtime" in parts:
+        runtime_part(args)
+    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+def bm25_parts(args) -> None:
 
     import rank_bm25
 
     from llmkit.rag.bm25 import BM25Index, tokenize
-    from llmkit.rag.search import rrf
+    from llmkit.rag.fusion import rrf
 
     texts = chunks_from(args.corpus, args.chunks)
     rng = np.random.default_rng(1)
@@ -103,10 +120,10 @@ def main() -> None:
     # -- dense + hybrid ------------------------------------------------------------------------
     import faiss
 
-    from llmkit.rag.embed import Embedder
+    from llmkit.rag.embed import load_embedder
 
     faiss.omp_set_num_threads(1)
-    emb = Embedder()
+    emb = load_embedder()
     n_real = min(args.real, len(texts))
     t = time.perf_counter()
     real = emb.passages(texts[:n_real])
@@ -124,7 +141,7 @@ def main() -> None:
         t = time.perf_counter()
         b = [d for d, _ in ours.top_k(q, 100)]
         _, idx = flat.search(v.reshape(1, -1), 100)
-        rrf([(1.0, b), (1.0, idx[0].tolist())], 60)[:10]
+        rrf([("bm25", 1.0, b, None), ("dense", 1.0, idx[0].tolist(), None)], 60)[:10]
         lat.append(time.perf_counter() - t)
     print(f"hybrid at {len(texts)} chunks (flat, query embedding excluded): p50 {pct(lat, 50):.1f} ms, "
           f"p95 {pct(lat, 95):.1f} ms")
@@ -160,7 +177,71 @@ def main() -> None:
               f"({size / max(rep.chunks_indexed, 1) / 1024:.1f} kB/chunk)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+def runtime_part(args) -> None:
+    """Part 4: embedding runtimes and precisions on Cranfield; fresh-process query latency."""
+    import subprocess
+
+    from llmkit.rag.embed import load_embedder
+    from llmkit.rag.evaluate import evaluate, import_cranfield, load_qrels, load_queries
+    from llmkit.rag.query import Pipeline, QueryOptions
+    from llmkit.rag.search import Index
+    from llmkit.rag.store import IndexOptions, build
+
+    if not os.path.isdir(args.cranfield):
+        print(f"part 4 skipped: no Cranfield collection at {args.cranfield} (pass --cranfield DIR)")
+        return
+    tmp = tempfile.mkdtemp(prefix="ragbench-rt-")
+    try:
+        import_cranfield(args.cranfield, tmp)
+        docs = [json.loads(line) for line in open(os.path.join(tmp, "docs.jsonl"), encoding="utf-8")]
+        texts = [d["text"] for d in docs if d["text"].strip()]
+        runtimes = [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8")]
+        models = {rt: load_embedder(None, *rt) for rt in runtimes}  # exports (once) happen here, not timed
+        rates: dict = {rt: [] for rt in runtimes}
+        for _ in range(args.rounds):
+            for rt in runtimes:
+                t = time.perf_counter()
+                models[rt].passages(texts)
+                rates[rt].append(len(texts) / (time.perf_counter() - t))
+        base = max(rates[("torch", "fp32")])
+        print(f"embedding throughput, Cranfield title+abstract ({len(texts)} passages, best of {args.rounds} "
+              "interleaved rounds, 2 threads):")
+        for rt in runtimes:
+            print(f"  {rt[0]:5s} {rt[1]}: {max(rates[rt]):6.1f} passages/s ({max(rates[rt]) / base:.2f}x torch); "
+                  f"runs {', '.join(f'{r:.1f}' for r in rates[rt])}")
+        queries, qrels = load_queries(os.path.join(tmp, "queries.jsonl")), load_qrels(os.path.join(tmp, "qrels.txt"))
+        idx, chunk_rate = {}, {}
+        for name, runtime, prec in (("torch", "torch", "fp32"), ("fp32", "onnx", "fp32"), ("int8", "onnx", "int8")):
+            idx[name] = os.path.join(tmp, f"idx-{name}")
+            rep = build(idx[name], [os.path.join(tmp, "docs.jsonl")], IndexOptions(precision=prec, runtime=runtime))
+            chunk_rate[name] = rep.chunks_indexed / max(rep.embed_s, 1e-9)
+            print(f"  index build, {runtime} {prec}: {rep.chunks_indexed} chunks (800 characters) embedded in "
+                  f"{rep.embed_s:.1f} s = {chunk_rate[name]:.1f} chunks/s ({chunk_rate[name] / chunk_rate['torch']:.2f}x torch)")
+        print("Cranfield nDCG@10 per precision (225 queries):")
+        for prec in ("fp32", "int8"):
+            row = []
+            for mode in ("bm25", "dense", "hybrid"):
+                pipe = Pipeline(Index(idx[prec]), QueryOptions(mode=mode, k=100))
+                row.append(f"{mode} {evaluate(mode, pipe.run, queries, qrels).ndcg10:.4f}")
+            print(f"  {prec}: " + ", ".join(row))
+        q = "what similarity laws must be obeyed when constructing aeroelastic models of heated high speed aircraft"
+        env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..")}
+        cases = [(m, "onnx") for m in ("hybrid", "dense", "bm25")] + [("hybrid", "torch")]
+        walls: dict = {c: [] for c in cases}
+        for _ in range(5):
+            for mode, rt in cases:
+                t = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "llmkit", "-q", "rag", "query", idx["fp32"], q, "--mode", mode,
+                                "--runtime", rt, "-k", "5"], check=True, capture_output=True, env=env)
+                walls[(mode, rt)].append(time.perf_counter() - t)
+        print("fresh-process `llmkit rag query` wall time (median of 5, interleaved):")
+        for mode, rt in cases:
+            print(f"  --mode {mode:6s} --runtime {rt:5s}: {np.median(walls[(mode, rt)]):.2f} s "
+                  f"(min {min(walls[(mode, rt)]):.2f}, max {max(walls[(mode, rt)]):.2f})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from llmkit.rag import chunking
 from llmkit.rag.bm25 import tokenize
 from llmkit.rag.documents import load_file
 from llmkit.rag.evaluate import ndcg, recall, reciprocal_rank
-from llmkit.rag.search import dedupe_to_groups, detect_required, parse_filter, rrf
+from llmkit.rag.fusion import convex, normalize, rrf
+from llmkit.rag.search import dedupe_to_groups, detect_required, parse_filter
 
 TEXT = ("The kernel manages memory in pages. Each page is four kilobytes on x86. Pages are tracked by "
         "struct page.\n\nThe scheduler picks the next task. It uses a red-black tree. Fairness matters!\n\n"
@@ -67,20 +68,50 @@ def test_bad_chunk_parameters():
         chunking.window_spans(TEXT, 5, 5)
 
 
+def _l(w, ids, scores=None, name="x"):
+    return (name, w, ids, scores)
+
+
 def test_rrf_known_answer():
     # w/(k+rank): doc 3 = 1/62 + 1/61, doc 7 = 1/61, doc 9 = 1/62 (missing from list 1: no term)
-    fused = dict(rrf([(1.0, [7, 3]), (1.0, [3, 9])], k=60))
+    fused = dict(rrf([_l(1.0, [7, 3]), _l(1.0, [3, 9])], k=60))
     assert fused[3] == pytest.approx(1 / 62 + 1 / 61)
     assert fused[7] == pytest.approx(1 / 61) and fused[9] == pytest.approx(1 / 62)
-    weighted = rrf([(0.3, [1, 2]), (0.7, [2, 1])], k=0)
+    weighted = rrf([_l(0.3, [1, 2]), _l(0.7, [2, 1])], k=0)
     assert weighted[0] == (2, pytest.approx(0.3 / 2 + 0.7 / 1))
-    assert [d for d, _ in rrf([(1.0, [5]), (1.0, [4])], k=60)] == [4, 5]  # exact tie: same best rank, lower id
+    assert [d for d, _ in rrf([_l(1.0, [5]), _l(1.0, [4])], k=60)] == [4, 5]  # exact tie: same best rank, lower id
+
+
+def test_score_normalisations_known_answers():
+    s = np.array([4.0, 2.0, 0.0])
+    assert normalize(s, "minmax").tolist() == [1.0, 0.5, 0.0]
+    assert normalize(s, "z").tolist() == pytest.approx([1.2247449, 0.0, -1.2247449])
+    # dbsf: mean 2, std 1.633; (s - (2 - 4.899)) / 9.798
+    assert normalize(s, "dbsf").tolist() == pytest.approx([0.7041241, 0.5, 0.2958759])
+    assert normalize(np.array([0.5, 0.0]), "tmm", "dense").tolist() == pytest.approx([1.0, 2 / 3])
+    assert normalize(np.array([6.0, 3.0]), "tmm", "bm25").tolist() == [1.0, 0.5]
+    assert normalize(np.array([1.0, 1.0]), "minmax").tolist() == [1.0, 1.0]
+
+
+def test_convex_combination_known_answer():
+    # bm25 minmax: d1 1, d2 0 ; dense minmax: d2 1, d3 0.5, d4 0 -> d4 and d3 are missing from bm25 (0 there)
+    lists = [_l(0.3, [1, 2], [10.0, 4.0], "bm25"), _l(0.7, [2, 3, 4], [0.9, 0.6, 0.3], "dense")]
+    fused = dict(convex(lists, "minmax"))
+    assert fused[1] == pytest.approx(0.3) and fused[2] == pytest.approx(0.7)
+    assert fused[3] == pytest.approx(0.35) and fused[4] == pytest.approx(0.0)
+    # z-score: a document missing from a list gets that list's lowest z, not 0
+    z = dict(convex(lists, "z"))
+    zb, zd = normalize(np.array([10.0, 4.0]), "z"), normalize(np.array([0.9, 0.6, 0.3]), "z")
+    assert z[3] == pytest.approx(0.3 * zb.min() + 0.7 * zd[1])
+    assert z[1] == pytest.approx(0.3 * zb[0] + 0.7 * zd.min())
+    assert [d for d, _ in convex(lists, "minmax")] == [2, 3, 1, 4]
 
 
 def test_parents_not_double_counted():
     group = np.array([0, 0, 1, 1])  # rows 0,1 share parent 0
     assert dedupe_to_groups([0, 1, 2, 3], group) == [0, 1]
-    fused = dict(rrf([(1.0, dedupe_to_groups([0, 1, 2], group)), (1.0, dedupe_to_groups([2, 0, 1], group))], 60))
+    assert dedupe_to_groups([0, 1, 2], group, [0.9, 0.8, 0.5]) == ([0, 1], [0.9, 0.5])
+    fused = dict(rrf([_l(1.0, dedupe_to_groups([0, 1, 2], group)), _l(1.0, dedupe_to_groups([2, 0, 1], group))], 60))
     assert fused[0] == pytest.approx(1 / 61 + 1 / 62)  # not 1/61 + 1/62 + 1/63 + ...
 
 

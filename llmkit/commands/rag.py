@@ -122,8 +122,15 @@ def _query_options(f):
     """Options shared by query, answer and eval."""
     opts = [
         click.option("--mode", type=click.Choice(["bm25", "dense", "hybrid"]), default="hybrid", show_default=True),
-        click.option("--weights", default="bm25=1,dense=1", show_default=True, help="RRF weights per retriever."),
-        click.option("--rrf-k", default=60, show_default=True, type=int, help="RRF constant k in w / (k + rank)."),
+        click.option("--weights", default=None, help="Weights per retriever, e.g. bm25=0.3,dense=0.7[,graph=0.2] "
+                     "(default: the index's tuned choice, else bm25=1,dense=1)."),
+        click.option("--fusion", type=click.Choice(["rrf", "cc"]), default=None,
+                     help="rrf: weighted reciprocal rank fusion; cc: weighted sum of normalised scores "
+                          "(default: tuned, else rrf)."),
+        click.option("--norm", type=click.Choice(["minmax", "z", "dbsf", "tmm"]), default=None,
+                     help="Score normalisation for --fusion cc (default: tuned, else minmax)."),
+        click.option("--rrf-k", default=None, type=int, help="RRF constant k in w / (k + rank) (default: tuned, else 60)."),
+        click.option("--graph", is_flag=True, help="Add the entity-graph list (index built with --graph)."),
         click.option("--depth", default=100, show_default=True, type=int, help="Candidates per retriever before fusion."),
         click.option("--filter", "filters", multiple=True,
                      help="Metadata filter applied inside retrieval: FIELD=VALUE, FIELD!=V, FIELD>=V, FIELD<V, FIELD~TEXT; * globs."),
@@ -132,7 +139,8 @@ def _query_options(f):
         click.option("--must", multiple=True, help="Only chunks containing this word or phrase (repeatable)."),
         click.option("--auto-must", is_flag=True, help="Require quoted phrases, identifiers and names found in the query."),
         click.option("--synonyms", type=click.Path(dir_okay=False), help="Synonyms file ('term: a, b' or 'a, b, c' lines)."),
-        click.option("--expand", default=0, type=int, help="Add N pseudo-relevance-feedback terms to the BM25 query."),
+        click.option("--expand", default=None, type=int, help="Add N pseudo-relevance-feedback terms to the BM25 query "
+                     "(default: tuned, else 0)."),
         click.option("--rewrite", default=0, type=int, help="Also search N LLM paraphrases of the query (needs -m)."),
         click.option("--subqueries", is_flag=True, help="Also search LLM sub-queries of the question (needs -m)."),
         click.option("--hyde", is_flag=True, help="Embed the query with an LLM-written hypothetical answer (needs -m)."),
@@ -140,7 +148,8 @@ def _query_options(f):
                      "(default: LLMKIT_MODEL or the packaged SmolLM2)."),
         click.option("--rerank", help="Re-rank the top candidates: cross-encoder:DIR or llm:MODEL.gguf."),
         click.option("--rerank-depth", default=20, show_default=True, type=int),
-        click.option("--parents", is_flag=True, help="Return parent windows (small-to-big), fused without double counting."),
+        click.option("--parents/--no-parents", default=None,
+                     help="Return parent windows (small-to-big), fused without double counting (default: tuned, else no)."),
         click.option("--model", help="Embedding model override (must match the index's dimension)."),
         click.option("--runtime", type=click.Choice(["onnx", "torch"]), default="onnx", show_default=True,
                      help="Embedding runtime for queries (ONNX Runtime needs no torch: fast start)."),
@@ -152,16 +161,24 @@ def _query_options(f):
 
 def _pipeline(index_dir, k, mode, weights, rrf_k, depth, filters, collections, route, must, auto_must, synonyms,
               expand, rewrite, subqueries, hyde, llm_path, rerank, rerank_depth, parents, model, runtime="onnx",
-              need_llm=False):
-    from llmkit.rag.query import Pipeline, QueryOptions, parse_weights
+              fusion=None, norm=None, graph=False, need_llm=False, tuned=True):
+    from llmkit.rag.query import Pipeline, QueryOptions, fusion_settings, parse_weights
     from llmkit.rag.search import Index, load_synonyms
 
     index = Index(index_dir)
-    qo = QueryOptions(mode=mode, k=k, weights=parse_weights(weights), rrf_k=rrf_k, depth=max(depth, k),
-                      filters=list(filters), collections=list(collections), route=route, must=list(must),
-                      auto_must=auto_must, synonyms=load_synonyms(synonyms) if synonyms else None, expand=expand,
-                      rewrite=rewrite, subqueries=subqueries, hyde=hyde, parents=parents, rerank_depth=rerank_depth)
+    w = parse_weights(weights) if weights else None
+    settings, source = fusion_settings(index.manifest if tuned else {}, method=fusion, k=rrf_k, weights=w,
+                                       norm=norm, expand=expand, parents=parents)
+    if graph and "graph" not in settings["weights"]:
+        settings["weights"] = {**settings["weights"], "graph": 1.0}
+    qo = QueryOptions(mode=mode, k=k, weights=settings["weights"], rrf_k=settings["k"], fusion=settings["method"],
+                      norm=settings["norm"], depth=max(depth, k), filters=list(filters), collections=list(collections),
+                      route=route, must=list(must), auto_must=auto_must,
+                      synonyms=load_synonyms(synonyms) if synonyms else None, expand=settings["expand"],
+                      rewrite=rewrite, subqueries=subqueries, hyde=hyde, parents=settings["parents"],
+                      rerank_depth=rerank_depth)
     qo.validate()
+    qo.source = source
     cache = {}
 
     def llm_factory(path=None):
@@ -216,6 +233,8 @@ def query_cmd(index_dir, query, k, queries_file, compress_to, explain, jsonl, **
     """
     out = Output(jsonl=jsonl)
     pipe, llm = _pipeline(index_dir, k, **kw)
+    if explain:
+        out.info(f"fusion ({pipe.opts.source}): {_describe(pipe.opts)}")
     for qid, text in _iter_queries(query, queries_file):
         res = pipe.run(text)
         if explain or not res.hits:
@@ -223,7 +242,7 @@ def query_cmd(index_dir, query, k, queries_file, compress_to, explain, jsonl, **
                 out.info(f"[{qid}] {note}")
         if not res.hits:
             out.warn(f"query {qid}: no results.")
-        texts = [h.parent_text if kw["parents"] else h.text for h in res.hits]
+        texts = [h.parent_text if pipe.opts.parents else h.text for h in res.hits]
         if compress_to:
             from llmkit.rag.compress import compress
 
@@ -246,6 +265,13 @@ def query_cmd(index_dir, query, k, queries_file, compress_to, explain, jsonl, **
                          f"{body[:400]}{'…' if len(body) > 400 else ''}")
         if not jsonl:
             out.info(f"[{qid}] {len(res.hits)} hit(s) in {res.seconds * 1000:.1f} ms")
+
+
+def _describe(o) -> str:
+    """'cc (dbsf) bm25 0.3, dense 0.7; expand 10; parents' for --explain and rag info."""
+    how = f"rrf k {o.rrf_k}" if o.fusion == "rrf" else f"cc ({o.norm})"
+    w = ", ".join(f"{n} {v:g}" for n, v in o.weights.items())
+    return how + f" {w}" + (f"; expand {o.expand}" if o.expand else "") + ("; parents" if o.parents else "")
 
 
 def _where(h) -> str:
@@ -298,7 +324,7 @@ def answer_cmd(index_dir, question, k, n_predict, compress_to, as_json, **kw):
         from llmkit.errors import BadInput
 
         raise BadInput("no sources found for the question; loosen the filters or index more documents.")
-    texts = [h.parent_text if kw["parents"] else h.text for h in res.hits]
+    texts = [h.parent_text if pipe.opts.parents else h.text for h in res.hits]
     if compress_to:
         from llmkit.rag.compress import compress
 
@@ -322,8 +348,10 @@ def answer_cmd(index_dir, question, k, n_predict, compress_to, as_json, **kw):
 @click.option("--queries", "queries_file", required=True, type=click.Path(dir_okay=False), help="Queries (JSONL id/text or TSV).")
 @click.option("--qrels", required=True, type=click.Path(dir_okay=False), help="TREC qrels: query 0 doc relevance.")
 @click.option("-c", "--config", "configs", multiple=True,
-              help="MODE[:bm25=W,dense=W][+expand[=N]][+rerank=SPEC][+hyde][+rewrite=N][+parents]; repeatable "
-                   "(default: bm25, dense, hybrid).")
+              help="MODE[:bm25=W,dense=W[,graph=W]][+fusion=rrf|cc][+norm=N][+rrf-k=K][+expand[=N]][+parents]"
+                   "[+graph][+rerank=SPEC][+hyde][+rewrite=N]; MODE is bm25, dense, hybrid (built-in fusion) or "
+                   "tuned (the index's `rag tune` choice); repeatable (default: bm25, dense, hybrid, and tuned "
+                   "when the index has one).")
 @click.option("--recall-k", default=100, show_default=True, type=int)
 @click.option("-m", "--llm", "llm_path", help="Local GGUF model for configurations that need one.")
 @click.option("--limit", default=0, type=int, help="Only the first N queries.")
@@ -344,7 +372,10 @@ def eval_cmd(index_dir, queries_file, qrels, configs, recall_k, llm_path, limit,
     queries = load_queries(queries_file)[:limit or None]
     judged = load_qrels(qrels)
     rows = []
-    for spec in configs or ("bm25", "dense", "hybrid"):
+    from llmkit.rag.store import read_manifest
+
+    default = ("bm25", "dense", "hybrid") + (("tuned",) if read_manifest(index_dir).get("fusion") else ())
+    for spec in configs or default:
         kw = _parse_config(spec)
         pipe, _ = _pipeline(index_dir, max(recall_k, 10), llm_path=llm_path, **kw)
         pipe.opts.depth = max(pipe.opts.depth, recall_k)
@@ -367,14 +398,23 @@ def _parse_config(spec: str) -> dict:
     """'hybrid:bm25=0.3,dense=0.7+expand=10+rerank=cross-encoder:DIR' -> pipeline keyword arguments."""
     parts = spec.split("+")
     mode, _, weights = parts[0].partition(":")
-    if mode not in ("bm25", "dense", "hybrid"):
-        raise click.BadParameter(f"{spec!r}: the configuration starts with bm25, dense or hybrid.", param_hint="--config")
-    kw = dict(mode=mode, weights=weights or "bm25=1,dense=1", rrf_k=60, depth=100, filters=(), collections=(),
-              route=False, must=(), auto_must=False, synonyms=None, expand=0, rewrite=0, subqueries=False,
-              hyde=False, rerank=None, rerank_depth=20, parents=False, model=None)
+    if mode not in ("bm25", "dense", "hybrid", "tuned"):
+        raise click.BadParameter(f"{spec!r}: the configuration starts with bm25, dense, hybrid or tuned.",
+                                 param_hint="--config")
+    tuned = mode == "tuned"
+    kw = dict(mode="hybrid" if tuned else mode, weights=weights or None, rrf_k=None, depth=100, filters=(),
+              collections=(), route=False, must=(), auto_must=False, synonyms=None, expand=None, rewrite=0,
+              subqueries=False, hyde=False, rerank=None, rerank_depth=20, parents=None, model=None, fusion=None,
+              norm=None, graph=False, tuned=tuned)
     for p in parts[1:]:
         name, _, val = p.partition("=")
-        if name == "expand":
+        if name == "fusion" and val in ("rrf", "cc"):
+            kw["fusion"] = val
+        elif name == "norm" and val:
+            kw["norm"] = val
+        elif name == "graph":
+            kw["graph"] = True
+        elif name == "expand":
             kw["expand"] = int(val or 10)
         elif name == "rerank" and val:
             kw["rerank"] = val
@@ -388,7 +428,87 @@ def _parse_config(spec: str) -> dict:
             kw["rrf_k"] = int(val)
         else:
             raise click.BadParameter(f"{spec!r}: unknown part {p!r}.", param_hint="--config")
+    if not tuned:  # the named configuration exactly, whatever the index's tuned choice
+        kw.update(weights=kw["weights"] or "bm25=1,dense=1", rrf_k=60 if kw["rrf_k"] is None else kw["rrf_k"],
+                  expand=kw["expand"] or 0, parents=bool(kw["parents"]), fusion=kw["fusion"] or "rrf",
+                  norm=kw["norm"] or "minmax")
     return kw
+
+
+@group.command("tune")
+@click.argument("index_dir", type=click.Path(file_okay=False))
+@click.option("--queries", "queries_file", type=click.Path(dir_okay=False),
+              help="Judged queries (JSONL id/text or TSV); with --qrels. Default: pseudo-queries from the corpus.")
+@click.option("--qrels", type=click.Path(dir_okay=False), help="TREC qrels for --queries.")
+@click.option("-n", "n_queries", default=400, show_default=True, type=int, help="Pseudo-queries to make.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sample and of the split.")
+@click.option("-m", "--llm", "llm_path", help="Local GGUF model: pseudo-queries are questions it writes per chunk.")
+@click.option("--no-expand", is_flag=True, help="Leave query expansion out of the search space (faster).")
+@click.option("--dry-run", is_flag=True, help="Measure and report, but do not store the choice.")
+@click.option("--reset", is_flag=True, help="Drop the stored choice (queries use the built-in fusion again).")
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON on stdout.")
+@click.option("--runtime", type=click.Choice(["onnx", "torch"]), default="onnx", show_default=True,
+              help="Embedding runtime for the queries.")
+def tune_cmd(index_dir, queries_file, qrels, n_queries, seed, llm_path, no_expand, dry_run, reset, as_json, runtime):
+    """Choose INDEX_DIR's fusion (RRF or score fusion, weights, expansion, parents) from data and
+    store it in the index, where `rag query` uses it unless flags override.
+
+    \b
+    Without judged queries, pseudo-queries come from the corpus itself (inverse cloze: a sentence
+    of a chunk finds the rest of its chunk), so no labels are needed.
+    \b
+    llmkit rag tune idx                       # pseudo-queries
+    llmkit rag tune idx --queries q.jsonl --qrels qrels.txt
+    llmkit rag tune idx --reset
+    """
+    from llmkit.rag import tune as T
+    from llmkit.rag.search import Index
+
+    out = Output()
+    if reset:
+        had = T.reset_choice(index_dir)
+        out.info(f"{index_dir}: " + ("tuned fusion dropped; queries use the built-in RRF 1:1 again."
+                                      if had else "no tuned fusion was stored."))
+        return
+    if bool(queries_file) != bool(qrels):
+        raise click.UsageError("--queries and --qrels go together.")
+    index = Index(index_dir)
+    if index.n == 0:
+        from llmkit.errors import BadInput
+
+        raise BadInput(f"index '{index_dir}' has no chunks. Add documents with llmkit rag index first.")
+    emb = index.embedder(None, runtime)
+    with progress_bar("tuning") as bar:
+        prog = lambda stage, done, total: bar(done, total, stage)  # noqa: E731
+        if queries_file:
+            from llmkit.rag.evaluate import load_qrels, load_queries
+
+            qs = T.judged_queries(index, load_queries(queries_file), load_qrels(qrels))
+            source = "judged"
+        else:
+            llm = None
+            if llm_path:
+                from llmkit.rag.llm import LocalLLM
+
+                llm = LocalLLM(llm_path)
+            qs = T.pseudo_queries(index, n_queries, seed, llm, prog)
+            source = "pseudo"
+        rep = T.tune(index, emb, qs, source, seed, expand=not no_expand, progress=prog)
+    if not dry_run:
+        T.save_choice(index_dir, rep)
+    if as_json:
+        out.json(rep.to_dict())
+        return
+    kinds = ", ".join(f"{n} {k}" for k, n in rep.kinds.items())
+    out.data(f"{rep.queries} {source} queries ({kinds}); nDCG@10 on the tuning half, top configurations:")
+    for r in rep.top:
+        out.data(f"  {r.mean:.4f}  {r.config}")
+    out.data(f"chosen: {rep.chosen_label} (simplest within one standard error of the best)"
+             + (" -> kept the default: the choice did worse on the held-out half" if rep.kept_default else ""))
+    out.data(f"held-out half: chosen {rep.heldout_score:.4f}, default RRF 1:1 {rep.default_heldout:.4f}, "
+             f"best single ({rep.best_single}) {rep.best_single_heldout:.4f}")
+    out.info(f"{'not stored (--dry-run)' if dry_run else 'stored in ' + index_dir + '/manifest.json'}; "
+             f"{rep.seconds:.1f} s")
 
 
 @group.command("cranfield")
@@ -420,4 +540,11 @@ def info_cmd(index_dir, as_json):
         out.data(f"  {name}: {c.get('docs', 0)} documents, {c.get('chunks', 0)} chunks; {c.get('chunker')} "
                  f"sizes {c.get('sizes')} overlap {c.get('overlap')} parents {c.get('parent_size')}")
     out.data(f"  fields: {', '.join(m.get('fields', []))}")
+    f = m.get("fusion")
+    if f:
+        t = f.get("tuned", {})
+        out.data(f"  fusion (rag tune, {t.get('source', '?')} queries, {t.get('date', '?')}): {t.get('label', '?')}; "
+                 f"nDCG@10 held-out {t.get('heldout', '?')} vs default {t.get('default_heldout', '?')}")
+    else:
+        out.data("  fusion: built-in RRF 1:1, k 60 (not tuned: llmkit rag tune)")
 

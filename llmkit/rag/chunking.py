@@ -183,7 +183,14 @@ def text_key(text: str) -> str:
 
 N_PERM = 64
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-_SEEDS = np.random.default_rng(20241129).integers(1, 2**63, size=N_PERM, dtype=np.uint64) | np.uint64(1)
+_SEEDS = None  # the hash seeds, made on first use (numpy.random costs ~10 ms to import)
+
+
+def _seeds() -> np.ndarray:
+    global _SEEDS
+    if _SEEDS is None:
+        _SEEDS = np.random.default_rng(20241129).integers(1, 2**63, size=N_PERM, dtype=np.uint64) | np.uint64(1)
+    return _SEEDS
 
 
 def minhash(tokens: list[str], shingle: int = 3) -> np.ndarray:
@@ -199,7 +206,7 @@ def minhash(tokens: list[str], shingle: int = 3) -> np.ndarray:
         sh = h
     sh = np.unique(sh)
     with np.errstate(over="ignore"):
-        mixed = (sh[None, :] ^ _SEEDS[:, None]) * np.uint64(0x9E3779B97F4A7C15)
+        mixed = (sh[None, :] ^ _seeds()[:, None]) * np.uint64(0x9E3779B97F4A7C15)
         mixed ^= mixed >> np.uint64(29)
         mixed *= np.uint64(0xBF58476D1CE4E5B9)
     return (mixed.min(axis=1) >> np.uint64(32)).astype(np.uint32)

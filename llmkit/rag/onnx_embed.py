@@ -214,6 +214,9 @@ class OnnxEncoder:
             opts.intra_op_num_threads = threads or os.cpu_count() or 1
             opts.inter_op_num_threads = 1
             opts.log_severity_level = 3
+            # no weight pre-packing: a query session then starts by mapping the weights instead of
+            # copying them all (first vector 0.04 -> 0.013 s); batch speed at 2 threads unchanged
+            opts.add_session_config_entry("session.disable_prepacking", "1")
             self.session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
             self.dense = []
             for d in self.spec.dense:

@@ -1,6 +1,10 @@
 """The query pipeline: pre-retrieval (routing, expansion, required terms, LLM rewriting, HyDE),
-retrieval (BM25, dense, hybrid weighted RRF, filters inside retrieval) and post-retrieval
-(parents, re-ranking). Models are passed in, loaded once by the caller for a whole batch."""
+retrieval (BM25, dense, hybrid fusion by weighted RRF or a convex combination of normalised scores,
+filters inside retrieval) and post-retrieval (parents, re-ranking). Models are passed in, loaded
+once by the caller for a whole batch.
+
+The fusion settings come from, in order: the caller's explicit values, the index's tuned choice
+(`rag tune`, stored in its manifest), the built-in default (RRF 1:1, k 60)."""
 
 from __future__ import annotations
 
@@ -13,9 +17,27 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.rag.bm25 import tokenize
-from llmkit.rag.search import Hit, Index, dedupe_to_groups, detect_required, rrf
+from llmkit.rag.fusion import METHODS, NORMS, fuse
+from llmkit.rag.search import Hit, Index, dedupe_to_groups, detect_required
 
 MODES = ("bm25", "dense", "hybrid")
+RETRIEVERS = ("bm25", "dense", "graph")
+# the built-in fusion; `rag tune` stores another choice in the manifest under "fusion"
+DEFAULT_FUSION = {"method": "rrf", "k": 60, "weights": {"bm25": 1.0, "dense": 1.0}, "norm": "minmax",
+                  "expand": 0, "parents": False}
+
+
+def fusion_settings(manifest: dict, **given) -> tuple[dict, str]:
+    """(settings, where they came from): explicit values (not None) over the index's tuned choice
+    over the built-in default."""
+    tuned = manifest.get("fusion") or {}
+    out = {**DEFAULT_FUSION, **{k: v for k, v in tuned.items() if k in DEFAULT_FUSION}}
+    source = "tuned" if tuned else "default"
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if overrides:
+        out.update(overrides)
+        source = "flags" if source == "default" else "tuned + flags"
+    return out, source
 
 
 @dataclass
@@ -24,6 +46,8 @@ class QueryOptions:
     k: int = 10
     weights: dict = field(default_factory=lambda: {"bm25": 1.0, "dense": 1.0})
     rrf_k: int = 60
+    fusion: str = "rrf"  # rrf | cc (convex combination of normalised scores)
+    norm: str = "minmax"  # score normalisation for cc: minmax | z | dbsf | tmm
     depth: int = 100  # candidates taken from each retriever before fusion
     filters: list[str] = field(default_factory=list)
     collections: list[str] = field(default_factory=list)
@@ -44,8 +68,12 @@ class QueryOptions:
         if self.k < 1 or self.depth < 1:
             raise BadInput(f"-k and --depth must be positive (got {self.k}, {self.depth}).")
         for name, w in self.weights.items():
-            if name not in ("bm25", "dense") or w < 0:
-                raise BadInput(f"bad weight {name}={w}; use --weights bm25=W,dense=W with W >= 0.")
+            if name not in RETRIEVERS or w < 0:
+                raise BadInput(f"bad weight {name}={w}; use --weights bm25=W,dense=W[,graph=W] with W >= 0.")
+        if self.fusion not in METHODS:
+            raise BadInput(f"unknown fusion {self.fusion!r}; use rrf or cc.")
+        if self.norm not in NORMS:
+            raise BadInput(f"unknown score normalisation {self.norm!r}; use {', '.join(NORMS)}.")
 
 
 @dataclass
@@ -71,16 +99,20 @@ def parse_weights(text: str) -> dict:
     return out
 
 
-def prf_terms(index: Index, tokens: list[str], n_terms: int, allowed=None, n_docs: int = 10) -> list[tuple[str, float]]:
+def prf_terms(index: Index, tokens: list[str], n_terms: int, allowed=None, n_docs: int = 10,
+              top=None, texts=None) -> list[tuple[str, float]]:
     """Pseudo-relevance feedback (RM3-style): the terms most probable in the top BM25 hits,
-    weighted by each hit's normalised score, that are not in the query and occur in >= 2 chunks."""
-    top = index.bm25.top_k(tokens, n_docs, allowed)
+    weighted by each hit's normalised score, that are not in the query and occur in >= 2 chunks.
+    `top` [(row, score)] and `texts` replace the index's own ranking and texts (the tuner's
+    leave-one-sentence-out runs)."""
+    top = top if top is not None else index.bm25.top_k(tokens, n_docs, allowed)
     if not top or n_terms <= 0:
         return []
     weights = np.array([s for _, s in top])
     weights = weights / weights.sum()
     acc: Counter = Counter()
-    for (row, _), w, text in zip(top, weights, index.texts([r for r, _ in top])):
+    texts = texts if texts is not None else index.texts([r for r, _ in top])
+    for (row, _), w, text in zip(top, weights, texts):
         toks = index.tok(text)
         if not toks:
             continue
@@ -97,6 +129,17 @@ def prf_terms(index: Index, tokens: list[str], n_terms: int, allowed=None, n_doc
         if len(out) == n_terms:
             break
     return out
+
+
+def expand_tokens(index: Index, toks: list[str], weights: list[float], n_terms: int, allowed=None,
+                  top=None, texts=None) -> tuple[list[str], list[float], list[str]]:
+    """The BM25 query with `n_terms` feedback terms added at half the weight of the original words
+    (RM3 interpolation): (tokens, weights, added terms)."""
+    terms = prf_terms(index, toks, n_terms, allowed, top=top, texts=texts)
+    if not terms:
+        return toks, weights, []
+    best = max(w for _, w in terms)
+    return toks + [t for t, _ in terms], weights + [0.5 * w / best for _, w in terms], [t for t, _ in terms]
 
 
 def expand_synonyms(tokens: list[str], query: str, synonyms: dict, tok=tokenize) -> list[str]:
@@ -205,34 +248,32 @@ class Pipeline:
                         res.notes.append(f"synonyms added: {extra}")
                     toks, weights = toks + extra, weights + [1.0] * len(extra)
                 if o.expand:
-                    terms = prf_terms(ix, toks, o.expand, allowed)
-                    if terms:
-                        top = max(w for _, w in terms)
-                        # RM3 interpolation: feedback terms at half the weight of the original words
-                        toks = toks + [t for t, _ in terms]
-                        weights = weights + [0.5 * w / top for _, w in terms]
-                        res.notes.append(f"expansion terms: {[t for t, _ in terms]}")
-                lists.append(("bm25", o.weights.get("bm25", 1.0), ix.bm25_list(toks, depth, allowed, weights)))
+                    toks, weights, added = expand_tokens(ix, toks, weights, o.expand, allowed)
+                    if added:
+                        res.notes.append(f"expansion terms: {added}")
+                lists.append(("bm25", o.weights.get("bm25", 1.0), *ix.bm25_list(toks, depth, allowed, weights)))
             if use_dense:
-                lists.append(("dense", o.weights.get("dense", 1.0), ix.dense_list(qvecs[i], depth, allowed)))
+                lists.append(("dense", o.weights.get("dense", 1.0), *ix.dense_list(qvecs[i], depth, allowed)))
+        if o.weights.get("graph", 0.0) > 0:  # the entity-graph list (an index built with --graph)
+            lists.append(("graph", o.weights.get("graph", 1.0), *ix.graph_list(variants[0], depth, allowed)))
         return lists
 
     def _fuse(self, lists):
-        """Weighted RRF (parents first when returning parents); per-retriever ranks of each result."""
+        """Fuse the lists (parents first when returning parents); per-retriever ranks of each result."""
         ix, o = self.index, self.opts
         if o.parents:
             groups = ix.parent_rows()
             best_row: dict[int, int] = {}
             conv = []
-            for name, w, rows in lists:
+            for name, w, rows, scores in lists:
                 for r in rows:
                     g = int(groups[r])
                     best_row.setdefault(g, r)  # the first list's best chunk represents the parent
-                conv.append((name, w, dedupe_to_groups(rows, groups)))
+                conv.append((name, w, *dedupe_to_groups(rows, groups, scores)))
             lists = conv
-        fused = rrf([(w, ids) for _, w, ids in lists], o.rrf_k)
+        fused = fuse(lists, o.fusion, o.rrf_k, o.norm)
         ranks_of: dict[int, dict] = {}
-        for name, _, ids in lists:
+        for name, _, ids, _ in lists:
             for r, d in enumerate(ids, 1):
                 ranks_of.setdefault(d, {}).setdefault(name, r)
         out = []
@@ -260,7 +301,7 @@ class Pipeline:
             emb = self.embedder()
             if emb.unknown_share(variants[0]) <= 0.5:
                 q = self._query_vectors(variants[:1])[0]
-                rows = ix.dense_list(q, 50, allowed)
+                rows, _ = ix.dense_list(q, 50, allowed)
                 vecs = np.load(os.path.join(ix.gdir, "vectors.npy"), mmap_mode="r")
                 best = np.full(n_c, -1.0)
                 for r in rows:

@@ -1,10 +1,9 @@
-"""Query an index: BM25, dense (faiss) and hybrid retrieval fused by weighted Reciprocal Rank Fusion,
-with metadata filters, required terms and collection masks applied inside retrieval.
+"""Query an index: BM25, dense (faiss) and (optional) graph retrieval with metadata filters, required
+terms and collection masks applied inside retrieval; the lists are fused by `fusion.py`.
 
-Weighted RRF: score(d) = sum_i w_i / (k + rank_i(d)), ranks 1-based; a document missing from list i
-gets no term from it. When parents are returned, each list is first mapped to parents (a parent
-takes the rank of its best chunk in that list, later chunks of the same parent are dropped), so
-several chunks of one parent never add up.
+When parents are returned, each list is first mapped to parents (a parent takes the rank and score
+of its best chunk in that list, later chunks of the same parent are dropped), so several chunks of
+one parent never add up.
 """
 
 from __future__ import annotations
@@ -19,35 +18,21 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.rag.bm25 import BM25Index, tokenize
-from llmkit.rag.store import DB, read_manifest
+from llmkit.rag.manifest import DB, read_manifest
 
 
-def rrf(lists: list[tuple[float, list[int]]], k: int = 60) -> list[tuple[int, float]]:
-    """Weighted RRF of ranked id lists; best first, ties by the better best rank, then by id.
-
-    >>> rrf([(1.0, [7, 3]), (1.0, [3, 9])], k=60)[0][0]
-    3
-    """
-    if k < 0:
-        raise BadInput(f"--rrf-k must be >= 0, got {k}.")
-    score: dict[int, float] = {}
-    best: dict[int, int] = {}
-    for w, ids in lists:
-        for r, d in enumerate(ids, 1):
-            score[d] = score.get(d, 0.0) + w / (k + r)
-            best[d] = min(best.get(d, r), r)
-    return sorted(score.items(), key=lambda x: (-x[1], best[x[0]], x[0]))
-
-
-def dedupe_to_groups(ids: list[int], group: np.ndarray) -> list[int]:
-    """Map a ranked list of rows to their groups (parents), keeping each group's first (best) rank."""
-    seen, out = set(), []
-    for d in ids:
+def dedupe_to_groups(ids: list[int], group: np.ndarray, scores=None):
+    """Map a ranked list of rows to their groups (parents), keeping each group's first (best) rank
+    (and its score, when scores are given: then (groups, scores) is returned)."""
+    seen, out, out_s = set(), [], []
+    for i, d in enumerate(ids):
         g = int(group[d])
         if g not in seen:
             seen.add(g)
             out.append(g)
-    return out
+            if scores is not None:
+                out_s.append(scores[i])
+    return out if scores is None else (out, out_s)
 
 
 _FILTER = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*(>=|<=|!=|=|>|<|~)\s*(.*)$")
@@ -173,6 +158,11 @@ class Index:
         return len(self.rows)
 
     @property
+    def has_graph(self) -> bool:
+        """Was the index built with --graph (an entity graph beside BM25 and vectors)?"""
+        return bool(self.manifest.get("graph"))
+
+    @property
     def bm25(self) -> BM25Index:
         if self._bm25 is None:
             self._bm25 = BM25Index.load(os.path.join(self.gdir, "bm25"))
@@ -282,35 +272,39 @@ class Index:
         return mask
 
     # -- retrieval ---------------------------------------------------------------------------------
-    def bm25_list(self, tokens: list[str], depth: int, allowed=None, weights=None) -> list[int]:
-        return [d for d, _ in self.bm25.top_k(tokens, depth, allowed, weights)]
+    def bm25_list(self, tokens: list[str], depth: int, allowed=None, weights=None) -> tuple[list[int], list[float]]:
+        """(rows, BM25 scores), best first."""
+        top = self.bm25.top_k(tokens, depth, allowed, weights)
+        return [d for d, _ in top], [s for _, s in top]
 
-    def dense_list(self, qvec: np.ndarray, depth: int, allowed=None) -> list[int]:
-        """Rows by inner product with the query vector; a mask is applied inside the faiss search."""
+    def dense_list(self, qvec: np.ndarray, depth: int, allowed=None) -> tuple[list[int], list[float]]:
+        """(rows, inner products with the query vector), best first; a mask is applied inside the
+        faiss search."""
         if self.n == 0:
-            return []
+            return [], []
         q = np.ascontiguousarray(qvec.reshape(1, -1), dtype=np.float32)
         if allowed is not None:
             rows = np.flatnonzero(allowed)
             if len(rows) == 0:
-                return []
+                return [], []
             if len(rows) <= 20000:  # few allowed rows: exact scores over them beat a filtered graph walk
                 vecs = np.load(os.path.join(self.gdir, "vectors.npy"), mmap_mode="r")
                 s = np.asarray(vecs[rows]) @ q[0]
                 top = np.lexsort((rows, -s))[:depth]
-                return rows[top].tolist()
+                return rows[top].tolist(), s[top].tolist()
             import faiss
 
             sel = faiss.IDSelectorBitmap(np.packbits(allowed, bitorder="little"))
             params = (faiss.SearchParametersHNSW(sel=sel, efSearch=max(64, depth))
                       if isinstance(self.faiss_index, faiss.IndexHNSW) else faiss.SearchParameters(sel=sel))
-            _, idx = self.faiss_index.search(q, min(depth, self.n), params=params)
+            dist, idx = self.faiss_index.search(q, min(depth, self.n), params=params)
         else:
             idx_obj = self.faiss_index
             if hasattr(idx_obj, "hnsw"):
                 idx_obj.hnsw.efSearch = max(64, depth)
-            _, idx = idx_obj.search(q, min(depth, self.n))
-        return [int(i) for i in idx[0] if i >= 0]
+            dist, idx = idx_obj.search(q, min(depth, self.n))
+        keep = idx[0] >= 0
+        return [int(i) for i in idx[0][keep]], [float(x) for x in dist[0][keep]]
 
     def parent_rows(self) -> np.ndarray:
         """Row -> dense parent index (for fusing at the parent level)."""

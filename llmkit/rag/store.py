@@ -25,20 +25,16 @@ import shutil
 import sqlite3
 import re
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from llmkit.errors import BadFileFormat, BadInput
-from llmkit.io import atomic_write_text
+from llmkit.errors import BadInput
 from llmkit.rag import chunking
 from llmkit.rag.documents import SUFFIXES, Document, Skipped, load_file
 
-FORMAT, VERSION = "llmkit-rag", 1
-MANIFEST = "manifest.json"
-DB = "chunks.sqlite"
+from llmkit.rag.manifest import DB, FORMAT, MANIFEST, VERSION, read_manifest, write_manifest, writer_lock  # noqa: F401
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (id INTEGER PRIMARY KEY, collection TEXT NOT NULL, source TEXT NOT NULL,
@@ -112,57 +108,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def read_manifest(directory: str) -> dict:
-    """The index manifest, checked: an llmkit RAG index of a format this version can read."""
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.isdir(directory):
-        raise BadInput(f"index '{directory}' does not exist. Build it first: llmkit rag index {directory} FILES...")
-    try:
-        with open(path, encoding="utf-8") as f:
-            m = json.load(f)
-    except FileNotFoundError:
-        raise BadFileFormat(f"'{directory}' is not an llmkit RAG index (no {MANIFEST}). "
-                            f"Build one with: llmkit rag index DIR FILES...") from None
-    except (OSError, ValueError) as e:
-        raise BadFileFormat(f"'{path}' is not a readable index manifest ({e}).") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise BadFileFormat(f"'{directory}' is not an llmkit RAG index (manifest format {m.get('format') if isinstance(m, dict) else None!r}).")
-    if not isinstance(m.get("version"), int) or m["version"] > VERSION:
-        raise BadFileFormat(f"index '{directory}' has format version {m.get('version')}, newer than this llmkit "
-                            f"reads ({VERSION}). Upgrade llmkit.")
-    return m
-
-
-LOCK = "writer.lock"
 _OWN = re.compile(r"writer\.lock|chunks\.sqlite(-wal|-shm|-journal)?|gen-\d+|\.manifest\.json\..*\.tmp")
-
-
-@contextmanager
-def writer_lock(directory: str, wait: bool = True, on_wait: Callable[[str], None] | None = None):
-    """Hold the index's writer lock (flock on DIR/writer.lock) for the block. A second writer waits
-    (telling `on_wait`) or, with wait=False, fails at once; readers never take it. The kernel drops
-    the lock when its holder dies, so a killed writer leaves nothing locked."""
-    import fcntl
-
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, LOCK)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
-            if not wait:
-                raise BadInput(f"index '{directory}' is being written by another process (pid {holder}). "
-                               "Wait for it to finish, or run without --no-wait to queue behind it.") from None
-            if on_wait:
-                on_wait(f"index '{directory}' is being written by another process (pid {holder}); waiting for it")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _connect(directory: str) -> sqlite3.Connection:
@@ -537,7 +483,7 @@ def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
         colls[name]["chunks"] = int(chunk_counts.get(name, 0))
     manifest.update(generation=gen, fields=fields, index=report.index_type or manifest.get("index"),
                     collection_order=collections, updated=_now())
-    atomic_write_text(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1, ensure_ascii=False))
+    write_manifest(directory, manifest)
     # the new generation is live: drop what only older generations needed, keeping generation N-1
     # (its rows and arrays) for readers that opened it just before the swap (readers take no lock)
     con.execute("BEGIN")
