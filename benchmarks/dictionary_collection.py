@@ -9,7 +9,7 @@ Webster's 1913 definitions (GCIDE also carries WordNet glosses; every paragraph 
 [1913 Webster] is dropped, so no query text is in the corpus), and the relevant documents are the
 entries of the synset's words. A reverse-dictionary task: paraphrase across a century, little word
 overlap — the opposite end from Cranfield's technical abstracts. Output as `rag cranfield` writes it:
-docs.jsonl (id = headword), queries.jsonl, qrels.txt.
+docs.jsonl (id = headword, spaces as _), queries.jsonl, qrels.txt.
 """
 
 from __future__ import annotations
@@ -97,11 +97,11 @@ def build(src: str, out: str, n_queries: int = 200, n_docs: int = 6000, seed: in
     corpus = sorted(set(relevant) | {others[i] for i in fill})
     os.makedirs(out, exist_ok=True)
     atomic_write_text(os.path.join(out, "docs.jsonl"), "".join(
-        json.dumps({"id": w, "title": w, "text": docs[w]}) + "\n" for w in corpus))
+        json.dumps({"id": w.replace(" ", "_"), "title": w, "text": docs[w]}) + "\n" for w in corpus))
     atomic_write_text(os.path.join(out, "queries.jsonl"), "".join(
         json.dumps({"id": str(i), "text": g}) + "\n" for i, (_, g) in enumerate(picked, 1)))
     atomic_write_text(os.path.join(out, "qrels.txt"), "".join(
-        f"{i} 0 {w} 1\n" for i, (have, _) in enumerate(picked, 1) for w in have))
+        f"{i} 0 {w.replace(' ', '_')} 1\n" for i, (have, _) in enumerate(picked, 1) for w in have))
     return {"docs": len(corpus), "queries": len(picked), "judgments": sum(len(h) for h, _ in picked)}
 
 
