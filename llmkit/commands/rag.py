@@ -52,12 +52,15 @@ def group():
               help="Characters per source-code chunk (a definition up to this size stays whole).")
 @click.option("--csv-meta", default="", help="CSV/TSV: comma-separated columns kept as metadata (one row per chunk).")
 @click.option("--no-gitignore", is_flag=True, help="Index files that .gitignore files exclude.")
+@click.option("--graph", is_flag=True, help="Keep an entity graph for `rag query --graph` and `rag answer --global` "
+              "(noun phrases, names, identifiers, CJK terms; index-wide once enabled).")
+@click.option("--graph-llm", help="Local GGUF model that also lists entities per chunk (slow; with --graph).")
 @click.option("--no-wait", is_flag=True, help="Fail at once if another process is writing this index (default: wait).")
 @click.option("--json", "as_json", is_flag=True, help="Print the indexing report as JSON on stdout.")
 def index_cmd(index_dir, inputs, collection, chunker, sizes, overlap, parent_size, model, embed_precision, runtime,
               query_prompt,
               passage_prompt, meta, text_field, id_field, include, exclude, no_dedupe, near_dup, no_boilerplate,
-              stem, index_type, code_size, csv_meta, no_gitignore, no_wait, as_json):
+              stem, index_type, code_size, csv_meta, no_gitignore, graph, graph_llm, no_wait, as_json):
     """Add INPUTS (files, directories, '-') to INDEX_DIR, updating only what changed.
 
     \b
@@ -93,7 +96,11 @@ def index_cmd(index_dir, inputs, collection, chunker, sizes, overlap, parent_siz
                         dedupe=not no_dedupe, near_threshold=near_dup, boilerplate=not no_boilerplate,
                         stem=stem, index_type=index_type, code_size=code_size,
                         csv_meta=tuple(c.strip() for c in csv_meta.split(",") if c.strip()),
-                        gitignore=not no_gitignore)
+                        gitignore=not no_gitignore, graph=graph or bool(graph_llm))
+    if graph_llm:
+        from llmkit.rag.llm import LocalLLM
+
+        opts.graph_llm = LocalLLM(graph_llm)
     stdin_data = sys.stdin.buffer.read() if "-" in inputs else None
     with progress_bar("indexing") as bar:
         report = build(index_dir, list(inputs), opts, stdin_data=stdin_data,
@@ -115,7 +122,9 @@ def index_cmd(index_dir, inputs, collection, chunker, sizes, overlap, parent_siz
              f"{r.chunks_indexed} indexed ({r.index_type}); duplicates dropped: {r.exact_duplicates} exact, "
              f"{r.near_duplicates} near; boilerplate lines: {r.boilerplate_lines}; embedded {r.embedded} "
              f"in {r.embed_s:.1f} s, reused {r.vectors_reused}; "
-             + (f"ignored by .gitignore: {r.ignored}; " if r.ignored else "") + f"total {r.total_s:.1f} s")
+             + (f"ignored by .gitignore: {r.ignored}; " if r.ignored else "")
+             + (f"graph: {r.graph['entities']} entities, {r.graph['links']} links; " if r.graph else "")
+             + f"total {r.total_s:.1f} s")
 
 
 def _query_options(f):
@@ -307,17 +316,35 @@ ANSWER_SYSTEM = ("You answer questions using only the numbered sources given. Ci
 @_query_options
 @click.option("-n", "--n-predict", default=256, show_default=True, type=int)
 @click.option("--compress-to", default=0, type=int, help="Compress the sources to about N tokens first.")
+@click.option("--global", "global_", is_flag=True,
+              help="A question about the whole corpus: answer from summaries of the entity-graph communities it "
+                   "touches (index built with --graph; summaries cached in the index).")
 @click.option("--json", "as_json", is_flag=True)
-def answer_cmd(index_dir, question, k, n_predict, compress_to, as_json, **kw):
+def answer_cmd(index_dir, question, k, n_predict, compress_to, global_, as_json, **kw):
     """Retrieve sources for QUESTION and stream an answer citing them, with a local GGUF model.
 
     \b
     llmkit rag answer idx "How are kernel modules loaded?" -m qwen2.5-1.5b.gguf
+    llmkit rag answer idx "What are the main themes of these documents?" --global -m model.gguf
     """
     from llmkit.commands._common import read_prompt, stdout_stream
 
     out = Output()
     question = read_prompt(question).strip()
+    if global_:
+        from llmkit.rag.global_search import global_answer
+
+        pipe, llm = _pipeline(index_dir, 40, need_llm=True, **kw)
+        ans = global_answer(pipe.index, pipe, llm, question, k, n_predict, on_text=stdout_stream(not as_json))
+        if as_json:
+            out.json({"question": question, "answer": ans.answer, "communities": [
+                {"n": i, "entities": c.entities[:10], "summary": c.summary} for i, c in enumerate(ans.communities, 1)]})
+            return
+        sys.stdout.write("\n\nTopics:\n" + "".join(f"[{i}] {', '.join(c.entities[:6])}\n"
+                                                   for i, c in enumerate(ans.communities, 1)))
+        sys.stdout.flush()
+        out.info(f"{len(ans.communities)} communities, {ans.cached} summaries from the cache")
+        return
     pipe, llm = _pipeline(index_dir, k, need_llm=True, **kw)
     res = pipe.run(question)
     if not res.hits:
@@ -509,6 +536,71 @@ def tune_cmd(index_dir, queries_file, qrels, n_queries, seed, llm_path, no_expan
              f"best single ({rep.best_single}) {rep.best_single_heldout:.4f}")
     out.info(f"{'not stored (--dry-run)' if dry_run else 'stored in ' + index_dir + '/manifest.json'}; "
              f"{rep.seconds:.1f} s")
+
+
+@group.command("adapt")
+@click.argument("index_dir", type=click.Path(file_okay=False))
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="New directory for the adapted sentence-transformers model.")
+@click.option("--minutes", default=15.0, show_default=True, type=float, help="Training time budget.")
+@click.option("--steps", default=0, type=int, help="Stop after N optimizer steps (default: time budget / one epoch).")
+@click.option("--epochs", default=3, show_default=True, type=int, help="Passes over the pairs (the time budget may stop earlier).")
+@click.option("--batch-size", default=32, show_default=True, type=int)
+@click.option("--lr", default=2e-5, show_default=True, type=float, help="Learning rate.")
+@click.option("--pairs", default=4000, show_default=True, type=int, help="Pseudo-queries to make (a fifth held out).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("-m", "--llm", "llm_path", help="Local GGUF model: training queries are questions it writes.")
+@click.option("--hard-negatives", is_flag=True, help="Add one BM25/dense-mined negative per pair (measured: hurt on "
+              "Cranfield, the mined passages are often relevant too).")
+@click.option("--queries", "queries_file", type=click.Path(dir_okay=False),
+              help="Judged queries that decide promotion (with --qrels) instead of held-out pseudo-queries.")
+@click.option("--qrels", type=click.Path(dir_okay=False), help="TREC qrels for --queries.")
+@click.option("--no-promote", is_flag=True, help="Save the adapted model but leave the index on its current model.")
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON on stdout.")
+def adapt_cmd(index_dir, out_dir, minutes, steps, epochs, batch_size, lr, pairs, seed, llm_path, hard_negatives,
+              queries_file, qrels, no_promote, as_json):
+    """Fine-tune INDEX_DIR's embedding model on its own corpus (no labels) into OUT_DIR; the index
+    switches to it only if it beats the current model on held-out pseudo-queries.
+
+    \b
+    llmkit rag adapt idx -o idx-model --minutes 15
+    llmkit rag index other-idx docs/ --model idx-model     # the result is a normal model directory
+    """
+    from llmkit.rag.adapt import AdaptOptions, adapt
+
+    out = Output()
+    llm = None
+    if llm_path:
+        from llmkit.rag.llm import LocalLLM
+
+        llm = LocalLLM(llm_path)
+    if bool(queries_file) != bool(qrels):
+        raise click.UsageError("--queries and --qrels go together.")
+    judged = None
+    if queries_file:
+        from llmkit.rag.evaluate import load_qrels, load_queries
+        from llmkit.rag.search import Index
+        from llmkit.rag.tune import judged_queries
+
+        judged = judged_queries(Index(index_dir), load_queries(queries_file), load_qrels(qrels))
+    opts = AdaptOptions(out_dir, minutes, steps, epochs, batch_size, lr, pairs, seed=seed,
+                        hard_negatives=hard_negatives, promote=not no_promote)
+    with progress_bar("adapting") as bar:
+        rep = adapt(index_dir, opts, llm, progress=lambda stage, done, total: bar(done, total, stage), judged=judged)
+    if as_json:
+        out.json(rep.to_dict())
+        return
+    out.data(f"trained on {rep.pairs} pairs, {rep.steps} steps in {rep.train_s / 60:.1f} min; held-out "
+             f"{rep.decided_by} queries ({rep.heldout}): nDCG@10 base {rep.base_ndcg:.4f}, adapted {rep.adapted_ndcg:.4f}")
+    if rep.decided_by == "pseudo":
+        out.warn("promotion was decided on pseudo-queries, which did not predict real gains in our measurements "
+                 "(README); check with `llmkit rag eval` on judged queries, or pass --queries/--qrels.")
+    if rep.promoted:
+        out.data(f"promoted: {rep.model_dir}" + (f"; {index_dir} re-embedded with it" if rep.reembedded else
+                                                   " (index left on its model: --no-promote)"))
+    else:
+        out.data(f"not promoted: the adapted model did not beat the base on held-out queries; the index keeps its "
+                 f"model ({rep.model_dir} is saved anyway for inspection)")
 
 
 @group.command("cranfield")

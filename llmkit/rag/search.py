@@ -146,6 +146,7 @@ class Index:
         self._faiss = None
         self._embedder = None
         self._parent_rows = None
+        self._graph = None
         self.stem = bool(self.manifest.get("stem", False))
         self.idents = bool(self.manifest.get("bm25_idents", False))  # indexes before 2026-11-30: plain words
 
@@ -156,6 +157,22 @@ class Index:
     @property
     def n(self) -> int:
         return len(self.rows)
+
+    def graph_list(self, text: str, depth: int, allowed=None, override=None) -> tuple[list[int], list[float]]:
+        """(rows, graph scores) of the chunks reached from the query's entities in one or two hops."""
+        return self.graph.top(text, depth, allowed, override)
+
+    @property
+    def graph(self):
+        """The entity graph of this generation (an index built with --graph)."""
+        if self._graph is None:
+            if not self.has_graph or not os.path.isdir(os.path.join(self.gdir, "graph")):
+                raise BadInput(f"index '{self.dir}' has no entity graph. Build it with: llmkit rag index "
+                               f"{self.dir} FILES... --graph")
+            from llmkit.rag.graph import Graph
+
+            self._graph = Graph(os.path.join(self.gdir, "graph"))
+        return self._graph
 
     @property
     def has_graph(self) -> bool:

@@ -46,6 +46,10 @@ CREATE TABLE IF NOT EXISTS chunks (id INTEGER PRIMARY KEY, doc_id INTEGER NOT NU
     collection TEXT NOT NULL, text TEXT NOT NULL, text_hash TEXT NOT NULL, dup_key TEXT NOT NULL,
     minhash BLOB NOT NULL, meta TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id);
+CREATE TABLE IF NOT EXISTS chunk_entities (chunk_id INTEGER NOT NULL, entity TEXT NOT NULL, tf INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS chunk_entities_chunk ON chunk_entities(chunk_id);
+CREATE TRIGGER IF NOT EXISTS chunks_gone AFTER DELETE ON chunks BEGIN
+    DELETE FROM chunk_entities WHERE chunk_id = OLD.id; END;
 """
 
 
@@ -73,6 +77,8 @@ class IndexOptions:
     code_size: int = 1500  # characters per code chunk (definitions up to this size stay whole)
     csv_meta: tuple[str, ...] = ()  # CSV/TSV columns kept as metadata (one row per chunk then)
     gitignore: bool = True  # respect .gitignore files in directories
+    graph: bool = False  # keep an entity graph (index-wide once enabled)
+    graph_llm: object = None  # a LocalLLM whose listed entities are added to the extracted ones
     index_type: str = "auto"  # auto | flat | hnsw
     hnsw_above: int = 100_000
 
@@ -91,6 +97,7 @@ class IndexReport:
     boilerplate_lines: int = 0
     code_fallbacks: dict = field(default_factory=dict)  # e.g. {'syntax error': 1}: cut at lines instead
     ignored: int = 0  # files and directories left out by .gitignore (and node_modules, __pycache__, ...)
+    graph: dict = field(default_factory=dict)  # entities and links of the entity graph (--graph)
     embedded: int = 0
     vectors_reused: int = 0
     embed_s: float = 0.0
@@ -366,6 +373,9 @@ def _build_locked(directory, files, inputs, opts, stdin_data, progress) -> Index
                 con.executemany("INSERT INTO chunks (doc_id, parent_id, collection, text, text_hash, dup_key, minhash, meta)"
                                 " VALUES (?,?,?,?,?,?,?,?)", rows)
                 report.chunks_added += len(rows)
+                if manifest.get("graph"):
+                    first = con.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1
+                    _add_entities(con, [(first + i, r[3]) for i, r in enumerate(rows)], opts.graph_llm)
             report.docs_added += 1
         con.execute("COMMIT")
         _publish(directory, con, manifest, gen, opts, report, progress)
@@ -376,6 +386,20 @@ def _build_locked(directory, files, inputs, opts, stdin_data, progress) -> Index
     finally:
         con.close()
     return report
+
+
+def _add_entities(con, chunks, llm=None) -> None:
+    """Store the entities of (chunk id, text) pairs (the graph's raw material, kept per chunk so
+    updates only extract new text)."""
+    from llmkit.rag.graph import entities, llm_entities
+
+    rows = []
+    for cid, text in chunks:
+        found = entities(text)
+        if llm is not None:
+            found.update(llm_entities(llm, text))
+        rows.extend((cid, e, n) for e, n in found.items())
+    con.executemany("INSERT INTO chunk_entities (chunk_id, entity, tf) VALUES (?,?,?)", rows)
 
 
 def _in_scope(path: str, scopes: list[str]) -> bool:
@@ -404,6 +428,8 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
                            "use a new index directory to change them.")
         if opts.stem and not m.get("stem", False):
             raise BadInput("this index was built without --stem; BM25 terms cannot be mixed. Use a new index directory.")
+        if opts.graph and not m.get("graph"):
+            m["graph"] = True  # enabled now: the chunks already indexed get their entities at publish
         have_prec = m.get("embed_precision", "fp32")
         if opts.precision and opts.precision != have_prec:
             raise BadInput(f"index '{directory}' holds {have_prec} embeddings; {opts.precision} vectors cannot be "
@@ -418,7 +444,8 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
     return {"format": FORMAT, "version": VERSION, "generation": 0, "model": model or "default", "dim": None,
             "embed_precision": opts.precision or "fp32", "embed_runtime": opts.runtime,
             "query_prompt": opts.query_prompt, "passage_prompt": opts.passage_prompt, "created": _now(),
-            "collections": {}, "fields": [], "index": None, "stem": opts.stem, "bm25_idents": True}
+            "collections": {}, "fields": [], "index": None, "stem": opts.stem, "bm25_idents": True,
+            "graph": opts.graph}
 
 
 def _live_chunks(con: sqlite3.Connection, gen: int):
@@ -428,13 +455,16 @@ def _live_chunks(con: sqlite3.Connection, gen: int):
         "ORDER BY c.id", (gen, gen)).fetchall()
 
 
-def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
-    """Build gen-N (dedupe, embed new text, BM25, faiss), then swap the manifest."""
+def _publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set | None = None) -> None:
+    """Build gen-N (dedupe, embed new text, BM25, faiss), then swap the manifest. `keep_ids`: exactly
+    these chunks, no dedupe, every vector computed again (a model switch)."""
     from llmkit.rag.bm25 import BM25Index, tokenize
 
     rows = _live_chunks(con, gen)
+    if keep_ids is not None:
+        rows = [r for r in rows if r[0] in keep_ids]
     keep = np.ones(len(rows), bool)
-    if opts.dedupe and rows:
+    if opts.dedupe and rows and keep_ids is None:
         first: dict[str, int] = {}
         for i, r in enumerate(rows):
             if first.setdefault(r[3], i) != i:
@@ -459,7 +489,7 @@ def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
     np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
     np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
     if rows:
-        vectors, dim = _vectors(directory, manifest, opts, rows, keys, report, progress)
+        vectors, dim = _vectors(directory, manifest, opts, rows, keys, report, progress, reuse=keep_ids is None)
         np.save(os.path.join(gdir, "vectors.npy"), vectors)
         report.index_type = _write_faiss(os.path.join(gdir, "faiss.index"), vectors, opts)
         if progress:
@@ -468,6 +498,10 @@ def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
         idents = bool(manifest.get("bm25_idents", False))
         BM25Index.build([tokenize(r[1], stem, idents) for r in rows]).save(os.path.join(gdir, "bm25"))
         manifest["dim"] = dim
+        if manifest.get("graph"):
+            if progress:
+                progress("entity graph", 0, 1)
+            _publish_graph(con, rows, gdir, report, getattr(opts, "graph_llm", None))
     fields = sorted({k for (k,) in con.execute(
         "SELECT DISTINCT j.key FROM chunks c JOIN docs d ON d.id = c.doc_id, json_each(c.meta) j "
         "WHERE d.gen_added <= ? AND (d.gen_removed IS NULL OR d.gen_removed > ?)", (gen, gen))})
@@ -476,8 +510,9 @@ def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
         "GROUP BY collection", (gen, gen))}
     chunk_counts = dict(zip(*np.unique([r[5] for r in rows], return_counts=True))) if rows else {}
     colls = manifest.setdefault("collections", {})
-    colls[opts.collection] = {"chunker": opts.chunker, "sizes": list(opts.sizes), "overlap": opts.overlap,
-                              "parent_size": opts.parent_size}
+    if keep_ids is None:
+        colls[opts.collection] = {"chunker": opts.chunker, "sizes": list(opts.sizes), "overlap": opts.overlap,
+                                  "parent_size": opts.parent_size}
     for name in list(colls):
         colls[name]["docs"] = int(counts.get(name, 0))
         colls[name]["chunks"] = int(chunk_counts.get(name, 0))
@@ -498,19 +533,71 @@ def _publish(directory, con, manifest, gen, opts, report, progress) -> None:
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
-def _vectors(directory, manifest, opts, rows, keys, report, progress):
-    """Vectors for the live chunks: reused from the previous generation where the text is unchanged."""
+def _publish_graph(con, rows, gdir, report, llm=None) -> None:
+    """Entities for live chunks that have none yet (graph enabled on an existing index), then the
+    generation's graph arrays."""
+    from llmkit.rag import graph
+
+    have = {cid for (cid,) in con.execute("SELECT DISTINCT chunk_id FROM chunk_entities")}
+    missing = [(r[0], r[1]) for r in rows if r[0] not in have]
+    if missing:
+        con.execute("BEGIN")
+        _add_entities(con, missing, llm)
+        con.execute("COMMIT")
+    row_of = {r[0]: i for i, r in enumerate(rows)}
+
+    def triples():
+        for cid, ent, tf in con.execute("SELECT chunk_id, entity, tf FROM chunk_entities"):
+            i = row_of.get(cid)
+            if i is not None:
+                yield i, ent, tf
+
+    report.graph = graph.build(triples(), len(rows), os.path.join(gdir, "graph"))
+
+
+def switch_model(directory: str, model: str, runtime: str = "onnx", progress=None) -> IndexReport:
+    """Re-embed every chunk of the current generation with another model (the one `rag adapt`
+    trained) and publish it as the next generation; chunks, BM25 and metadata stay as they are."""
+    from llmkit.rag.embed import resolve_model
+
+    t0 = time.perf_counter()
+    path = resolve_model(model)
+    with writer_lock(directory):
+        manifest = read_manifest(directory)
+        gen = manifest["generation"] + 1
+        report = IndexReport(generation=gen)
+        try:
+            current = set(np.load(os.path.join(directory, f"gen-{manifest['generation']}", "rows.npy")).tolist())
+        except (OSError, ValueError) as e:
+            raise BadInput(f"index '{directory}' is damaged ({e}). Rebuild it with llmkit rag index.") from None
+        manifest.update(model=path, dim=None, embed_runtime=runtime)
+        con = _connect(directory)
+        try:
+            _rollback_unfinished(con, manifest["generation"])
+            opts = IndexOptions(runtime=runtime, index_type=manifest.get("index") or "auto")
+            _publish(directory, con, manifest, gen, opts, report, progress, keep_ids=current)
+        finally:
+            con.close()
+    report.total_s = time.perf_counter() - t0
+    return report
+
+
+def _vectors(directory, manifest, opts, rows, keys, report, progress, reuse: bool = True):
+    """Vectors for the live chunks: reused from the previous generation where the text is unchanged
+    (same model: a model switch passes reuse=False)."""
     old_gen = os.path.join(directory, f"gen-{manifest['generation']}")
-    reuse: dict[bytes, int] = {}
-    try:
-        old_keys = np.load(os.path.join(old_gen, "keys.npy"))
-        old_vecs = np.load(os.path.join(old_gen, "vectors.npy"), mmap_mode="r")
-        reuse = {k: i for i, k in enumerate(old_keys.tolist())}
-    except (OSError, ValueError):
-        old_vecs = None
+    old_vecs = None
+    reuse_at: dict[bytes, int] = {}
+    if reuse:
+        try:
+            old_keys = np.load(os.path.join(old_gen, "keys.npy"))
+            old_vecs = np.load(os.path.join(old_gen, "vectors.npy"), mmap_mode="r")
+            reuse_at = {k: i for i, k in enumerate(old_keys.tolist())}
+        except (OSError, ValueError):
+            old_vecs = None
     key_list = keys.tolist()
-    need = [i for i, k in enumerate(key_list) if k not in reuse]
-    have = [i for i, k in enumerate(key_list) if k in reuse]
+    need = [i for i, k in enumerate(key_list) if k not in reuse_at]
+    have = [i for i, k in enumerate(key_list) if k in reuse_at]
     dim = manifest.get("dim")
     new = None
     if need:
@@ -532,7 +619,7 @@ def _vectors(directory, manifest, opts, rows, keys, report, progress):
     if need:
         vectors[need] = new
     if have:
-        vectors[have] = old_vecs[[reuse[key_list[i]] for i in have]]
+        vectors[have] = old_vecs[[reuse_at[key_list[i]] for i in have]]
     report.embedded, report.vectors_reused = len(need), len(have)
     return vectors, dim
 
