@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-server from the llama-cpp-python source distribution (same llama.cpp
-# version as the Python binding), once, into a cache outside the checkout:
-#   ${LLMKIT_CACHE:-~/.cache/llmkit}/llama-server-<version>/llama-server
+# Build llama.cpp's llama-server, llama-perplexity and llama-quantize from the llama-cpp-python source
+# distribution (same llama.cpp version as the Python binding), once, into a cache outside the checkout:
+#   ${LLMKIT_CACHE:-~/.cache/llmkit}/llama-server-<version>/{llama-server,llama-perplexity,llama-quantize}
+# (llama-server for the --server modes; llama-perplexity and llama-quantize as references in tests
+# and benchmarks). Prints the llama-server path.
 # The web UI download and curl are turned off (no network at build time); AVX2 instead of
 # -march=native for the same AMX reason as the README's install command.
 set -euo pipefail
 py=${PYTHON:-python3}
 ver=$($py -c 'import llama_cpp; print(llama_cpp.__version__)')
 cache=${LLMKIT_CACHE:-$HOME/.cache/llmkit}/llama-server-$ver
-if [ -x "$cache/llama-server" ]; then echo "$cache/llama-server"; exit 0; fi
+tools="llama-server llama-perplexity llama-quantize"
+have=1
+for t in $tools; do [ -x "$cache/$t" ] || have=0; done
+if [ $have = 1 ]; then echo "$cache/llama-server"; exit 0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # only the sdist (its metadata step needs scikit-build-core; without isolation no build deps are built)
@@ -19,7 +24,9 @@ src=$(ls -d "$work"/llama_cpp_python-*/vendor/llama.cpp)
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON \
   -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$work/build" --target llama-server -j"$(nproc)" >&2
+cmake --build "$work/build" --target $tools -j"$(nproc)" >&2
 mkdir -p "$cache"
-cp "$work/build/bin/llama-server" "$cache/llama-server.tmp" && mv "$cache/llama-server.tmp" "$cache/llama-server"
+for t in $tools; do
+  cp "$work/build/bin/$t" "$cache/$t.tmp" && mv "$cache/$t.tmp" "$cache/$t"
+done
 echo "$cache/llama-server"

@@ -406,3 +406,26 @@ def test_mixture_of_experts_quantization_and_imatrix(tmp_path, kernel_small):
         reference(src, ref, ftype, imatrix=w)
         quantize_file(str(src), str(ours), ftype, imatrix=w)
         assert same_file(ours, ref), ftype
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"])
+def test_compiled_kernels_equal_the_numpy_definition(name, monkeypatch):
+    """The numba kernels (jit.py) and the readable numpy modules give the same bytes on hard blocks
+    (the numpy modules are in turn byte-identical to llama.cpp, tested above)."""
+    pytest.importorskip("numba")
+    from llmkit.quant.base import get_format
+    from llmkit.quant import jit
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((512, 256)) * rng.random((512, 1)) * 4).astype(np.float32)
+    x[::7, :32] = 0.0
+    x[3::7, 32:64] = -0.0
+    x[::11, 64:96] = np.abs(x[::11, 64:96])
+    x[::13, 100] *= 300.0
+    fmt = get_format(name)
+    assert fmt.compiled()
+    compiled = fmt.quantize(x)
+    monkeypatch.setenv("LLMKIT_NO_JIT", "1")
+    assert not fmt.compiled()
+    assert np.array_equal(fmt.quantize(x), compiled)
+    del jit

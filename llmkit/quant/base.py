@@ -20,6 +20,7 @@ class Format:
     uses_imatrix = False
     half_fields: tuple[tuple[int, int], ...] = ()  # byte ranges of each block holding fp16 values
     nan_reaches_scale = False  # True where a NaN/Inf weight always shows in an output scale (no search)
+    jit_kernel = ""  # the compiled kernel (jit.py) of the path without an imatrix, when there is one
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -37,9 +38,21 @@ class Format:
         x = np.ascontiguousarray(rows, dtype=F32)
         if imatrix is not None and self.uses_imatrix:
             out = self.quantize_weighted(x, np.ascontiguousarray(imatrix, dtype=F32))
+        elif self.compiled():
+            from llmkit.quant import jit
+
+            out = jit.run(self.jit_kernel, x, self.type_size, self.block)
         else:
             out = self.quantize_blocks(x.reshape(-1, self.block))
         return out.reshape(n_rows, self.row_bytes(n))
+
+    def compiled(self) -> bool:
+        """Does a compiled kernel (numba, same bytes) run this format's path without an imatrix?"""
+        if not self.jit_kernel:
+            return False
+        from llmkit.quant import jit
+
+        return jit.enabled()
 
     def check(self, out: np.ndarray, name: str) -> None:
         """ggml_validate_row_data: every fp16 field (block scales, F16 values) must be finite.

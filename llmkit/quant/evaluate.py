@@ -66,6 +66,7 @@ class Perplexity:
     chunks: int
     n_ctx: int
     seconds: float
+    ppl_uncertainty: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,36 +74,29 @@ class Perplexity:
 
 def perplexity(model_path: str, text: str, n_ctx: int = 512, max_chunks: int = 0, threads: int | None = None,
                progress: Callable[[int, int], None] | None = None) -> Perplexity:
-    """llama-perplexity's method: the text is cut into chunks of n_ctx tokens (the first token of each
-    replaced by BOS when the model uses one); within a chunk only the second half is scored, each token
-    predicted from at least n_ctx/2 tokens of context. PPL = exp(mean negative log-likelihood)."""
+    """llama-perplexity's method: the text is tokenized with the model's BOS and cut into chunks of
+    n_ctx tokens (the first token of each replaced by BOS when the model uses one); within a chunk only
+    the second half is scored, each token predicted from at least n_ctx/2 tokens of context.
+    PPL = exp(mean negative log-likelihood), with its uncertainty as llama-perplexity prints it."""
+    import math
     import time
 
-    from llmkit.llama import runtime
+    from llmkit.quant.kld import _chunk_logits, _mean_unc, _nll, _open, tokens_for
 
     t0 = time.perf_counter()
-    model = runtime.open_model(model_path, runtime.ModelOptions(n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads))
-    toks = model.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+    model, bos = _open(model_path, n_ctx, threads)
+    toks = tokens_for(model, text, n_ctx, max_chunks)
     n_chunk = len(toks) // n_ctx
-    if max_chunks:
-        n_chunk = min(n_chunk, max_chunks)
-    if n_chunk < 1:
-        raise BadInput(f"the text has {len(toks)} tokens, fewer than one chunk of {n_ctx}; give more text or a smaller --ctx.")
-    bos = runtime.add_bos(model)
-    first = n_ctx // 2
-    nll, count = 0.0, 0
+    nll = nll2 = 0.0
+    count = 0
     for i in range(n_chunk):
-        chunk = list(toks[i * n_ctx:(i + 1) * n_ctx])
-        if bos:
-            chunk[0] = model.token_bos()
-        model.reset()
-        model.eval(chunk)
-        logits = np.asarray(model.scores[:n_ctx], dtype=np.float64)
-        rows = logits[first:n_ctx - 1]
-        lse = np.logaddexp.reduce(rows, axis=1)
-        nll += float((lse - rows[np.arange(len(rows)), chunk[first + 1:n_ctx]]).sum())
-        count += len(rows)
+        chunk = toks[i * n_ctx:(i + 1) * n_ctx]
+        v = _nll(_chunk_logits(model, chunk, bos), chunk[n_ctx // 2 + 1:])
+        nll += float(v.sum())
+        nll2 += float((v * v).sum())
+        count += len(v)
         if progress:
             progress(i + 1, n_chunk)
-    return Perplexity(model_path, float(np.exp(nll / count)), nll / count, count, n_chunk, n_ctx,
-                      time.perf_counter() - t0)
+    mean, unc = _mean_unc(nll, nll2, count)
+    return Perplexity(model_path, math.exp(mean), mean, count, n_chunk, n_ctx, time.perf_counter() - t0,
+                      math.exp(mean) * unc)

@@ -131,11 +131,16 @@ def _strided(addr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype)
 
 
 def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None, max_chunks: int = 0,
-            progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+            progress: Callable[[int, int], None] | None = None,
+            hessian: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
     """Run the model over `text` in chunks of n_ctx tokens (each starting with BOS when the model
     wants one) and accumulate, for every `blk.*` matrix multiplication, the squared input activations
     per column; for mixture-of-experts matrices (MUL_MAT_ID) per expert, from the tokens routed to it.
-    Returns (sums, token counts per matrix, chunks) — llama-imatrix's statistics."""
+    Returns (sums, token counts per matrix, chunks) — llama-imatrix's statistics.
+
+    With `hessian`, the whole second-moment matrix X^T X of each matrix's inputs instead (GPTQ's H,
+    float32, ne0 x ne0); matrices fed the same input in one evaluation (q/k/v, gate/up) share one
+    array (the same object under each name). Expert matrices are skipped then."""
     import llama_cpp
 
     from llmkit.llama import runtime
@@ -150,6 +155,8 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
     mul_mat, mul_mat_id = _op_ids(b"MUL_MAT", b"MUL_MAT_ID")
     sums: dict[str, np.ndarray] = {}
     counts: dict[str, np.ndarray] = {}
+    seen_inputs: dict[tuple, str] = {}  # (address, shape, first values) of this evaluation -> first matrix
+    aliases: dict[str, str] = {}
 
     def on_tensor(t_ptr, ask, _user):
         t = _Tensor.from_address(t_ptr)
@@ -158,6 +165,8 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
         src0 = _Tensor.from_address(t.src[0])
         src1 = _Tensor.from_address(t.src[1])
         name = src0.name.decode("utf-8", "replace").split(" ")[0]
+        if t.op == mul_mat_id and hessian:
+            return False
         if t.op == mul_mat_id:  # experts: every routed token counts, whatever the batch (as llama-imatrix)
             if ask:
                 return True
@@ -171,6 +180,19 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
             return True
         ne0, rows = src1.ne[0], src1.ne[1] * src1.ne[2] * src1.ne[3]
         if src1.nb[0] != 4 or not src1.data:
+            return True
+        if hessian:
+            x32 = np.ascontiguousarray(_strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32))
+            key = (src1.data, ne0, rows, x32[0, :8].tobytes())
+            first = seen_inputs.setdefault(key, name)
+            if first != name:  # the same input as an earlier matrix of this evaluation: share its H
+                sums.setdefault(name, sums[first])
+                aliases[name] = first
+                return True
+            if name not in sums:
+                sums[name] = np.zeros((ne0, ne0), np.float32)
+            sums[name] += x32.T @ x32
+            counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
             return True
         x = _strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32).astype(np.float64)
         acc = sums.setdefault(name, np.zeros(ne0, np.float64))
@@ -205,6 +227,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
     try:
         for i, c in enumerate(chunks):
             seq = ([llm.token_bos()] if bos else []) + c
+            seen_inputs.clear()
             llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
             # logits for every token, as llama-imatrix asks: otherwise the last layer only
             # runs for the final token and its matrices would get no statistics
@@ -222,6 +245,10 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
                 progress(i + 1, len(chunks))
     finally:
         llama_cpp.llama_free(ctx)
+    if hessian:
+        for name, first in aliases.items():
+            counts[name] = counts[first]
+        return sums, counts, len(chunks)
     return {k: v.astype(np.float32) for k, v in sums.items()}, counts, len(chunks)
 
 

@@ -11,6 +11,7 @@ from llmkit.quant.q4_k import kquant_scales_mins, requantize
 
 class Q5_K(SuperBlockFormat):
     name, type_id, type_size = "Q5_K", 13, 176
+    jit_kernel = "q5_k"
     half_fields = ((0, 4),)
 
     def quantize_blocks(self, x, qw=None):

@@ -11,6 +11,7 @@ from llmkit.quant.kcommon import GROUP_MAX_EPS, levels_to_blocks, make_qx_quants
 
 class Q6_K(SuperBlockFormat):
     name, type_id, type_size = "Q6_K", 14, 210
+    jit_kernel = "q6_k"
     half_fields = ((208, 210),)
 
     def quantize_blocks(self, x, qw=None):

@@ -12,6 +12,7 @@ _JUST_BELOW_HALF = np.nextafter(F32(0.5), F32(0))
 
 class Q8_0(Format):
     name, type_id, block, type_size = "Q8_0", 8, 32, 34
+    jit_kernel = "q8_0"
     half_fields = ((0, 2),)
     nan_reaches_scale = True
 

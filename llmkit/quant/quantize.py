@@ -112,8 +112,11 @@ def load_f32(f, info, data_offset: int) -> np.ndarray:
 def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix: dict | None = None,
                   allow_requantize: bool = False, threads: int | None = None, measure: bool = False,
                   progress: Callable[[int, int, str], None] | None = None,
-                  overrides: rules.Overrides | None = None) -> QuantReport:
-    """Quantize `src` into `dst` (written atomically). Returns per-tensor sizes (and errors when `measure`)."""
+                  overrides: rules.Overrides | None = None, assign: dict[str, str] | None = None,
+                  extra_meta: dict[str, str] | None = None, replace: dict | None = None) -> QuantReport:
+    """Quantize `src` into `dst` (written atomically). Returns per-tensor sizes (and errors when `measure`).
+    `assign` fixes the type of named tensors (the size-budget allocator's choice); `extra_meta` adds
+    string metadata; `replace` maps tensor names to already-quantized bytes (GPTQ) written as they are."""
     t0 = time.perf_counter()
     ftype = rules.resolve_ftype(ftype)
     if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
@@ -121,14 +124,12 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
     g = read_gguf(src)
     if not g.tensors:
         raise BadFileFormat(f"'{src}' has no tensors to quantize.")
-    info = rules.model_info(g.metadata)
-    by_name = {t.name: t for t in g.tensors}
-    order = rules.tensor_order(list(by_name))
-    chooser = rules.TypeChooser(info, ftype, order, pure, imatrix is not None, overrides)
-    plan = []
-    for name in order:
-        t = by_name[name]
-        new = chooser.choose(name, t.shape, t.type_name)
+    plan, chooser = _plan(g, ftype, pure, imatrix is not None, overrides, assign)
+    if imatrix is not None and not any(t.name in imatrix for t, _ in plan):
+        raise BadInput("the imatrix names none of this model's tensors (it belongs to another model). Collect one "
+                       "for this model: llmkit quant imatrix -m MODEL --text TEXT -o imatrix.gguf")
+    for t, new in plan:
+        name = t.name
         if new != t.type_name and t.type_name not in ("F32", "F16", "BF16") and not allow_requantize:
             raise BadInput(f"tensor '{name}' is already quantized ({t.type_name}); requantizing loses quality. "
                            "Start from an F32/F16/BF16 model, or pass --allow-requantize.")
@@ -136,18 +137,38 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
             want = t.shape[0] * (t.shape[2] if len(t.shape) > 2 else 1)
             if len(imatrix[name]) != want and name not in ("token_embd.weight", "per_layer_token_embd.weight"):
                 raise BadInput(f"the imatrix entry for '{name}' has {len(imatrix[name])} values, the tensor needs {want}.")
-        plan.append((t, new))
     report = QuantReport(src, dst, ftype, fallbacks=chooser.n_fallback)
     align = int(g.metadata.get("general.alignment", ALIGN))  # the copied key must describe the output too
-    header = _header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0], align)
+    header = _header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0], align, extra_meta)
     _tune_malloc()
     pool = Workers(threads or os.cpu_count() or 1)
     try:
-        _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report, align)
+        _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report, align, replace)
     finally:
         pool.close()
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _plan(g, ftype: str, pure: bool, has_imatrix: bool, overrides=None, assign=None):
+    """[(tensor, output type)] in llama.cpp's tensor order, and the chooser (its fallback count)."""
+    info = rules.model_info(g.metadata)
+    by_name = {t.name: t for t in g.tensors}
+    order = rules.tensor_order(list(by_name))
+    chooser = rules.TypeChooser(info, ftype, order, pure, has_imatrix, overrides)
+    plan = []
+    for name in order:
+        t = by_name[name]
+        new = chooser.choose(name, t.shape, t.type_name)
+        plan.append((t, assign[name] if assign and name in assign else new))
+    return plan, chooser
+
+
+def plan_types(src: str, ftype: str, pure: bool = False, has_imatrix: bool = False, overrides=None,
+               assign=None) -> dict[str, str]:
+    """{tensor: output type} that quantize_file would use."""
+    plan, _ = _plan(read_gguf(src), rules.resolve_ftype(ftype), pure, has_imatrix, overrides, assign)
+    return {t.name: new for t, new in plan}
 
 
 _MALLOC_TUNED = False
@@ -173,7 +194,8 @@ def _tune_malloc() -> None:
         pass
 
 
-def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress, report, align: int) -> None:
+def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress, report, align: int,
+           replace: dict | None = None) -> None:
     from llmkit.io import atomic_file
 
     with open(src, "rb") as fin, atomic_file(dst) as fout:
@@ -202,7 +224,10 @@ def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress
         for i, (t, new) in enumerate(plan):
             if progress:
                 progress(i, len(plan), t.name)
-            pending.append((t, _convert(fin, data_offset, t, new, imatrix, pool, measure, buffers)))
+            if replace and t.name in replace:
+                pending.append((t, _replaced(fin, data_offset, t, new, replace[t.name], measure, buffers)))
+            else:
+                pending.append((t, _convert(fin, data_offset, t, new, imatrix, pool, measure, buffers)))
             inflight += t.nbytes
             while len(pending) > 1 and (inflight > READ_AHEAD or pending[0][1].done()):
                 t0, job = pending.popleft()
@@ -218,8 +243,10 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
     fmt = get_format(new)
-    searched = not fmt.nan_reaches_scale or (imatrix is not None and fmt.uses_imatrix and t.name in imatrix)
-    procs = pool.processes(t.nbytes, searched)
+    weighted = imatrix is not None and fmt.uses_imatrix and t.name in imatrix
+    searched = not fmt.nan_reaches_scale or weighted
+    # a compiled kernel releases the GIL: threads then scale without the processes' pickling
+    procs = pool.processes(t.nbytes, searched and not (fmt.compiled() and not weighted))
     if new == t.type_name or measure or procs is None:
         raw = read_tensor(fin, t, data_offset, buffers.get(t.nbytes))
         if new == t.type_name:
@@ -349,7 +376,7 @@ def _quantize_checked(fmt, x: np.ndarray, w, name: str) -> np.ndarray:
     """One job: quantize, then validate like ggml_validate_row_data. For the plain 32-block and
     float formats a NaN/Inf weight always reaches a block scale (it is the block's max), so the check
     of the output catches it; searched formats (K-quants, IQ4, any imatrix) check the input first."""
-    if not fmt.nan_reaches_scale or w is not None:
+    if not fmt.nan_reaches_scale or w is not None or fmt.compiled():  # compiled kernels: NaN need not reach a scale
         with np.errstate(over="ignore", invalid="ignore"):
             total = np.add.reduce(x, axis=None)  # NaN/Inf propagate; a finite overflow is re-checked exactly
         if not np.isfinite(total):
@@ -371,7 +398,23 @@ def _check_finite(x: np.ndarray, name: str) -> None:
                        "Fix the model before quantizing.")
 
 
-def _header(g, tensors, ftype_id: int, align: int) -> bytes:
+def _replaced(fin, data_offset, t, new: str, data: np.ndarray, measure: bool, buffers):
+    """A tensor whose quantized bytes were made elsewhere (GPTQ): checked and written as they are."""
+    n = int(np.prod(t.shape, dtype=np.int64))
+    data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
+    if data.nbytes != tensor_bytes(new, t.shape):
+        raise BadInput(f"tensor '{t.name}': {data.nbytes} bytes of {new} given, {tensor_bytes(new, t.shape)} needed.")
+    get_format(new).check(data, t.name)
+    tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, data.nbytes, 8 * data.nbytes / n)
+    if measure:
+        from llmkit.quant.evaluate import error_stats
+
+        x = to_f32(read_tensor(fin, t, data_offset), t)
+        tr.rmse, tr.max_abs_err, tr.cosine = error_stats(x, get_format(new).dequantize(data, n))
+    return _Queued([], lambda: ([data], tr), None)
+
+
+def _header(g, tensors, ftype_id: int, align: int, extra_meta: dict[str, str] | None = None) -> bytes:
     """Header, metadata (input entries verbatim + quantization version + file type), tensor infos, padding."""
     with open(g.path, "rb") as f:
         raw = f.read(max(e for _, e, _ in g.kv_spans.values()) if g.kv_spans else 0)
@@ -381,7 +424,12 @@ def _header(g, tensors, ftype_id: int, align: int) -> bytes:
         k = key.encode()
         return struct.pack("<Q", len(k)) + k + struct.pack("<II", 4, v)
 
+    def kv_str(key: str, v: str) -> bytes:
+        k, b = key.encode(), v.encode("utf-8")
+        return struct.pack("<Q", len(k)) + k + struct.pack("<IQ", 8, len(b)) + b
+
     kvs += [kv_u32("general.quantization_version", QNT_VERSION), kv_u32("general.file_type", ftype_id)]
+    kvs += [kv_str(k, v) for k, v in (extra_meta or {}).items() if k not in g.kv_spans]
     infos, offset = [], 0
     for name, shape, type_name in tensors:
         nd = rules.n_dims(shape)

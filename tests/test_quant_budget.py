@@ -1,0 +1,185 @@
+"""Per-tensor types under a size budget (--target-bpw / --target-size) and GPTQ rounding: the solver
+against brute force, budgets met within 0.5 % and files that llama.cpp loads, the recipe in the
+metadata, the levels of every GPTQ format in and out of the block layouts, GPTQ's lower output error
+and lower KLD than round-to-nearest, Hessian files reused, and the bad inputs."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+
+pytest.importorskip("llama_cpp")
+from ggufmake import write_tiny_llama  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory, kernel_docs):
+    d = tmp_path_factory.mktemp("budget")
+    m = write_tiny_llama(d / "m.gguf", seed=2, n_embd=256, n_ff=512, n_layer=4, n_head=4, n_head_kv=2)
+    text = kernel_docs.read_text(encoding="utf-8")
+    (d / "calib.txt").write_text(text[:40000])
+    (d / "eval.txt").write_text(text[200000:240000])  # other text: calibration must not flatter
+    return d, m
+
+
+def test_solver_matches_brute_force():
+    from llmkit.quant.allocate import Item, solve
+
+    rng = np.random.default_rng(0)
+    items = []
+    for k in range(5):
+        types = ["A", "B", "C"]
+        b = sorted(rng.integers(10, 100, 3).tolist())
+        e = sorted(rng.random(3).tolist(), reverse=True)
+        items.append(Item(f"t{k}", [256, 4], "other", None, dict(zip(types, b)), dict(zip(types, e))))
+    items.append(Item("norm", [256], "other", "F32", {"F32": 1024}, {"F32": 0.0}, "F32"))
+    budget = 1024 + sum(sorted(i.bytes.values())[1] for i in items[:5])
+    used, err = solve(items, budget)
+    best = min((sum(i.error[t] for i, t in zip(items[:5], combo)), combo)
+               for combo in itertools.product("ABC", repeat=5)
+               if 1024 + sum(i.bytes[t] for i, t in zip(items[:5], combo)) <= budget)
+    assert used <= budget and err <= best[0] * 1.25  # Lagrangian + greedy repair: near the exact optimum
+    assert items[-1].chosen == "F32"
+
+
+def _bpw(report: dict) -> float:
+    return report["bpw"]
+
+
+@pytest.mark.parametrize("bpw", [3.0, 4.5, 6.0])
+def test_target_bpw_meets_the_budget_and_loads(model, tmp_path, bpw):
+    import llama_cpp
+
+    d, m = model
+    out = tmp_path / "t.gguf"
+    r = run_cli(["quant", str(m), "--target-bpw", str(bpw), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert bpw * 0.995 <= _bpw(rep) <= bpw
+    types = {i["type"] for i in rep["allocation"]["items"]}
+    assert len(types) >= 2  # a real mix, not one type everywhere
+    from llmkit.gguf.reader import read_gguf
+
+    recipe = json.loads(read_gguf(str(out)).get("llmkit.quantize.recipe"))
+    assert recipe["target_bpw"] == bpw and recipe["method"] == "rtn"
+    llm = llama_cpp.Llama(str(out), n_ctx=64, verbose=False)
+    llm.eval(llm.tokenize(b"the kernel", add_bos=False))
+    assert np.isfinite(np.asarray(llm.scores[:2])).all()
+
+
+def test_target_size_with_probes_and_report(model, tmp_path):
+    d, m = model
+    out = tmp_path / "s.gguf"
+    budget = 1_200_000
+    r = run_cli(["quant", str(m), "--target-size", "1171.875K", "-o", str(out), "--calib", str(d / "calib.txt"),
+                 "-c", "128", "--chunks", "2", "--report"])
+    assert r.exit_code == 0, r.stderr
+    size = out.stat().st_size
+    assert budget * 0.995 <= size <= budget
+    assert "allocation (probe sensitivity" in r.stdout and "next smaller" in r.stdout
+
+
+def test_budget_errors(model, tmp_path):
+    d, m = model
+    out = tmp_path / "x.gguf"
+    r = run_cli(["quant", str(m), "--target-bpw", "1.5", "-o", str(out)])
+    assert r.exit_code == 1 and "below the smallest possible model" in r.stderr
+    r = run_cli(["quant", str(m), "--target-bpw", "17", "-o", str(out)])
+    assert r.exit_code == 1 and "largest candidate mix" in r.stderr
+    r = run_cli(["quant", str(m), "--target-size", "lots", "-o", str(out)])
+    assert r.exit_code == 2
+    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--target-bpw", "4", "-o", str(out)])
+    assert r.exit_code == 2
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0"])
+def test_gptq_levels_and_output_error(name):
+    from llmkit.quant.base import get_format
+    from llmkit.quant.gptq import grid, levels_of, output_error, quantize_matrix, set_levels
+
+    rng = np.random.default_rng(1)
+    fmt = get_format(name)
+    x = rng.standard_normal((6, 512)).astype(np.float32)
+    b = fmt.quantize(x).reshape(-1, fmt.type_size)
+    L = levels_of(name, b)
+    assert np.array_equal(set_levels(name, b, L), b)
+    a, b0 = grid(name, b)
+    assert np.allclose(a * L + b0, fmt.dequantize_blocks(b).reshape(a.shape), atol=1e-5)
+    X = rng.standard_normal((3000, 512)).astype(np.float32) @ rng.standard_normal((512, 512)).astype(np.float32)
+    H = X.T.astype(np.float64) @ X
+    W = rng.standard_normal((32, 512)).astype(np.float32)
+    rtn = fmt.dequantize(fmt.quantize(W, np.diag(H).astype(np.float32)).reshape(-1), W.size).reshape(W.shape)
+    q, lam = quantize_matrix(W, H, name)
+    g = fmt.dequantize(q.reshape(-1), W.size).reshape(W.shape)
+    assert output_error(W, g, H) < 0.8 * output_error(W, rtn, H) and lam == 0.01
+
+
+def test_gptq_dampening_raised_for_an_indefinite_hessian():
+    from llmkit.quant.gptq import quantize_matrix
+
+    H = np.eye(32) * -0.5 + 1.0  # eigenvalues 31.5 and -0.5: not positive definite
+    W = np.random.default_rng(2).standard_normal((4, 32)).astype(np.float32)
+    q, lam = quantize_matrix(W, H, "Q4_0")
+    assert lam > 0.01 and q.shape == (4, 18)
+
+
+def test_gptq_model_beats_rtn_and_reuses_hessians(model, tmp_path):
+    d, m = model
+    hess = tmp_path / "h.gguf"
+    g = tmp_path / "gptq.gguf"
+    r = run_cli(["quant", str(m), "-t", "Q3_K_S", "--method", "gptq", "--calib", str(d / "calib.txt"), "-c", "128",
+                 "--chunks", "8", "--hessian", str(hess), "-o", str(g)])
+    assert r.exit_code == 0, r.stderr
+    assert "error-compensated" in r.stderr and hess.exists()
+    rtn = tmp_path / "rtn.gguf"
+    assert run_cli(["quant", str(m), "-t", "Q3_K_S", "-o", str(rtn)]).exit_code == 0
+    from llmkit.gguf.reader import read_gguf
+
+    gg, gr = read_gguf(str(g)), read_gguf(str(rtn))
+    assert [(t.name, t.type_name) for t in gg.tensors] == [(t.name, t.type_name) for t in gr.tensors]  # same types
+    assert gg.get("llmkit.quantize.method") == "gptq" and gr.get("llmkit.quantize.method") is None
+    base = tmp_path / "base.kld"
+    assert run_cli(["quant", "ppl", "-m", str(m), "--save-logits", str(base), str(d / "eval.txt"), "-c", "128",
+                    "--chunks", "8"]).exit_code == 0
+    res = {}
+    for name, path in (("rtn", rtn), ("gptq", g)):
+        r = run_cli(["quant", "ppl", "-m", str(path), "--kld", str(base), "--json"])
+        assert r.exit_code == 0, r.stderr
+        res[name] = json.loads(r.stdout)["kld"]["mean"]
+    assert res["gptq"] < 0.9 * res["rtn"], res
+    # the saved Hessians are reused: no calibration text needed the second time
+    again = tmp_path / "again.gguf"
+    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--method", "gptq", "--hessian", str(hess), "-o", str(again)])
+    assert r.exit_code == 0, r.stderr
+    # Hessians of another model are refused
+    other = write_tiny_llama(tmp_path / "o.gguf", seed=3, n_embd=512, n_ff=512, n_layer=4, n_head=4, n_head_kv=2)
+    r = run_cli(["quant", str(other), "-t", "Q4_K_M", "--method", "gptq", "--hessian", str(hess), "-o",
+                 str(tmp_path / "o-q.gguf")])
+    assert r.exit_code == 1 and "another model" in r.stderr
+
+
+def test_gptq_bad_input(model, tmp_path):
+    d, m = model
+    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--method", "gptq", "-o", str(tmp_path / "x.gguf")])
+    assert r.exit_code == 2 and "--calib" in r.stderr
+    short = tmp_path / "short.txt"
+    short.write_text("a short text")
+    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--method", "gptq", "--calib", str(short), "-o",
+                 str(tmp_path / "x.gguf")])
+    assert r.exit_code == 1 and "fewer than one chunk" in r.stderr
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_imatrix_of_another_model_is_refused(model, tmp_path):
+    from llmkit.quant.imatrix import save_imatrix
+
+    d, m = model
+    imx = tmp_path / "other.imatrix.gguf"
+    save_imatrix(str(imx), {"blk.0.something_else.weight": np.ones(64, np.float32)},
+                 {"blk.0.something_else.weight": np.ones(1)}, 1, 128, "x")
+    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--imatrix", str(imx), "-o", str(tmp_path / "q.gguf")])
+    assert r.exit_code == 1 and "another model" in r.stderr
