@@ -2,36 +2,14 @@
 scripts/build_llama_server.sh, which the README's install command runs)."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from conftest import run_cli
+from serverutil import free_port, start_server, stop_server
 
 ROOT = Path(__file__).parent.parent
-
-
-def _server_binary() -> str:
-    exe = os.environ.get("LLMKIT_LLAMA_SERVER")
-    if exe:
-        return exe
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHON": sys.executable}, timeout=3600)
-    if p.returncode != 0:
-        pytest.fail(f"llama-server could not be built: {p.stderr[-2000:]}")
-    return p.stdout.strip().splitlines()[-1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,30 +20,9 @@ def server(tmp_path_factory):
     model = write_tiny_llama(d / "tiny.gguf", seed=1)
     slots = d / "slots"
     slots.mkdir()
-    port = _free_port()
-    proc = subprocess.Popen([_server_binary(), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-                             "--slot-save-path", str(slots) + "/", "-np", "1", "-c", "512", "-t", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"llama-server exited: {proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("llama-server did not become healthy in 120 s")
+    proc, url = start_server(model, "--slot-save-path", str(slots) + "/", "-np", "1", "-c", "512", "-t", "1")
     yield {"url": url, "slots": slots, "model": str(model)}
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_server(proc)
 
 
 PROMPT = "You are a helpful assistant. Answer briefly. " * 4
@@ -100,7 +57,7 @@ def test_server_errors_are_clear(server):
     assert r.exit_code == 1 and "llama-server" in r.stderr and "Traceback" not in r.stderr
     r = run_cli(["kv", "save", "--server", url, "--slot", "0", "../escape.bin"])
     assert r.exit_code == 1 and "400" in r.stderr
-    r = run_cli(["kv", "ls", "--server", f"http://127.0.0.1:{_free_port()}"])
+    r = run_cli(["kv", "ls", "--server", f"http://127.0.0.1:{free_port()}"])
     assert r.exit_code == 1 and "cannot reach llama-server" in r.stderr
     r = run_cli(["kv", "ls", "--server", "localhost:8080"])
     assert r.exit_code == 1 and "http://" in r.stderr

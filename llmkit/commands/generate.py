@@ -46,25 +46,40 @@ from llmkit.commands._common import Output, read_prompt, settings, stdout_stream
 @click.option("--slot-dir", type=click.Path(file_okay=False), help="Prompt cache: reuse the slot sharing the longest prefix, save the new one.")
 @click.option("--cache-reuse", default=0, show_default=True, type=int,
               help="With --slot/--slot-dir: also reuse cached chunks of >= N tokens after a change, shifting them.")
-@click.option("--server", help="Generate on a running llama-server (URL) instead of in-process.")
+@click.option("--server", help="Generate on running llama-servers instead of in-process (URL, or URL,URL,... with --batch).")
+@click.option("--batch", "batch_path", help="JSONL of requests (id + prompt or messages, options per item) run across --server; '-' = stdin.")
+@click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), help="With --batch: append results here; a rerun skips ids already written.")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True, help="With --batch: a malformed line or refused item stops the batch, or is reported and skipped.")
+@click.option("--retries", default=3, show_default=True, type=int, help="With --batch: tries per item when its server drops.")
 @click.option("--slot-id", type=int, help="With --server: the server slot (its cached prompt is reused).")
 @click.option("--json", "as_json", is_flag=True, help="Print text and statistics as one JSON object.")
 def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos, chat,
             system, n_ctx, threads, batch_size, cache_type_k, cache_type_v, flash_attn, mlock, no_mmap, n_gpu_layers,
             context_shift, keep, draft_path, draft_max, draft_min, fixed_draft, lookup, grammar, grammar_file,
-            json_schema, slot_path, slot_dir, cache_reuse, server, slot_id, as_json):
+            json_schema, slot_path, slot_dir, cache_reuse, server, batch_path, output_path, on_error, retries, slot_id,
+            as_json):
     """Generate text from PROMPT (or stdin) with llama.cpp, streaming to stdout.
 
     \b
     llmkit generate "The capital of France is"
     llmkit generate -m big.gguf --draft-model small.gguf --temp 0 "def fib(n):"
     echo "Rewrite this sentence." | llmkit generate --chat --lookup 3 -
+    llmkit generate --server http://h1:8080,http://h2:8080 --batch prompts.jsonl -o out.jsonl
     """
     from llmkit.errors import BadInput
     from llmkit.llama import runtime
     from llmkit.llama.sampling import SamplingParams
 
     out = Output()
+    if batch_path or output_path:
+        if not (batch_path and server):
+            raise click.UsageError("--batch runs on llama-servers: pass --server URL[,URL...] and --batch FILE "
+                                   "(-o needs --batch).")
+        if prompt is not None:
+            raise click.UsageError("with --batch the prompts come from the JSONL file; drop the PROMPT argument.")
+        _batch(server, batch_path, output_path, on_error, retries, n_predict, temp, top_k, top_p, min_p,
+               repeat_penalty, seed, stop, out)
+        return
     prompt = read_prompt(prompt)
     params = SamplingParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
     params.validate()
@@ -124,6 +139,57 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
         line += (f"\nKV slot: {slot_note} reused {d['prefill_reused']} prompt tokens ({d['shifted']} by shifting); "
                  f"time to first token {d['ttft_s'] * 1000:.0f} ms")
     out.info(line)
+
+
+def _batch(server, batch_path, output_path, on_error, retries, n_predict, temp, top_k, top_p, min_p, repeat_penalty,
+           seed, stop, out) -> None:
+    """Run a JSONL batch across llama-servers; records to stdout or appended to -o in input order."""
+    import json
+    import os
+
+    from llmkit.commands._common import progress_bar
+    from llmkit.errors import BadInput
+    from llmkit.io import read_text
+    from llmkit.llama import batch
+
+    urls = [u.strip() for u in server.split(",") if u.strip()]
+    if n_predict <= 0 or retries < 1:
+        raise BadInput("-n and --retries must be positive numbers.")
+    items, bad = batch.parse_items(read_text(batch_path).splitlines())
+    for b in bad:
+        msg = f"{batch_path} line {b.line}: {b.reason}"
+        if on_error == "fail":
+            raise BadInput(f"{msg}. Fix the line, or pass --on-error skip to leave such lines out.")
+        out.warn(msg + " (skipped)")
+    fd = None
+    if output_path:
+        fd, done = batch.open_resumable(output_path)
+        before = len(items)
+        items = [it for it in items if json.dumps(it.id) not in done]
+        for i, it in enumerate(items):
+            it.index = i
+        if before != len(items):
+            out.info(f"{output_path}: {before - len(items)} of {before} items already done, running {len(items)}")
+    defaults = {"n_predict": n_predict, "temperature": temp, "top_k": top_k, "top_p": top_p, "min_p": min_p,
+                "repeat_penalty": repeat_penalty}
+    if seed is not None:
+        defaults["seed"] = seed
+    if stop:
+        defaults["stop"] = list(stop)
+    emit = (lambda rec: batch.append_record(fd, rec)) if fd is not None else out.record
+    try:
+        with progress_bar("generating") as prog:
+            report = batch.run_batch(items, urls, defaults, emit, on_error=on_error, max_tries=retries,
+                                     progress=lambda d, n: prog(d, n))
+    finally:
+        if fd is not None:
+            os.close(fd)
+    d = report.to_dict()
+    for i, line, err in report.failed:
+        out.warn(f"item {json.dumps(i)} (line {line}) skipped: {err}")
+    lost = f", servers lost: {', '.join(d['servers_lost'])} ({d['retried']} items retried elsewhere)" if d["servers_lost"] else ""
+    out.info(f"{d['done']} items, {d['generated_tokens']} tokens in {d['wall_s']:.1f} s = {d['tokens_per_s'] or 0:.1f} tok/s "
+             f"on {sum(d['slots'].values())} slots{lost}")
 
 
 def _generate_on_server(url, slot_id, prompt, n_predict, temp, seed, as_json, out) -> None:

@@ -55,12 +55,19 @@ def group():
 @click.option("--graph", is_flag=True, help="Keep an entity graph for `rag query --graph` and `rag answer --global` "
               "(noun phrases, names, identifiers, CJK terms; index-wide once enabled).")
 @click.option("--graph-llm", help="Local GGUF model that also lists entities per chunk (slow; with --graph).")
+@click.option("--store", help="Where the vectors live, chosen when the index is created: faiss (default, in INDEX_DIR), "
+              "milvus+local:PATH.db (embedded Milvus) or milvus://HOST:PORT (a Milvus server; token in MILVUS_TOKEN).")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None,
+              help="Embed new chunks with Ray Data on a Ray cluster: --ray ADDRESS (or auto); bare --ray starts a local one.")
+@click.option("--ray-workers", default=2, show_default=True, type=int, help="With --ray: embedding actors (one model each).")
+@click.option("--ray-batch", default=64, show_default=True, type=int, help="With --ray: passages per map_batches batch.")
 @click.option("--no-wait", is_flag=True, help="Fail at once if another process is writing this index (default: wait).")
 @click.option("--json", "as_json", is_flag=True, help="Print the indexing report as JSON on stdout.")
 def index_cmd(index_dir, inputs, collection, chunker, sizes, overlap, parent_size, model, embed_precision, runtime,
               query_prompt,
               passage_prompt, meta, text_field, id_field, include, exclude, no_dedupe, near_dup, no_boilerplate,
-              stem, index_type, code_size, csv_meta, no_gitignore, graph, graph_llm, no_wait, as_json):
+              stem, index_type, code_size, csv_meta, no_gitignore, graph, graph_llm, store, ray_address, ray_workers,
+              ray_batch, no_wait, as_json):
     """Add INPUTS (files, directories, '-') to INDEX_DIR, updating only what changed.
 
     \b
@@ -73,6 +80,7 @@ def index_cmd(index_dir, inputs, collection, chunker, sizes, overlap, parent_siz
     \b
     llmkit rag index idx docs/ --collection articles
     llmkit rag index idx src/ --include '*.md' --collection code --meta team=infra
+    llmkit rag index idx docs/ --store milvus://milvus.internal:19530 --ray auto
     """
     from llmkit.commands._common import resolve_inputs
     from llmkit.rag.store import IndexOptions, build
@@ -96,7 +104,10 @@ def index_cmd(index_dir, inputs, collection, chunker, sizes, overlap, parent_siz
                         dedupe=not no_dedupe, near_threshold=near_dup, boilerplate=not no_boilerplate,
                         stem=stem, index_type=index_type, code_size=code_size,
                         csv_meta=tuple(c.strip() for c in csv_meta.split(",") if c.strip()),
-                        gitignore=not no_gitignore, graph=graph or bool(graph_llm))
+                        gitignore=not no_gitignore, graph=graph or bool(graph_llm), store=store, ray=ray_address,
+                        ray_workers=ray_workers, ray_batch=ray_batch)
+    if ray_workers < 1 or ray_batch < 1:
+        raise click.BadParameter("--ray-workers and --ray-batch must be at least 1.")
     if graph_llm:
         from llmkit.rag.llm import LocalLLM
 

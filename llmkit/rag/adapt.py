@@ -77,7 +77,7 @@ def _negatives(index: Index, queries, emb, progress=None) -> list[int]:
     """One hard negative row per query (-1 when none qualifies)."""
     from llmkit.rag.chunking import minhash
 
-    vecs = np.load(os.path.join(index.gdir, "vectors.npy"), mmap_mode="r")
+    vecs = index.vectors()
     qv = emb.queries([q.text for q in queries])
     doc_of = {}
     for cid, did in index.con.execute("SELECT id, doc_id FROM chunks"):
@@ -178,7 +178,7 @@ def adapt(directory: str, opts: AdaptOptions, llm=None, runtime: str = "onnx",
         from llmkit.rag.tune import document_keys
 
         hold, unit = judged, document_keys(index)
-    vecs = np.load(os.path.join(index.gdir, "vectors.npy"), mmap_mode="r")
+    vecs = index.vectors()
     hq = emb.queries([q.text for q in hold])
     pools = []
     for i, q in enumerate(hold):

@@ -8,7 +8,6 @@ The fusion settings come from, in order: the caller's explicit values, the index
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -301,12 +300,11 @@ class Pipeline:
             emb = self.embedder()
             if emb.unknown_share(variants[0]) <= 0.5:
                 q = self._query_vectors(variants[:1])[0]
-                rows, _ = ix.dense_list(q, 50, allowed)
-                vecs = np.load(os.path.join(ix.gdir, "vectors.npy"), mmap_mode="r")
+                rows, sims = ix.dense_list(q, 50, allowed)  # the scores are the inner products
                 best = np.full(n_c, -1.0)
-                for r in rows:
+                for r, sim in zip(rows, sims):
                     c = ix.collection[r]
-                    best[c] = max(best[c], float(np.dot(vecs[r], q)))
+                    best[c] = max(best[c], float(sim))
                 evidence.append(("dense cosine", np.clip(best, 0, None)))
         score = np.zeros(n_c)
         used = 0

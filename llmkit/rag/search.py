@@ -144,6 +144,7 @@ class Index:
         self.con = sqlite3.connect(f"file:{os.path.join(directory, DB)}?mode=ro", uri=True)
         self._bm25: BM25Index | None = None
         self._faiss = None
+        self._vstore = None
         self._embedder = None
         self._parent_rows = None
         self._graph = None
@@ -197,6 +198,54 @@ class Index:
             faiss.omp_set_num_threads(1)  # single queries: one thread is faster here (no fork/join)
             self._faiss = faiss.read_index(os.path.join(self.gdir, "faiss.index"))
         return self._faiss
+
+    @property
+    def vstore(self):
+        """The served vector engine holding this index's vectors (indexes built with --store)."""
+        if self._vstore is None:
+            from llmkit.rag.vstore import open_store
+
+            self._vstore = open_store(self.manifest["store"], self.dir)
+        return self._vstore
+
+    def vectors(self) -> np.ndarray:
+        """Every row's vector, in row order (memory-mapped; read from the engine for --store indexes)."""
+        if not self.manifest.get("store"):
+            return np.load(os.path.join(self.gdir, "vectors.npy"), mmap_mode="r")
+        got = self.vstore.vectors(self.manifest["store"]["collection"], self.rows.tolist())
+        out = np.zeros((self.n, self.manifest.get("dim") or 0), np.float32)
+        for i, cid in enumerate(self.rows.tolist()):
+            out[i] = got[cid]
+        return out
+
+    def _dense_remote(self, q: np.ndarray, depth: int, allowed) -> tuple[list[int], list[float]]:
+        """dense_list on a served engine: ids of this generation only (a mask goes to the engine as
+        an id list, or, for very large masks, is applied to an over-fetched answer)."""
+        from llmkit.rag.vstore import MAX_IN_FILTER
+
+        ids, limit = None, depth + 32  # + rows removed but not yet deleted, which are dropped below
+        if allowed is not None:
+            rows = np.flatnonzero(allowed)
+            if len(rows) == 0:
+                return [], []
+            if len(rows) <= MAX_IN_FILTER:
+                ids = self.rows[rows]
+            else:
+                limit = min(16384, max(limit, int(limit * self.n / len(rows)) + 32))
+        got, scores = self.vstore.search(self.manifest["store"]["collection"], q, limit,
+                                         self.manifest["generation"], ids, ef=max(64, depth))
+        out_r, out_s = [], []
+        rows = self.rows_of_ids(got) if got else np.zeros(0, np.int64)
+        row_of = dict(zip(self.rows[rows].tolist(), rows.tolist()))
+        for cid, s in zip(got, scores):
+            r = row_of.get(cid)
+            if r is None or (allowed is not None and not allowed[r]):
+                continue
+            out_r.append(int(r))
+            out_s.append(s)
+            if len(out_r) == depth:
+                break
+        return out_r, out_s
 
     def embedder(self, model: str | None = None, runtime: str = "onnx"):
         """The index's embedding model at the index's precision on `runtime` (a different model must
@@ -300,6 +349,8 @@ class Index:
         if self.n == 0:
             return [], []
         q = np.ascontiguousarray(qvec.reshape(1, -1), dtype=np.float32)
+        if self.manifest.get("store"):
+            return self._dense_remote(q[0], depth, allowed)
         if allowed is not None:
             rows = np.flatnonzero(allowed)
             if len(rows) == 0:

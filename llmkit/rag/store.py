@@ -81,6 +81,10 @@ class IndexOptions:
     graph_llm: object = None  # a LocalLLM whose listed entities are added to the extracted ones
     index_type: str = "auto"  # auto | flat | hnsw
     hnsw_above: int = 100_000
+    store: str | None = None  # where vectors live: None/faiss (index directory) or a served engine URI (vstore.py)
+    ray: str | None = None  # embed new chunks on a Ray cluster ("auto", an address, or "local": start one)
+    ray_workers: int = 2
+    ray_batch: int = 64
 
 
 @dataclass
@@ -115,7 +119,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-_OWN = re.compile(r"writer\.lock|chunks\.sqlite(-wal|-shm|-journal)?|gen-\d+|\.manifest\.json\..*\.tmp")
+_OWN = re.compile(r"writer\.lock|chunks\.sqlite(-wal|-shm|-journal)?|gen-\d+|\.manifest\.json\..*\.tmp|milvus\.db|\.milvus\.db\.lock")
 
 
 def _connect(directory: str) -> sqlite3.Connection:
@@ -296,6 +300,10 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
     if opts.parent_size and opts.parent_size < max(opts.sizes):
         raise BadInput(f"--parent-size {opts.parent_size} is smaller than the chunk size {max(opts.sizes)}; "
                        "make it larger or 0 (parents = whole sections).")
+    if opts.store is not None:
+        from llmkit.rag.vstore import parse_store
+
+        parse_store(opts.store, directory)  # a bad URI is refused before the directory exists
     files, unsupported, ignored = _collect_files(inputs, opts)
     if opts.csv_meta:
         _check_csv_meta(files, opts.csv_meta)
@@ -379,13 +387,26 @@ def _build_locked(directory, files, inputs, opts, stdin_data, progress) -> Index
             report.docs_added += 1
         con.execute("COMMIT")
         _publish(directory, con, manifest, gen, opts, report, progress)
-    except BaseException:
+    except BaseException as e:
         if con.in_transaction:
             con.execute("ROLLBACK")
+        if not isinstance(e, KeyboardInterrupt):  # e.g. a vector store refused the write: undo it now
+            _undo_unpublished(directory, con, gen - 1)
         raise
     finally:
         con.close()
     return report
+
+
+def _undo_unpublished(directory, con, old_gen: int) -> None:
+    """A run that failed before its manifest swap leaves the index exactly as it was (best effort:
+    the next run would roll it back anyway)."""
+    try:
+        if read_manifest(directory).get("generation") == old_gen:
+            _rollback_unfinished(con, old_gen)
+            shutil.rmtree(os.path.join(directory, f"gen-{old_gen + 1}"), ignore_errors=True)
+    except Exception:  # never hide the error that got us here
+        pass
 
 
 def _add_entities(con, chunks, llm=None) -> None:
@@ -434,7 +455,18 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
         if opts.precision and opts.precision != have_prec:
             raise BadInput(f"index '{directory}' holds {have_prec} embeddings; {opts.precision} vectors cannot be "
                            "mixed into it. Use a new index directory.")
+        if opts.store is not None:
+            from llmkit.rag.vstore import parse_store
+
+            want_store = parse_store(opts.store, directory)
+            have_store = m.get("store")
+            if (want_store or {}).get("uri") != (have_store or {}).get("uri"):
+                raise BadInput(f"index '{directory}' keeps its vectors in {(have_store or {}).get('uri', 'faiss')}, "
+                               f"not {opts.store}. Drop --store to extend it, or build a new index directory.")
         return m
+    from llmkit.rag.vstore import parse_store
+
+    spec = parse_store(opts.store, directory)  # checked before anything is created
     os.makedirs(directory, exist_ok=True)
     model = opts.model
     if model:
@@ -445,7 +477,7 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
             "embed_precision": opts.precision or "fp32", "embed_runtime": opts.runtime,
             "query_prompt": opts.query_prompt, "passage_prompt": opts.passage_prompt, "created": _now(),
             "collections": {}, "fields": [], "index": None, "stem": opts.stem, "bm25_idents": True,
-            "graph": opts.graph}
+            "graph": opts.graph, **({"store": spec} if spec else {})}
 
 
 def _live_chunks(con: sqlite3.Connection, gen: int):
@@ -488,10 +520,15 @@ def _publish(directory, con, manifest, gen, opts, report, progress, keep_ids: se
     np.save(os.path.join(gdir, "keys.npy"), keys)
     np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
     np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
-    if rows:
+    remote = None
+    if rows and manifest.get("store"):
+        remote, dim = _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress,
+                                      switch=keep_ids is not None)
+    elif rows:
         vectors, dim = _vectors(directory, manifest, opts, rows, keys, report, progress, reuse=keep_ids is None)
         np.save(os.path.join(gdir, "vectors.npy"), vectors)
         report.index_type = _write_faiss(os.path.join(gdir, "faiss.index"), vectors, opts)
+    if rows:
         if progress:
             progress("BM25", 0, 1)
         stem = bool(manifest.get("stem", False))
@@ -519,6 +556,8 @@ def _publish(directory, con, manifest, gen, opts, report, progress, keep_ids: se
     manifest.update(generation=gen, fields=fields, index=report.index_type or manifest.get("index"),
                     collection_order=collections, updated=_now())
     write_manifest(directory, manifest)
+    if remote is not None:
+        _after_swap_remote(directory, manifest, gen, ids, remote)
     # the new generation is live: drop what only older generations needed, keeping generation N-1
     # (its rows and arrays) for readers that opened it just before the swap (readers take no lock)
     con.execute("BEGIN")
@@ -582,6 +621,112 @@ def switch_model(directory: str, model: str, runtime: str = "onnx", progress=Non
     return report
 
 
+def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress, switch: bool):
+    """Write generation `gen`'s new rows to the served vector store (vstore.py): rows already there
+    for the previous generation stay; vectors of unchanged text are read back instead of embedded.
+    A model switch fills a new collection (the old one is dropped after the swap)."""
+    from llmkit.rag.vstore import new_collection_name, open_store
+
+    spec = manifest["store"]
+    st = open_store(spec, directory)
+    try:
+        name = spec.get("collection")
+        if name and not switch:
+            st.delete_unfinished(name, manifest["generation"])
+        prev_ids, prev_keys = _generation_rows(directory, manifest["generation"])
+        if switch or not name:
+            old, name = (name if switch else None), new_collection_name(directory)
+            prev_ids, prev_keys = np.zeros(0, np.int64), np.zeros(0, "S32")
+        else:
+            old = None
+        need = np.flatnonzero(~np.isin(ids, prev_ids))
+        key_to_prev = dict(zip(prev_keys.tolist(), prev_ids.tolist()))
+        reuse = [i for i in need.tolist() if keys[i] in key_to_prev]
+        got = st.vectors(name, [key_to_prev[keys[i]] for i in reuse]) if reuse else {}
+        reuse = [i for i in reuse if key_to_prev[keys[i]] in got]
+        fresh = sorted(set(need.tolist()) - set(reuse))
+        dim = manifest.get("dim") if not switch else None
+        new = None
+        if fresh:
+            new, dim = _embed(manifest, opts, [rows[i][1] for i in fresh], dim, report, progress)
+        if dim is None:  # nothing new to embed: the dimension is the collection's
+            dim = st.dim_of(name)
+        vecs = np.zeros((len(need), dim or 0), np.float32)
+        pos = {r: j for j, r in enumerate(need.tolist())}
+        for j, i in enumerate(fresh):
+            vecs[pos[i]] = new[j]
+        for i in reuse:
+            vecs[pos[i]] = got[key_to_prev[keys[i]]]
+        kind = opts.index_type if opts.index_type != "auto" else ("hnsw" if len(rows) > opts.hnsw_above else "flat")
+        if dim:
+            st.create(name, dim, manifest.get("index") if (manifest.get("index") and not switch) else kind)
+        if len(need):
+            st.upsert(name, ids[need], vecs, gen,
+                      progress=(lambda d, n: progress("writing vectors", d, n)) if progress else None)
+        report.embedded, report.vectors_reused = len(fresh), len(rows) - len(fresh)
+        report.index_type = manifest.get("index") if (manifest.get("index") and not switch) else kind
+        manifest["store"] = {**spec, "collection": name}
+    except BaseException:
+        st.close()
+        raise
+    return (st, name, old), dim
+
+
+def _generation_rows(directory, gen) -> tuple[np.ndarray, np.ndarray]:
+    """Chunk ids and text hashes of generation `gen` (empty if it has none)."""
+    try:
+        return (np.load(os.path.join(directory, f"gen-{gen}", "rows.npy")),
+                np.load(os.path.join(directory, f"gen-{gen}", "keys.npy")))
+    except (OSError, ValueError):
+        return np.zeros(0, np.int64), np.zeros(0, "S32")
+
+
+def _after_swap_remote(directory, manifest, gen, ids, remote) -> None:
+    """Generation `gen` is live: delete the store rows that only generations before it had (the
+    previous two: a run killed after its swap left its deletions to this one), drop a replaced
+    model's collection."""
+    st, name, old = remote
+    try:
+        gone = np.setdiff1d(np.union1d(_generation_rows(directory, gen - 1)[0], _generation_rows(directory, gen - 2)[0]),
+                            ids)
+        if old:
+            st.drop(old)
+        elif len(gone):
+            st.delete(name, gone)
+    except BadInput:
+        pass  # the swap is done; the next run deletes what is left (queries never see it: gen/rows filter)
+    finally:
+        st.close()
+
+
+def _embed(manifest, opts, texts, dim, report, progress):
+    """Vectors of `texts` with the index's model (on a Ray cluster with opts.ray)."""
+    from llmkit.rag.embed import load_embedder
+
+    model = None if manifest["model"] == "default" else manifest["model"]
+    t = time.perf_counter()
+    if getattr(opts, "ray", None):
+        from llmkit.rag.ray_embed import embed_on_ray
+
+        new, got_dim = embed_on_ray(texts, model, opts.runtime, manifest.get("embed_precision", "fp32"),
+                                    manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""),
+                                    address=opts.ray, workers=opts.ray_workers, batch_size=opts.ray_batch,
+                                    progress=(lambda d, n: progress("embedding (ray)", d, n)) if progress else None)
+    else:
+        emb = load_embedder(model, opts.runtime, manifest.get("embed_precision", "fp32"),
+                            manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""), progress=progress)
+        got_dim = emb.dim
+        if dim and got_dim != dim:
+            raise BadInput(f"the embedding model gives {got_dim}-d vectors but the index holds {dim}-d ones. "
+                           "Use the model the index was built with.")
+        new = emb.passages(texts, progress=(lambda d, n: progress("embedding", d, n)) if progress else None)
+    if dim and got_dim != dim:
+        raise BadInput(f"the embedding model gives {got_dim}-d vectors but the index holds {dim}-d ones. "
+                       "Use the model the index was built with.")
+    report.embed_s = time.perf_counter() - t
+    return new, got_dim
+
+
 def _vectors(directory, manifest, opts, rows, keys, report, progress, reuse: bool = True):
     """Vectors for the live chunks: reused from the previous generation where the text is unchanged
     (same model: a model switch passes reuse=False)."""
@@ -601,20 +746,7 @@ def _vectors(directory, manifest, opts, rows, keys, report, progress, reuse: boo
     dim = manifest.get("dim")
     new = None
     if need:
-        from llmkit.rag.embed import load_embedder
-
-        model = None if manifest["model"] == "default" else manifest["model"]
-        emb = load_embedder(model, opts.runtime, manifest.get("embed_precision", "fp32"),
-                            manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""),
-                            progress=progress)
-        if dim and emb.dim != dim:
-            raise BadInput(f"the embedding model gives {emb.dim}-d vectors but the index holds {dim}-d ones. "
-                           "Use the model the index was built with.")
-        dim = emb.dim
-        t = time.perf_counter()
-        new = emb.passages([rows[i][1] for i in need],
-                           progress=(lambda d, n: progress("embedding", d, n)) if progress else None)
-        report.embed_s = time.perf_counter() - t
+        new, dim = _embed(manifest, opts, [rows[i][1] for i in need], dim, report, progress)
     vectors = np.zeros((len(rows), dim), np.float32)
     if need:
         vectors[need] = new

@@ -31,7 +31,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import re
 import time
 from collections import Counter
@@ -258,7 +257,7 @@ def collect(index: Index, embedder, queries: list[Query], depth: int = 100, expa
     """Per query, the candidate lists every configuration is scored from: {name: (rows, scores)}."""
     from llmkit.rag.query import expand_tokens
 
-    vecs = np.load(os.path.join(index.gdir, "vectors.npy"), mmap_mode="r")
+    vecs = index.vectors()
     qv = embedder.queries([q.text for q in queries])
     left_out = [i for i, q in enumerate(queries) if q.remainder is not None]
     rv = embedder.passages([queries[i].remainder for i in left_out]) if left_out else None

@@ -1,0 +1,331 @@
+"""Batch generation across a pool of llama-servers.
+
+Items come from JSONL (`id`, then `prompt` — a raw completion, no chat template — or `messages` —
+the chat endpoint; optional per-item `n_predict`/`max_tokens`, `temperature`, `seed`, `top_k`,
+`top_p`, `min_p`, `repeat_penalty`, `stop`). Each server gets as many requests in flight as it has
+slots (`GET /props` total_slots, else `GET /slots`); llama-server's continuous batching does the
+rest. A request that fails because its server went away goes back to the queue for another server;
+results are handed out in input order as soon as every earlier item is done, so an output file is
+always a prefix-closed, resumable record.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from llmkit.errors import BadInput
+
+OPTION_KEYS = {"n_predict": "n_predict", "max_tokens": "n_predict", "n": "n_predict", "temperature": "temperature",
+               "temp": "temperature", "seed": "seed", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+               "repeat_penalty": "repeat_penalty", "stop": "stop"}
+
+
+@dataclass
+class Item:
+    """One request of the batch: its position in the input, id, prompt or messages, options."""
+    index: int
+    id: object
+    line: int
+    prompt: str | None = None
+    messages: list | None = None
+    options: dict = field(default_factory=dict)
+    tries: int = 0
+
+
+@dataclass
+class BadLine:
+    line: int
+    reason: str
+
+
+def parse_items(lines: Iterable[str]) -> tuple[list[Item], list[BadLine]]:
+    """Items of a JSONL batch and the lines that are not valid items (with their line numbers)."""
+    items, bad, seen = [], [], set()
+    for no, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as e:
+            bad.append(BadLine(no, f"not JSON ({e.msg})"))
+            continue
+        if not isinstance(obj, dict):
+            bad.append(BadLine(no, "not a JSON object"))
+            continue
+        if "id" not in obj or not isinstance(obj["id"], (str, int)) or isinstance(obj["id"], bool):
+            bad.append(BadLine(no, "no \"id\" (a string or an integer)"))
+            continue
+        key = json.dumps(obj["id"])
+        if key in seen:
+            bad.append(BadLine(no, f"id {key} appears twice"))
+            continue
+        prompt, messages = obj.get("prompt"), obj.get("messages")
+        if (prompt is None) == (messages is None):
+            bad.append(BadLine(no, "needs exactly one of \"prompt\" (text) or \"messages\" (a chat list)"))
+            continue
+        if prompt is not None and not isinstance(prompt, str):
+            bad.append(BadLine(no, "\"prompt\" must be a string"))
+            continue
+        if messages is not None and not (isinstance(messages, list) and messages and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages)):
+            bad.append(BadLine(no, "\"messages\" must be a list of {\"role\", \"content\"} objects"))
+            continue
+        opts, problem = {}, None
+        for k, name in OPTION_KEYS.items():
+            if k in obj:
+                v = obj[k]
+                if name == "stop":
+                    v = [v] if isinstance(v, str) else v
+                    if not (isinstance(v, list) and all(isinstance(s, str) for s in v)):
+                        problem = "\"stop\" must be a string or a list of strings"
+                elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                    problem = f"\"{k}\" must be a number"
+                opts[name] = v
+        if problem:
+            bad.append(BadLine(no, problem))
+            continue
+        seen.add(key)
+        items.append(Item(len(items), obj["id"], no, prompt, messages, opts))
+    return items, bad
+
+
+class ServerDown(Exception):
+    """The server could not be reached or dropped the connection: the item goes to another one."""
+
+
+class Server:
+    """One llama-server: its URL and how many requests it takes at once."""
+
+    def __init__(self, url: str, timeout: float):
+        if not url.startswith(("http://", "https://")):
+            raise BadInput(f"server URL '{url}' must start with http:// or https://, e.g. http://127.0.0.1:8080.")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.alive = True
+        self.slots = 1
+
+    def _request(self, path: str, body: dict | None = None, timeout: float | None = None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method="POST" if data else "GET",
+                                     headers={"Content-Type": "application/json"} if data else {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            if e.code in (502, 503, 504):  # loading, or a proxy in front of a dead one
+                raise ServerDown(f"HTTP {e.code}") from None
+            raise RequestFailed(_http_message(e)) from None
+        except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out, closed mid-answer
+            raise ServerDown(str(getattr(e, "reason", e))) from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise RequestFailed(f"{self.url}{path} did not answer with JSON; is this a llama-server?") from None
+
+    def discover(self) -> int:
+        """Number of parallel slots (llama-server -np)."""
+        try:
+            props = self._request("/props", timeout=10)
+            n = props.get("total_slots") if isinstance(props, dict) else None
+            if not n:
+                n = len(self._request("/slots", timeout=10))
+        except RequestFailed:
+            n = 1
+        self.slots = max(1, int(n or 1))
+        return self.slots
+
+    def run(self, item: Item, defaults: dict) -> dict:
+        """Send one item; the server's answer as an output record (without id)."""
+        o = {**defaults, **item.options}
+        common = {k: o[k] for k in ("temperature", "seed", "top_k", "top_p", "min_p", "repeat_penalty") if k in o}
+        if o.get("stop"):
+            common["stop"] = o["stop"]
+        if item.prompt is not None:
+            body = {"prompt": item.prompt, "n_predict": o["n_predict"], "cache_prompt": True, **common}
+            r = self._request("/completion", body)
+            text, stop = r.get("content", ""), r.get("stop_type") or ("eos" if r.get("stopped_eos") else "limit")
+        else:
+            body = {"messages": item.messages, "max_tokens": o["n_predict"], "cache_prompt": True, **common}
+            r = self._request("/v1/chat/completions", body)
+            try:
+                choice = r["choices"][0]
+                text, stop = choice["message"]["content"] or "", choice.get("finish_reason")
+            except (KeyError, IndexError, TypeError):
+                raise RequestFailed(f"{self.url} answered the chat request without a message") from None
+        t = r.get("timings", {}) or {}
+        return {"text": text, "server": self.url,
+                "stats": {"prompt_tokens": t.get("prompt_n"), "cached_tokens": t.get("cache_n"),
+                          "generated_tokens": t.get("predicted_n"), "prompt_ms": t.get("prompt_ms"),
+                          "decode_ms": t.get("predicted_ms"), "tokens_per_s": t.get("predicted_per_second"),
+                          "stop": stop}}
+
+
+class RequestFailed(Exception):
+    """The server answered but refused this item (bad request, prompt too long, ...)."""
+
+
+def _http_message(e: urllib.error.HTTPError) -> str:
+    try:
+        d = json.loads(e.read())
+        err = d.get("error", d)
+        return f"HTTP {e.code}: {err.get('message', err) if isinstance(err, dict) else err}"
+    except (ValueError, AttributeError):
+        return f"HTTP {e.code}"
+
+
+@dataclass
+class BatchReport:
+    done: int = 0
+    failed: list = field(default_factory=list)  # (id, line, reason)
+    retried: int = 0
+    servers_lost: list = field(default_factory=list)
+    generated_tokens: int = 0
+    wall_s: float = 0.0
+    slots: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"done": self.done, "failed": [{"id": i, "line": ln, "error": r} for i, ln, r in self.failed],
+                "retried": self.retried, "servers_lost": self.servers_lost, "generated_tokens": self.generated_tokens,
+                "wall_s": round(self.wall_s, 3),
+                "tokens_per_s": round(self.generated_tokens / self.wall_s, 2) if self.wall_s else None,
+                "slots": self.slots}
+
+
+def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable[[dict], None],
+              on_error: str = "fail", max_tries: int = 3, timeout: float = 600.0,
+              progress: Callable[[int, int], None] | None = None) -> BatchReport:
+    """Run every item on the servers; `emit` gets each finished record in input order (from the
+    calling thread). A refused item stops the batch (on_error='fail') or is reported and left out
+    ('skip'); an item is retried on another server when its server drops, up to `max_tries`."""
+    t0 = time.perf_counter()
+    report = BatchReport()
+    servers = [Server(u, timeout) for u in urls]
+    for s in servers:
+        try:
+            report.slots[s.url] = s.discover()
+        except ServerDown as e:
+            s.alive = False
+            report.servers_lost.append(s.url)
+            report.slots[s.url] = 0
+            _ = e
+    if not any(s.alive for s in servers):
+        raise BadInput(f"no llama-server answers at {', '.join(urls)}. Start one (llama-server -m MODEL --port 8080 "
+                       "-np 4), or check --server.")
+    todo: queue.Queue = queue.Queue()
+    for it in items:
+        todo.put(it)
+    results: queue.Queue = queue.Queue()  # (item, record | None, error | None)
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def worker(server: Server) -> None:
+        while not stop.is_set() and server.alive:
+            try:
+                it = todo.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                rec = server.run(it, defaults)
+            except ServerDown as e:
+                with lock:
+                    if server.alive:
+                        server.alive = False
+                        report.servers_lost.append(server.url)
+                it.tries += 1
+                if it.tries >= max_tries or not any(s.alive for s in servers):
+                    results.put((it, None, f"server {server.url} failed ({e}) and no other server could take it"))
+                else:
+                    report.retried += 1
+                    todo.put(it)
+                continue
+            except RequestFailed as e:
+                results.put((it, None, f"{server.url} refused it: {e}"))
+                continue
+            results.put((it, rec, None))
+
+    threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in servers if s.alive
+               for _ in range(s.slots)]
+    for t in threads:
+        t.start()
+    pending: dict[int, tuple] = {}
+    next_out, finished = 0, 0
+    fatal = None
+    try:
+        while finished < len(items):
+            try:
+                it, rec, err = results.get(timeout=0.2)
+            except queue.Empty:
+                if not any(s.alive for s in servers):
+                    fatal = (f"every server failed ({', '.join(report.servers_lost)}); {len(items) - finished} "
+                             "items were not generated. Restart a server and run again (with -o the output resumes).")
+                    break
+                continue
+            finished += 1
+            pending[it.index] = (it, rec, err)
+            if err and on_error == "fail":
+                fatal = f"item {json.dumps(it.id)} (line {it.line}): {err}. Fix it, or pass --on-error skip."
+                break
+            while next_out in pending:
+                it2, rec2, err2 = pending.pop(next_out)
+                next_out += 1
+                if err2:
+                    report.failed.append((it2.id, it2.line, err2))
+                    continue
+                report.done += 1
+                report.generated_tokens += rec2["stats"].get("generated_tokens") or 0
+                emit({"id": it2.id, **rec2})
+            if progress:
+                progress(finished, len(items))
+    finally:
+        stop.set()
+    report.wall_s = time.perf_counter() - t0
+    if fatal:
+        raise BadInput(fatal)
+    return report
+
+
+def open_resumable(path: str) -> tuple[int, set]:
+    """Open an output JSONL for appending: the ids already in it (a rerun skips them) and a file
+    descriptor. A last line cut short by a killed run is dropped first, so every line is whole."""
+    import os
+
+    done: set = set()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        data = b""
+        size = os.fstat(fd).st_size
+        if size:
+            data = os.pread(fd, size, 0)
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            os.ftruncate(fd, end)
+        for no, raw in enumerate(data[:end].splitlines(), 1):
+            if not raw.strip():
+                continue
+            try:
+                done.add(json.dumps(json.loads(raw)["id"]))
+            except (ValueError, KeyError, TypeError):
+                raise BadInput(f"'{path}' line {no} is not an output record of llmkit generate --batch; "
+                               "write to another file with -o.") from None
+        os.lseek(fd, 0, os.SEEK_END)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, done
+
+
+def append_record(fd: int, record: dict) -> None:
+    """One whole line per write(2) on an append-only descriptor, synced: a crash loses at most the
+    line being written, never half of an earlier one."""
+    import os
+
+    os.write(fd, (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8"))
+    os.fsync(fd)
