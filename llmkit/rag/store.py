@@ -659,7 +659,7 @@ def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, pro
             vecs[pos[i]] = got[key_to_prev[keys[i]]]
         kind = opts.index_type if opts.index_type != "auto" else ("hnsw" if len(rows) > opts.hnsw_above else "flat")
         if dim:
-            st.create(name, dim, manifest.get("index") if (manifest.get("index") and not switch) else kind)
+            st.create(name, dim, manifest.get("index") if (manifest.get("index") and not switch) else kind, len(rows))
         if len(need):
             st.upsert(name, ids[need], vecs, gen,
                       progress=(lambda d, n: progress("writing vectors", d, n)) if progress else None)

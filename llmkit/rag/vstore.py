@@ -61,8 +61,12 @@ class MilvusStore:
             from pymilvus.exceptions import MilvusException
         except ImportError:
             raise MissingDependency("pymilvus", "store") from None
+        import logging
+
+        logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # its RPC error logs repeat what we say in one line
         self.Error = MilvusException
         self.spec = spec
+        self.local = spec["uri"].startswith("milvus+local:")
         uri = spec["uri"]
         self.where = uri
         if uri.startswith("milvus+local:"):
@@ -74,6 +78,7 @@ class MilvusStore:
             scheme = "https" if uri.startswith("milvus+https") else "http"
             kwargs = {"uri": scheme + "://" + uri.split("://", 1)[1], "token": os.environ.get("MILVUS_TOKEN", "")}
         self.timeout = timeout
+        self._index: dict = {}
         try:
             import warnings
 
@@ -119,8 +124,10 @@ class MilvusStore:
                            "Use another index directory, or drop the collection.")
         return int(fields["vec"]["params"]["dim"])
 
-    def create(self, name: str, dim: int, kind: str) -> None:
-        """An empty collection for `dim`-d vectors; exact (FLAT) or HNSW inner-product index."""
+    def create(self, name: str, dim: int, kind: str, n: int = 0) -> str:
+        """An empty collection for `dim`-d vectors with an inner-product index: exact (FLAT), or for
+        `kind` hnsw HNSW on a server and IVF_FLAT in Milvus Lite (which has no HNSW). Returns the
+        engine's index type."""
         from pymilvus import DataType
 
         have = self.dim_of(name)
@@ -128,17 +135,28 @@ class MilvusStore:
             if have != dim:
                 raise BadInput(f"collection '{name}' in {self.where} holds {have}-d vectors but the embedding model "
                                f"gives {dim}-d ones. Use the index's model, or another index directory.")
-            return
+            return self.index_type(name)
         schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.INT64, is_primary=True)
         schema.add_field("gen", DataType.INT64)
         schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
         params = self.client.prepare_index_params()
-        if kind == "hnsw":
+        if kind == "hnsw" and self.local:
+            nlist = int(min(65536, max(16, 4 * np.sqrt(max(n, 1)))))
+            params.add_index("vec", index_type="IVF_FLAT", metric_type="IP", params={"nlist": nlist})
+        elif kind == "hnsw":
             params.add_index("vec", index_type="HNSW", metric_type="IP", params={"M": 32, "efConstruction": 80})
         else:
             params.add_index("vec", index_type="FLAT", metric_type="IP")
         self._call("create", self.client.create_collection, name, schema=schema, index_params=params)
+        return self.index_type(name)
+
+    def index_type(self, name: str) -> str:
+        """The engine's index on the vectors (FLAT, HNSW, IVF_FLAT) and its build parameters."""
+        if name not in self._index:
+            info = self._call("describe", self.client.describe_index, name, "vec") or {}
+            self._index[name] = (str(info.get("index_type", "FLAT")), int(info.get("nlist", 0) or 0))
+        return self._index[name][0]
 
     def drop(self, name: str) -> None:
         if self._call("list", self.client.has_collection, name):
@@ -177,9 +195,12 @@ class MilvusStore:
         expr = f"gen <= {int(gen)}"
         if ids is not None:
             expr += f" and id in [{','.join(str(int(i)) for i in ids)}]"
+        kind = self.index_type(name)
+        params = {"ef": max(ef, limit)} if kind == "HNSW" else (
+            {"nprobe": max(16, self._index[name][1] // 8)} if kind == "IVF_FLAT" else {})
         res = self._call("search", self.client.search, name, data=[q.astype(np.float32).tolist()],
                          filter=expr, limit=min(limit, 16384), anns_field="vec",
-                         search_params={"metric_type": "IP", "params": {"ef": max(ef, limit)}})
+                         search_params={"metric_type": "IP", "params": params})
         hits = res[0] if res else []
         return [int(h["id"]) for h in hits], [float(h["distance"]) for h in hits]
 
