@@ -16,6 +16,7 @@ def pytest_configure(config):
     import tempfile
 
     os.environ.setdefault("LLMKIT_EMBED_CACHE", tempfile.mkdtemp(prefix="llmkit-embed-"))
+    os.environ.setdefault("LLMKIT_PROBE_CACHE", tempfile.mkdtemp(prefix="llmkit-probes-"))
 
 
 @dataclass

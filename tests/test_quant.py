@@ -408,7 +408,7 @@ def test_mixture_of_experts_quantization_and_imatrix(tmp_path, kernel_small):
         assert same_file(ours, ref), ftype
 
 
-@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K"])
 def test_compiled_kernels_equal_the_numpy_definition(name, monkeypatch):
     """The numba kernels (jit.py) and the readable numpy modules give the same bytes on hard blocks
     (the numpy modules are in turn byte-identical to llama.cpp, tested above)."""

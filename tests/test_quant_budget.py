@@ -80,6 +80,11 @@ def test_target_size_with_probes_and_report(model, tmp_path):
     size = out.stat().st_size
     assert budget * 0.995 <= size <= budget
     assert "allocation (probe sensitivity" in r.stdout and "next smaller" in r.stdout
+    # another budget on the same model and text reuses the probes (they do not depend on the budget)
+    r = run_cli(["quant", str(m), "--target-size", "1100K", "-o", str(tmp_path / "t.gguf"), "--calib",
+                 str(d / "calib.txt"), "-c", "128", "--chunks", "2", "--report"])
+    assert r.exit_code == 0, r.stderr
+    assert "allocation (cached probe sensitivity" in r.stdout
 
 
 def test_budget_errors(model, tmp_path):

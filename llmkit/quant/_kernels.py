@@ -442,3 +442,170 @@ def q6_k(x, out):
                 out[i, 64 * h + 32 + l] = (q2 & 0xF) | ((q4 & 0xF) << 4)
                 out[i, 128 + 32 * h + l] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)
         put_half(out, i, 208, d)
+
+
+@njit(**OPTS)
+def q2_k(x, out):
+    """quantize_row_q2_K_ref: 16 sub-blocks of 16, make_qkx2 (MAD, weights |x|), 4-bit scale/min codes."""
+    L = np.empty(256, np.int64)
+    Laux = np.empty(16, np.int64)
+    w = np.empty(16, F)
+    scales = np.empty(16, F)
+    mins = np.empty(16, F)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        max_scale = ZERO
+        max_min = ZERO
+        for j in range(16):
+            for l in range(16):
+                w[l] = abs(xi[16 * j + l])
+            s, m = make_qkx2(xi, 16 * j, 16, 3, w, L, Laux, F(-0.5), F(0.1), 15, True)
+            scales[j] = s
+            mins[j] = m
+            if s > max_scale:
+                max_scale = s
+            if m > max_min:
+                max_min = m
+        d = ZERO
+        dmin = ZERO
+        if max_scale > ZERO:
+            iscale = F(15) / max_scale
+            for j in range(16):
+                out[i, j] = nearest_int(iscale * scales[j]) & 0xFF
+            d = max_scale / F(15)
+        else:
+            for j in range(16):
+                out[i, j] = 0
+        if max_min > ZERO:
+            iscale = F(15) / max_min
+            for j in range(16):
+                out[i, j] |= (nearest_int(iscale * mins[j]) << 4) & 0xFF
+            dmin = max_min / F(15)
+        put_half(out, i, 80, d)
+        put_half(out, i, 82, dmin)
+        dr = fp16_round(d)
+        dminr = fp16_round(dmin)
+        for j in range(16):
+            dd = dr * F(out[i, j] & 0xF)
+            if dd == ZERO:
+                continue
+            dm = dminr * F(out[i, j] >> 4)
+            for ii in range(16):
+                l = nearest_int((xi[16 * j + ii] + dm) / dd)
+                L[16 * j + ii] = max(0, min(3, l))
+        for h in range(2):
+            for l in range(32):
+                out[i, 16 + 32 * h + l] = (L[128 * h + l] | (L[128 * h + 32 + l] << 2) | (L[128 * h + 64 + l] << 4)
+                                           | (L[128 * h + 96 + l] << 6))
+
+
+@njit(inline="always", **OPTS)
+def make_q3(x, off, n, nmax, L):
+    """make_q3_quants(n, nmax, x, L, do_rmse=true) on x[off:off+n]; L[off:off+n] = level + nmax."""
+    mx = ZERO
+    amax = ZERO
+    for i in range(n):
+        ax = abs(x[off + i])
+        if ax > amax:
+            amax = ax
+            mx = x[off + i]
+    if amax < GROUP_MAX_EPS:
+        for i in range(n):
+            L[off + i] = 0
+        return ZERO
+    iscale = F(-nmax) / mx
+    sumlx = ZERO
+    suml2 = ZERO
+    for i in range(n):
+        v = x[off + i]
+        l = max(-nmax, min(nmax - 1, nearest_int(iscale * v)))
+        L[off + i] = l
+        w = v * v
+        fl = F(l)
+        sumlx += w * v * fl
+        suml2 += w * fl * fl
+    for _ in range(5):
+        n_changed = 0
+        for i in range(n):
+            v = x[off + i]
+            w = v * v
+            li = F(L[off + i])
+            slx = sumlx - w * v * li
+            if slx > ZERO:
+                sl2 = suml2 - w * li * li
+                new_l = max(-nmax, min(nmax - 1, nearest_int(v * sl2 / slx)))
+                if new_l != L[off + i]:
+                    fn = F(new_l)
+                    slx += w * v * fn
+                    sl2 += w * fn * fn
+                    if sl2 > ZERO and slx * slx * suml2 > sumlx * sumlx * sl2:
+                        L[off + i] = new_l
+                        sumlx = slx
+                        suml2 = sl2
+                        n_changed += 1
+        if n_changed == 0:
+            break
+    for i in range(n):
+        L[off + i] += nmax
+    return sumlx / suml2
+
+
+@njit(**OPTS)
+def q3_k(x, out):
+    """quantize_row_q3_K_ref: 16 sub-blocks of 16, make_q3_quants, 6-bit signed scales in 12 bytes."""
+    L = np.empty(256, np.int64)
+    scales = np.empty(16, F)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        amax = ZERO
+        max_scale = ZERO
+        for j in range(16):
+            s = make_q3(xi, 16 * j, 16, 4, L)
+            scales[j] = s
+            if abs(s) > amax:
+                amax = abs(s)
+                max_scale = s
+        for k in range(12):
+            out[i, 96 + k] = 0
+        d = ZERO
+        if max_scale != ZERO:
+            iscale = F(-32) / max_scale
+            for j in range(16):
+                l = max(-32, min(31, nearest_int(iscale * scales[j]))) + 32
+                if j < 8:
+                    out[i, 96 + j] = l & 0xF
+                else:
+                    out[i, 96 + j - 8] |= (l & 0xF) << 4
+                out[i, 96 + 8 + j % 4] |= (l >> 4) << (2 * (j // 4))
+            d = ONE / iscale
+        put_half(out, i, 108, d)
+        dr = fp16_round(d)
+        for j in range(16):
+            if j < 8:
+                lo4 = np.int64(out[i, 96 + j]) & np.int64(15)
+            else:
+                lo4 = np.int64(out[i, 96 + j - 8]) >> np.int64(4)
+            hi2 = (np.int64(out[i, 104 + j % 4]) >> np.int64(2 * (j // 4))) & np.int64(3)
+            sc = (lo4 | (hi2 << np.int64(4))) - np.int64(32)
+            dd = dr * F(sc)
+            if dd == ZERO:
+                continue
+            for ii in range(16):
+                l = nearest_int(xi[16 * j + ii] / dd)
+                L[16 * j + ii] = max(-4, min(3, l)) + 4
+        for k in range(32):
+            out[i, k] = 0
+        m = 0
+        hm = 1
+        for j in range(256):
+            if L[j] > 3:
+                out[i, m] |= hm
+                L[j] -= 4
+            m += 1
+            if m == 32:
+                m = 0
+                hm <<= 1
+        for h in range(2):
+            for l in range(32):
+                out[i, 32 + 32 * h + l] = (L[128 * h + l] | (L[128 * h + 32 + l] << 2) | (L[128 * h + 64 + l] << 4)
+                                           | (L[128 * h + 96 + l] << 6))

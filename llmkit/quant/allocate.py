@@ -64,7 +64,7 @@ class Allocation:
     used: int
     predicted: float  # sensitivity-weighted error sum (predicted KLD with probes)
     sensitivity: dict  # kind -> factor
-    sensitivity_source: str  # "probe" | "none"
+    sensitivity_source: str  # "probe" | "cached probe" | "none"
     items: list[Item]
     seconds: float = 0.0
 
@@ -315,10 +315,57 @@ def allocate(src: str, *, target_bpw: float | None = None, target_size: int | No
         budget = int(target_size) - _header_bytes(src, items)
     sens, source = {}, "none"
     if calib_text:
-        sens, source = probe_sensitivity(src, items, calib_text, imatrix, n_ctx, chunks, threads, progress), "probe"
+        key = _probe_key(src, imatrix, calib_text, n_ctx, chunks)
+        sens, source = _cached_probe(key), "cached probe"
+        if sens is None:
+            sens, source = probe_sensitivity(src, items, calib_text, imatrix, n_ctx, chunks, threads, progress), "probe"
+            _store_probe(key, sens)
     used, predicted = solve(items, budget, sens)
     return Allocation({i.name: i.chosen for i in items if i.fixed is None}, budget, used, predicted, sens, source,
                       items, time.perf_counter() - t0)
+
+
+PROBE_VERSION = 1
+
+
+def _probe_key(src, imatrix, calib_text, n_ctx, chunks) -> str:
+    """Identity of a sensitivity probe: the model file (path, size, mtime), the imatrix's contents,
+    the calibration text and its chunking. Trying several budgets probes once."""
+    import hashlib
+
+    h = hashlib.sha256()
+    st = os.stat(src)
+    h.update(f"{PROBE_VERSION}|{os.path.abspath(src)}|{st.st_size}|{st.st_mtime_ns}|{n_ctx}|{chunks}|".encode())
+    h.update(calib_text.encode("utf-8"))
+    for name in sorted(imatrix or {}):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(imatrix[name], np.float32).tobytes())
+    return h.hexdigest()[:32]
+
+
+def _probe_cache(key: str) -> str:
+    from llmkit.io import cache_dir
+
+    return os.path.join(os.environ.get("LLMKIT_PROBE_CACHE") or str(cache_dir("quant-probes")), key + ".json")
+
+
+def _cached_probe(key: str) -> dict | None:
+    try:
+        with open(_probe_cache(key), encoding="utf-8") as f:
+            d = json.load(f)
+        return {str(k): float(v) for k, v in d.items()}
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _store_probe(key: str, sens: dict) -> None:
+    from llmkit.io import atomic_write_text
+
+    try:
+        os.makedirs(os.path.dirname(_probe_cache(key)), exist_ok=True)
+        atomic_write_text(_probe_cache(key), json.dumps(sens))
+    except OSError:
+        pass  # a cache that cannot be written only costs time
 
 
 RECIPE_KEY = "llmkit.quantize.recipe"

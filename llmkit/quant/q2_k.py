@@ -12,6 +12,7 @@ from llmkit.quant.q3_k import pack_2bit, unpack_2bit
 
 class Q2_K(SuperBlockFormat):
     name, type_id, type_size = "Q2_K", 10, 84
+    jit_kernel = "q2_k"
     half_fields = ((80, 84),)
 
     def quantize_blocks(self, x, qw=None):

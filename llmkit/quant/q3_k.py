@@ -22,6 +22,7 @@ def unpack_2bit(qs: np.ndarray) -> np.ndarray:
 
 class Q3_K(SuperBlockFormat):
     name, type_id, type_size = "Q3_K", 11, 110
+    jit_kernel = "q3_k"
     half_fields = ((108, 110),)
 
     def quantize_blocks(self, x, qw=None):
