@@ -129,3 +129,21 @@ def test_ray_embedding_equals_a_local_run(docs, tmp_path):
     np.testing.assert_allclose(a, b, atol=1e-5)
     for q in QUERIES[:2]:
         assert _hits(local, q) == _hits(ray, q)
+
+
+def test_failed_remote_write_leaves_the_index_as_it_was(docs, tmp_path):
+    mv = tmp_path / "mv"
+    _index(mv, docs / "docs" / "part0.jsonl", extra=["--store", "milvus+local:"])
+    manifest = json.loads((mv / "manifest.json").read_text())
+    before = _hits(mv, QUERIES[0])
+    dead = dict(manifest, store=dict(manifest["store"], uri=f"milvus://127.0.0.1:{free_port()}"))
+    (mv / "manifest.json").write_text(json.dumps(dead))
+    r = run_cli(["rag", "index", str(mv), str(docs / "docs" / "part1.jsonl")])
+    assert r.exit_code == 1 and "cannot reach the Milvus store" in r.stderr
+    assert json.loads((mv / "manifest.json").read_text()) == dead  # no new generation
+    assert not (mv / f"gen-{manifest['generation'] + 1}").exists()
+    (mv / "manifest.json").write_text(json.dumps(manifest))
+    assert _hits(mv, QUERIES[0]) == before
+    r = run_cli(["rag", "index", str(mv), str(docs / "docs" / "part1.jsonl"), "--json"])
+    rep = json.loads(r.stdout)
+    assert r.exit_code == 0 and rep["docs_added"] == 10 and rep["docs_unchanged"] == 0

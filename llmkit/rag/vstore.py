@@ -63,7 +63,9 @@ class MilvusStore:
             raise MissingDependency("pymilvus", "store") from None
         import logging
 
-        logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # its RPC error logs repeat what we say in one line
+        # its RPC error logs repeat what we say in one line (pymilvus sets levels on its own loggers)
+        for name in ["pymilvus", *[n for n in logging.root.manager.loggerDict if n.startswith("pymilvus.")]]:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         self.Error = MilvusException
         self.spec = spec
         self.local = spec["uri"].startswith("milvus+local:")
@@ -93,11 +95,11 @@ class MilvusStore:
     def _explain(self, e, action: str) -> str:
         msg = _first_line(getattr(e, "message", None) or e)
         low = msg.lower()
-        if "auth" in low or "password" in low or "token" in low or "permission" in low or getattr(e, "code", 0) in (1800, 2):
+        if "fail connecting" in low or "unavailable" in low or "deadline" in low or "refused" in low:
+            return f"cannot reach the Milvus store at {self.where} ({msg}). Start it, or check --store."
+        if "auth" in low or "password" in low or "token" in low or "permission" in low or getattr(e, "code", 0) == 1800:
             return (f"the Milvus store at {self.where} refused the credentials ({msg}). Set MILVUS_TOKEN to "
                     "user:password or an API key.")
-        if "connect" in low or "unavailable" in low or "deadline" in low or "refused" in low:
-            return f"cannot reach the Milvus store at {self.where} ({msg}). Start it, or check --store."
         return f"the Milvus store at {self.where} failed to {action} ({msg})."
 
     def _call(self, action: str, fn, *a, **kw):
