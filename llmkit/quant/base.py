@@ -21,6 +21,7 @@ class Format:
     half_fields: tuple[tuple[int, int], ...] = ()  # byte ranges of each block holding fp16 values
     nan_reaches_scale = False  # True where a NaN/Inf weight always shows in an output scale (no search)
     jit_kernel = ""  # the compiled kernel (jit.py) of the path without an imatrix, when there is one
+    jit_saves_ns = 0  # what the kernel saves per weight (decides whether a run loads numba: jit.decide_for_run)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -52,7 +53,7 @@ class Format:
             return False
         from llmkit.quant import jit
 
-        return jit.enabled()
+        return jit.run_allows() and jit.enabled()
 
     def check(self, out: np.ndarray, name: str) -> None:
         """ggml_validate_row_data: every fp16 field (block scales, F16 values) must be finite.

@@ -13,6 +13,7 @@ from llmkit.quant.q3_k import pack_2bit, unpack_2bit
 class Q2_K(SuperBlockFormat):
     name, type_id, type_size = "Q2_K", 10, 84
     jit_kernel = "q2_k"
+    jit_saves_ns = 18  # per weight against the numpy path in the pipeline (measured, 1 thread)
     half_fields = ((80, 84),)
 
     def quantize_blocks(self, x, qw=None):

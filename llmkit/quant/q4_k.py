@@ -58,6 +58,7 @@ def requantize(xt, Lt, ls, lm, d16, dmin16, nmax):
 class Q4_K(SuperBlockFormat):
     name, type_id, type_size = "Q4_K", 12, 144
     jit_kernel = "q4_k"
+    jit_saves_ns = 60  # per weight against the numpy path in the pipeline (measured, 1 thread)
     half_fields = ((0, 4),)
 
     def quantize_blocks(self, x, qw=None):

