@@ -58,6 +58,7 @@ def test_milvus_answers_as_faiss_through_updates_and_filters(docs, tmp_path):
     m = json.loads((mv / "manifest.json").read_text())
     assert m["store"]["engine"] == "milvus" and m["store"]["collection"].startswith("llmkit_milvus_")
     assert not (mv / f"gen-{m['generation']}" / "faiss.index").exists()
+    assert "milvus+local:milvus.db collection llmkit_milvus_" in run_cli(["rag", "info", str(mv)]).stdout
     for q in QUERIES:
         a, b = _dense_scores(fa, q), _dense_scores(mv, q)
         assert a[0] == b[0], q

@@ -638,7 +638,9 @@ def info_cmd(index_dir, as_json):
         out.json(m)
         return
     out.data(f"index {index_dir}: format {m['format']} v{m['version']}, generation {m['generation']}, "
-             f"model {m['model']} ({m.get('dim')}-d, {m.get('embed_precision', 'fp32')}), faiss {m.get('index')}")
+             f"model {m['model']} ({m.get('dim')}-d, {m.get('embed_precision', 'fp32')}), "
+             + (f"{m['store']['uri']} collection {m['store'].get('collection')} ({m.get('index')})" if m.get("store")
+                else f"faiss {m.get('index')}"))
     for name, c in m.get("collections", {}).items():
         out.data(f"  {name}: {c.get('docs', 0)} documents, {c.get('chunks', 0)} chunks; {c.get('chunker')} "
                  f"sizes {c.get('sizes')} overlap {c.get('overlap')} parents {c.get('parent_size')}")
