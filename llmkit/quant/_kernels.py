@@ -214,21 +214,29 @@ def make_qkx2(x, off, n, nmax, w, L, Laux, rmin, rdelta, nstep, use_mad):
         best_error += w[i] * diff
     if nstep < 1:
         return scale, -mn
+    lv = Laux[0]  # scratch (5, n): levels, w*l, w*l*l, w*l*x, w*err
+    pa = Laux[1]
+    pb = Laux[2]
+    pc = Laux[3]
+    pe = Laux[4]
     for s in range(nstep + 1):
         iscale = (rmin + rdelta * F(s) + F(nmax)) / (mx - mn)
         sum_l = ZERO
         sum_l2 = ZERO
         sum_xl = ZERO
         hi = F(nmax)
-        for i in range(n):  # levels first, in a loop of their own: LLVM vectorizes it (1.7x on Q6_K)
+        for i in range(n):  # levels and products in a loop of their own: LLVM vectorizes it
             r = (iscale * (x[off + i] - mn) + MAGIC) - MAGIC  # nearest_int, kept as a float
-            Laux[i] = min(hi, max(ZERO, r))
-        for i in range(n):
-            wi = w[i]
-            fl = Laux[i]
-            sum_l += wi * fl
-            sum_l2 += wi * fl * fl
-            sum_xl += wi * fl * x[off + i]
+            fl = min(hi, max(ZERO, r))
+            lv[i] = fl
+            t = w[i] * fl
+            pa[i] = t
+            pb[i] = t * fl
+            pc[i] = t * x[off + i]
+        for i in range(n):  # the sums in C's order
+            sum_l += pa[i]
+            sum_l2 += pb[i]
+            sum_xl += pc[i]
         D = sum_w * sum_l2 - sum_l * sum_l
         if D > ZERO:
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
@@ -236,14 +244,16 @@ def make_qkx2(x, off, n, nmax, w, L, Laux, rmin, rdelta, nstep, use_mad):
             if this_min > ZERO:
                 this_min = ZERO
                 this_scale = sum_xl / sum_l2
+            for i in range(n):
+                diff = this_scale * lv[i] + this_min - x[off + i]
+                diff = abs(diff) if use_mad else diff * diff
+                pe[i] = w[i] * diff
             cur = ZERO
             for i in range(n):
-                diff = this_scale * Laux[i] + this_min - x[off + i]
-                diff = abs(diff) if use_mad else diff * diff
-                cur += w[i] * diff
+                cur += pe[i]
             if cur < best_error:
                 for i in range(n):
-                    L[off + i] = int(Laux[i])
+                    L[off + i] = int(lv[i])
                 best_error = cur
                 scale = this_scale
                 mn = this_min
@@ -311,7 +321,7 @@ def _k4_block(xi, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc):
 @njit(**OPTS)
 def q4_k(x, out):
     L = np.empty(256, np.int64)
-    Laux = np.empty(32, F)
+    Laux = np.empty((5, 32), F)
     w = np.empty(32, F)
     scales = np.empty(8, F)
     mins = np.empty(8, F)
@@ -330,7 +340,7 @@ def q4_k(x, out):
 @njit(**OPTS)
 def q5_k(x, out):
     L = np.empty(256, np.int64)
-    Laux = np.empty(32, F)
+    Laux = np.empty((5, 32), F)
     w = np.empty(32, F)
     scales = np.empty(8, F)
     mins = np.empty(8, F)
@@ -353,8 +363,11 @@ def q5_k(x, out):
 
 
 @njit(inline="always", **OPTS)
-def make_qx(x, off, n, nmax, L, lv):
-    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) on x[off:off+n]; L[off:off+n] = level + nmax."""
+def make_qx(x, off, n, nmax, L, scr):
+    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) on x[off:off+n]; L[off:off+n] = level + nmax.
+    scr: (4, n) float32 scratch. Each candidate's levels and products are computed in a loop of
+    their own (LLVM vectorizes it; the products are the same float32 values as inline), and only
+    the two sums run in C's sequential order."""
     mx = ZERO
     amax = ZERO
     for i in range(n):
@@ -366,37 +379,42 @@ def make_qx(x, off, n, nmax, L, lv):
         for i in range(n):
             L[off + i] = 0
         return ZERO
+    w = scr[0]
+    wv = scr[1]
+    a = scr[2]
+    b = scr[3]
+    for i in range(n):
+        v = x[off + i]
+        w[i] = v * v
+        wv[i] = w[i] * v
     iscale = F(-nmax) / mx
     sumlx = ZERO
     suml2 = ZERO
     for i in range(n):
-        v = x[off + i]
-        l = nearest_int(iscale * v)
+        l = nearest_int(iscale * x[off + i])
         l = max(-nmax, min(nmax - 1, l))
         L[off + i] = l + nmax
-        w = v * v
         fl = F(l)
-        sumlx += w * v * fl
-        suml2 += w * fl * fl
+        sumlx += wv[i] * fl
+        suml2 += w[i] * fl * fl
     scale = sumlx / suml2 if suml2 != ZERO else ZERO
     best = scale * sumlx
+    lo = F(-nmax)
+    hi = F(nmax - 1)
     for s in range(-9, 10):
         if s == 0:
             continue
         iscale = -(F(nmax) + F(0.1) * F(s)) / mx
-        lo = F(-nmax)
-        hi = F(nmax - 1)
         for i in range(n):
             r = (iscale * x[off + i] + MAGIC) - MAGIC
-            lv[i] = min(hi, max(lo, r))
+            fl = min(hi, max(lo, r))
+            a[i] = wv[i] * fl
+            b[i] = w[i] * fl * fl
         sumlx = ZERO
         suml2 = ZERO
         for i in range(n):
-            v = x[off + i]
-            w = v * v
-            fl = lv[i]
-            sumlx += w * v * fl
-            suml2 += w * fl * fl
+            sumlx += a[i]
+            suml2 += b[i]
         if suml2 > ZERO and sumlx * sumlx > best * suml2:
             for i in range(n):
                 l = nearest_int(iscale * x[off + i])
@@ -409,14 +427,14 @@ def make_qx(x, off, n, nmax, L, lv):
 @njit(**OPTS)
 def q6_k(x, out):
     L = np.empty(256, np.int64)
-    lv = np.empty(16, F)  # one candidate's levels (computed in a loop of their own: LLVM vectorizes it)
+    scr = np.empty((4, 16), F)  # make_qx's scratch
     scales = np.empty(16, F)
     for i in range(x.shape[0]):
         xi = x[i]
         max_scale = ZERO
         max_abs = ZERO
         for ib in range(16):
-            s = make_qx(xi, 16 * ib, 16, 32, L, lv)
+            s = make_qx(xi, 16 * ib, 16, 32, L, scr)
             scales[ib] = s
             if abs(s) > max_abs:
                 max_abs = abs(s)
@@ -453,7 +471,7 @@ def q6_k(x, out):
 def q2_k(x, out):
     """quantize_row_q2_K_ref: 16 sub-blocks of 16, make_qkx2 (MAD, weights |x|), 4-bit scale/min codes."""
     L = np.empty(256, np.int64)
-    Laux = np.empty(16, F)
+    Laux = np.empty((5, 16), F)
     w = np.empty(16, F)
     scales = np.empty(16, F)
     mins = np.empty(16, F)
