@@ -274,6 +274,14 @@ def probe_sensitivity(src: str, items: list[Item], calib_text: str, imatrix=None
         quantize_file(src, ref, "Q8_0", pure=True, imatrix=imatrix, allow_requantize=True, threads=threads,
                       assign=assign)
         save_base(ref, calib_text, base, n_ctx, chunks, threads)
+        # a probe differs from the reference only in one kind's tensors: the others are copied from
+        # the reference file's quantized bytes instead of being quantized again
+        from llmkit.gguf.reader import read_gguf
+
+        refg = read_gguf(ref)
+        mm = np.memmap(ref, np.uint8, "r")
+        ref_bytes = {t.name: mm[refg.data_offset + t.offset:refg.data_offset + t.offset + t.nbytes]
+                     for t in refg.tensors if t.name in assign}
         for n, kind in enumerate(kinds):
             if progress:
                 progress(n, len(kinds), f"probe {kind}")
@@ -284,8 +292,9 @@ def probe_sensitivity(src: str, items: list[Item], calib_text: str, imatrix=None
                 if i.kind == kind and i.fixed is None and "Q4_0" in i.bytes:
                     a[i.name] = "Q4_0"
                     added += i.error["Q4_0"] - i.error[assign[i.name]]
+            keep = {name: b for name, b in ref_bytes.items() if a[name] == assign[name]}
             quantize_file(src, probe, "Q8_0", pure=True, imatrix=imatrix, allow_requantize=True, threads=threads,
-                          assign=a)
+                          assign=a, replace=keep)
             kld = kl_divergence(probe, base, threads).kld_mean
             out[kind] = max(kld, 0.0) / added if added > 0 else 0.0
             os.unlink(probe)
