@@ -8,6 +8,7 @@ import urllib.request
 from typing import Callable, Iterator
 
 from llmkit.errors import BadInput
+from llmkit.llama.batch import http_error_message
 
 
 class LlamaServer:
@@ -26,7 +27,7 @@ class LlamaServer:
         try:
             return urllib.request.urlopen(req, timeout=self.timeout)
         except urllib.error.HTTPError as e:
-            raise BadInput(f"llama-server at {self.url} refused {method} {path}: {_message(e)}.") from None
+            raise BadInput(f"llama-server at {self.url} refused {method} {path}: {http_error_message(e)}.") from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise BadInput(f"cannot reach llama-server at {self.url} ({reason}). Start it, or check --server.") from None
@@ -78,11 +79,3 @@ def _sse(resp) -> Iterator[dict]:
             if payload and payload != "[DONE]":
                 yield json.loads(payload)
 
-
-def _message(e: urllib.error.HTTPError) -> str:
-    try:
-        d = json.loads(e.read())
-        err = d.get("error", d)
-        return f"{e.code} {err.get('message', err) if isinstance(err, dict) else err}"
-    except (ValueError, AttributeError):
-        return f"HTTP {e.code}"

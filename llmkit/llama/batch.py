@@ -122,7 +122,7 @@ class Server:
         except urllib.error.HTTPError as e:
             if e.code in (502, 503, 504):  # loading, or a proxy in front of a dead one
                 raise ServerDown(f"HTTP {e.code}") from None
-            raise RequestFailed(_http_message(e)) from None
+            raise RequestFailed(http_error_message(e)) from None
         except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out, closed mid-answer
             raise ServerDown(str(getattr(e, "reason", e))) from None
         try:
@@ -172,11 +172,12 @@ class RequestFailed(Exception):
     """The server answered but refused this item (bad request, prompt too long, ...)."""
 
 
-def _http_message(e: urllib.error.HTTPError) -> str:
+def http_error_message(e: urllib.error.HTTPError) -> str:
+    """llama-server's error answer in a few words: '400 the prompt is too long' (or 'HTTP 503')."""
     try:
         d = json.loads(e.read())
         err = d.get("error", d)
-        return f"HTTP {e.code}: {err.get('message', err) if isinstance(err, dict) else err}"
+        return f"{e.code} {err.get('message', err) if isinstance(err, dict) else err}"
     except (ValueError, AttributeError):
         return f"HTTP {e.code}"
 

@@ -81,22 +81,11 @@ def perplexity(model_path: str, text: str, n_ctx: int = 512, max_chunks: int = 0
     import math
     import time
 
-    from llmkit.quant.kld import _chunk_logits, _mean_unc, _nll, _open, tokens_for
+    from llmkit.quant.kld import _open, score_chunks, tokens_for
 
     t0 = time.perf_counter()
     model, bos = _open(model_path, n_ctx, threads)
     toks = tokens_for(model, text, n_ctx, max_chunks)
-    n_chunk = len(toks) // n_ctx
-    nll = nll2 = 0.0
-    count = 0
-    for i in range(n_chunk):
-        chunk = toks[i * n_ctx:(i + 1) * n_ctx]
-        v = _nll(_chunk_logits(model, chunk, bos), chunk[n_ctx // 2 + 1:])
-        nll += float(v.sum())
-        nll2 += float((v * v).sum())
-        count += len(v)
-        if progress:
-            progress(i + 1, n_chunk)
-    mean, unc = _mean_unc(nll, nll2, count)
-    return Perplexity(model_path, math.exp(mean), mean, count, n_chunk, n_ctx, time.perf_counter() - t0,
+    mean, unc, count = score_chunks(model, bos, toks, n_ctx, progress)
+    return Perplexity(model_path, math.exp(mean), mean, count, len(toks) // n_ctx, n_ctx, time.perf_counter() - t0,
                       math.exp(mean) * unc)

@@ -137,6 +137,27 @@ def tokens_for(model, text: str, n_ctx: int, max_chunks: int = 0) -> np.ndarray:
     return toks[:n_chunk * n_ctx]
 
 
+def score_chunks(model, bos, toks: np.ndarray, n_ctx: int, progress=None, on_logits=None) -> tuple[float, float, int]:
+    """llama-perplexity's scoring of whole chunks: (mean negative log-likelihood, its uncertainty,
+    tokens scored); `on_logits` sees each chunk's scored log-probabilities first."""
+    n_chunk = len(toks) // n_ctx
+    nll = nll2 = 0.0
+    count = 0
+    for i in range(n_chunk):
+        chunk = toks[i * n_ctx:(i + 1) * n_ctx]
+        L = _chunk_logits(model, chunk, bos)
+        if on_logits:
+            on_logits(L)
+        v = _nll(L, chunk[n_ctx // 2 + 1:])
+        nll += float(v.sum())
+        nll2 += float((v * v).sum())
+        count += len(v)
+        if progress:
+            progress(i + 1, n_chunk)
+    mean, unc = _mean_unc(nll, nll2, count)
+    return mean, unc, count
+
+
 def save_base(model_path: str, text: str, out_path: str, n_ctx: int = 512, max_chunks: int = 0, threads=None,
               progress: Callable[[int, int], None] | None = None) -> dict:
     """Score the text with the base model and write its log-probabilities (llama-perplexity's format).
@@ -148,23 +169,15 @@ def save_base(model_path: str, text: str, out_path: str, n_ctx: int = 512, max_c
     toks = tokens_for(model, text, n_ctx, max_chunks)
     n_chunk = len(toks) // n_ctx
     n_vocab = int(model.n_vocab())
-    nll = nll2 = 0.0
-    count = 0
     with atomic_file(out_path) as f:
         f.write(MAGIC + struct.pack("<Iii", n_ctx, n_vocab, n_chunk))
         f.write(toks.astype("<i4").tobytes())
-        for i in range(n_chunk):
-            chunk = toks[i * n_ctx:(i + 1) * n_ctx]
-            L = _chunk_logits(model, chunk, bos)
+
+        def write(L):
             for a in range(0, len(L), 32):
                 f.write(pack(L[a:a + 32]).astype("<u2").tobytes())
-            v = _nll(L, chunk[n_ctx // 2 + 1:])
-            nll += float(v.sum())
-            nll2 += float((v * v).sum())
-            count += len(v)
-            if progress:
-                progress(i + 1, n_chunk)
-    mean, unc = _mean_unc(nll, nll2, count)
+
+        mean, unc, count = score_chunks(model, bos, toks, n_ctx, progress, on_logits=write)
     return {"model": model_path, "ppl": math.exp(mean), "ppl_uncertainty": math.exp(mean) * unc, "chunks": n_chunk,
             "n_ctx": n_ctx, "tokens_scored": count, "seconds": time.perf_counter() - t0}
 

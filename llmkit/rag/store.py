@@ -657,14 +657,14 @@ def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, pro
             vecs[pos[i]] = new[j]
         for i in reuse:
             vecs[pos[i]] = got[key_to_prev[keys[i]]]
-        kind = opts.index_type if opts.index_type != "auto" else ("hnsw" if len(rows) > opts.hnsw_above else "flat")
+        kind = manifest["index"] if (manifest.get("index") and not switch) else _index_kind(opts, len(rows))
         if dim:
-            st.create(name, dim, manifest.get("index") if (manifest.get("index") and not switch) else kind, len(rows))
+            st.create(name, dim, kind, len(rows))
         if len(need):
             st.upsert(name, ids[need], vecs, gen,
                       progress=(lambda d, n: progress("writing vectors", d, n)) if progress else None)
         report.embedded, report.vectors_reused = len(fresh), len(rows) - len(fresh)
-        report.index_type = manifest.get("index") if (manifest.get("index") and not switch) else kind
+        report.index_type = kind
         manifest["store"] = {**spec, "collection": name}
     except BaseException:
         st.close()
@@ -716,15 +716,17 @@ def _embed(manifest, opts, texts, dim, report, progress):
         emb = load_embedder(model, opts.runtime, manifest.get("embed_precision", "fp32"),
                             manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""), progress=progress)
         got_dim = emb.dim
-        if dim and got_dim != dim:
-            raise BadInput(f"the embedding model gives {got_dim}-d vectors but the index holds {dim}-d ones. "
-                           "Use the model the index was built with.")
+        _check_dim(got_dim, dim)  # before embedding: a wrong model is refused at once
         new = emb.passages(texts, progress=(lambda d, n: progress("embedding", d, n)) if progress else None)
-    if dim and got_dim != dim:
-        raise BadInput(f"the embedding model gives {got_dim}-d vectors but the index holds {dim}-d ones. "
-                       "Use the model the index was built with.")
+    _check_dim(got_dim, dim)  # (Ray: known only from the vectors)
     report.embed_s = time.perf_counter() - t
     return new, got_dim
+
+
+def _check_dim(got: int, dim: int | None) -> None:
+    if dim and got != dim:
+        raise BadInput(f"the embedding model gives {got}-d vectors but the index holds {dim}-d ones. "
+                       "Use the model the index was built with.")
 
 
 def _vectors(directory, manifest, opts, rows, keys, report, progress, reuse: bool = True):
@@ -756,13 +758,18 @@ def _vectors(directory, manifest, opts, rows, keys, report, progress, reuse: boo
     return vectors, dim
 
 
+def _index_kind(opts: IndexOptions, n: int) -> str:
+    """flat (exact) or hnsw: as asked, or exact up to `hnsw_above` vectors (auto)."""
+    if opts.index_type == "auto":
+        return "hnsw" if n > opts.hnsw_above else "flat"
+    return opts.index_type
+
+
 def _write_faiss(path: str, vectors: np.ndarray, opts: IndexOptions) -> str:
     """Exact inner-product search up to `hnsw_above` vectors, HNSW beyond (or as asked)."""
     import faiss
 
-    kind = opts.index_type
-    if kind == "auto":
-        kind = "hnsw" if len(vectors) > opts.hnsw_above else "flat"
+    kind = _index_kind(opts, len(vectors))
     if kind == "flat":
         index = faiss.IndexFlatIP(vectors.shape[1])
     elif kind == "hnsw":
