@@ -36,7 +36,7 @@ def main():
     gen = Generator(model, SamplingParams(temp=0))
     _, cold = gen.run(prompt, 8)  # re-prefill everything
     _, cold = gen.run(prompt, 8)
-    from llmkit.llama.generate import eval_no_logits
+    from llmkit.llama.cache import eval_no_logits
 
     model.reset()
     eval_no_logits(model, toks)

@@ -30,13 +30,13 @@ t = time.perf_counter()
 if kind == "llama.cpp":
     import llama_cpp
     from llmkit.llama.runtime import _silence_llama_log
-    from llmkit.quant.rules import FTYPES
+    from llmkit.quant.plan.rules import FTYPES
     _silence_llama_log()
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype, p.nthread = FTYPES[ftype][0], int(threads)
     assert llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p)) == 0
 else:
-    from llmkit.quant.quantize import quantize_file
+    from llmkit.quant.write.quantize import quantize_file
     quantize_file(src, dst, ftype, threads=int(threads))
 import resource
 hwm = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])  # this process's own peak

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
 def chunks_from(path: str | None, n: int, seed: int = 0) -> list[str]:
-    from llmkit.rag.chunking import recursive_spans
+    from llmkit.rag.chunk.spans import recursive_spans
 
     out: list[str] = []
     if path and os.path.exists(path):
@@ -81,8 +81,8 @@ def bm25_parts(args) -> None:
 
     import rank_bm25
 
-    from llmkit.rag.bm25 import BM25Index, tokenize
-    from llmkit.rag.fusion import rrf
+    from llmkit.rag.index.bm25 import BM25Index, tokenize
+    from llmkit.rag.retrieve.fusion import rrf
 
     texts = chunks_from(args.corpus, args.chunks)
     rng = np.random.default_rng(1)
@@ -120,7 +120,7 @@ def bm25_parts(args) -> None:
     # -- dense + hybrid ------------------------------------------------------------------------
     import faiss
 
-    from llmkit.rag.embed import load_embedder
+    from llmkit.rag.embed.embedder import load_embedder
 
     faiss.omp_set_num_threads(1)
     emb = load_embedder()
@@ -159,7 +159,8 @@ def bm25_parts(args) -> None:
     print(f"HNSW (M=32, efSearch=64) recall@10 vs flat on {n_real} real embeddings: {rec:.3f}, {hnsw_ms:.2f} ms/query")
 
     # -- index build split ---------------------------------------------------------------------
-    from llmkit.rag.store import IndexOptions, build
+    from llmkit.rag.chunk.sections import ChunkOptions
+    from llmkit.rag.index.build import IndexOptions, build
 
     tmp = tempfile.mkdtemp(prefix="ragbench-")
     try:
@@ -169,7 +170,8 @@ def bm25_parts(args) -> None:
                 body = "\n\n".join(texts[i * per:(i + 1) * per])
                 if body.strip():
                     f.write(json.dumps({"id": i, "text": body}) + "\n")
-        rep = build(os.path.join(tmp, "idx"), [os.path.join(tmp, "docs.jsonl")], IndexOptions(sizes=(400,), overlap=50))
+        rep = build(os.path.join(tmp, "idx"), [os.path.join(tmp, "docs.jsonl")],
+                    IndexOptions(chunk=ChunkOptions(sizes=(400,), overlap=50)))
         size = sum(os.path.getsize(os.path.join(r, n)) for r, _, ns in os.walk(os.path.join(tmp, "idx")) for n in ns)
         other = rep.total_s - rep.embed_s
         print(f"index build ({rep.chunks_indexed} chunks): embedding {rep.embed_s:.1f} s, everything else {other:.1f} s "
@@ -183,11 +185,13 @@ def runtime_part(args) -> None:
     """Part 4: embedding runtimes and precisions on Cranfield; fresh-process query latency."""
     import subprocess
 
-    from llmkit.rag.embed import load_embedder
-    from llmkit.rag.evaluate import evaluate, import_cranfield, load_qrels, load_queries
-    from llmkit.rag.query import Pipeline, QueryOptions
-    from llmkit.rag.search import Index
-    from llmkit.rag.store import IndexOptions, build
+    from llmkit.rag.embed.embedder import load_embedder
+    from llmkit.rag.embed.models import EmbedOptions
+    from llmkit.rag.evaluate.datasets import import_cranfield, load_qrels, load_queries
+    from llmkit.rag.evaluate.metrics import evaluate
+    from llmkit.rag.index.build import IndexOptions, build
+    from llmkit.rag.index.reader import Index
+    from llmkit.rag.retrieve.pipeline import Pipeline, QueryOptions
 
     if not os.path.isdir(args.cranfield):
         print(f"part 4 skipped: no Cranfield collection at {args.cranfield} (pass --cranfield DIR)")
@@ -215,7 +219,8 @@ def runtime_part(args) -> None:
         idx, chunk_rate = {}, {}
         for name, runtime, prec in (("torch", "torch", "fp32"), ("fp32", "onnx", "fp32"), ("int8", "onnx", "int8")):
             idx[name] = os.path.join(tmp, f"idx-{name}")
-            rep = build(idx[name], [os.path.join(tmp, "docs.jsonl")], IndexOptions(precision=prec, runtime=runtime))
+            rep = build(idx[name], [os.path.join(tmp, "docs.jsonl")],
+                        IndexOptions(embed=EmbedOptions(precision=prec, runtime=runtime)))
             chunk_rate[name] = rep.chunks_indexed / max(rep.embed_s, 1e-9)
             print(f"  index build, {runtime} {prec}: {rep.chunks_indexed} chunks (800 characters) embedded in "
                   f"{rep.embed_s:.1f} s = {chunk_rate[name]:.1f} chunks/s ({chunk_rate[name] / chunk_rate['torch']:.2f}x torch)")

@@ -49,10 +49,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    from llmkit.rag import tune as T
-    from llmkit.rag.evaluate import load_qrels, load_queries
-    from llmkit.rag.search import Index
-    from llmkit.rag.store import IndexOptions, build
+    from llmkit.rag.evaluate import queries as Q
+    from llmkit.rag.evaluate import tune as T
+    from llmkit.rag.evaluate.datasets import load_qrels, load_queries
+    from llmkit.rag.index.build import IndexOptions, build
+    from llmkit.rag.index.reader import Index
 
     idx = args.index
     if not idx:
@@ -62,9 +63,9 @@ def main() -> None:
         print(f"indexed {args.collection} in {time.perf_counter() - t:.0f} s")
     index = Index(idx)
     emb = index.embedder()
-    judged = T.judged_queries(index, load_queries(os.path.join(args.collection, "queries.jsonl")),
+    judged = Q.judged_queries(index, load_queries(os.path.join(args.collection, "queries.jsonl")),
                               load_qrels(os.path.join(args.collection, "qrels.txt")))
-    pseudo = T.pseudo_queries(index, args.n, args.seed)
+    pseudo = Q.pseudo_queries(index, args.n, args.seed)
     configs = T.grid(graph=index.has_graph)
     real, fake = {}, {}
     for name, qs, store in (("judged", judged, real), ("pseudo", pseudo, fake)):
@@ -72,7 +73,7 @@ def main() -> None:
         lists = T.collect(index, emb, qs, graph=index.has_graph)
         groups = index.parent_rows()
         if name == "judged":
-            unit = T.document_keys(index)
+            unit = Q.document_keys(index)
             gu: dict = {}
             for r, g in enumerate(groups.tolist()):
                 gu.setdefault(g, unit[r])

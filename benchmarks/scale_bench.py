@@ -49,7 +49,7 @@ def llmkit(*args, capture=True) -> tuple[float, str]:
 def part_store(work: str, n: int) -> None:
     import faiss
 
-    from llmkit.rag.vstore import MilvusStore, parse_store
+    from llmkit.rag.index.milvus import MilvusStore, parse_store
 
     paras = paragraphs(n + 200)
     docs, queries = paras[:n], [p.split(". ")[0] for p in paras[n:n + 200]]
@@ -62,7 +62,7 @@ def part_store(work: str, n: int) -> None:
     print(f"rag index of {n} paragraphs (embedding included): faiss {t_fa:.1f} s, milvus+local {t_mv:.1f} s")
     man = json.load(open(os.path.join(fa, "manifest.json")))
     vecs = np.load(os.path.join(fa, f"gen-{man['generation']}", "vectors.npy"))
-    from llmkit.rag.embed import load_embedder
+    from llmkit.rag.embed.embedder import load_embedder
 
     q = load_embedder().queries(queries)
     flat = faiss.IndexFlatIP(vecs.shape[1])
@@ -115,8 +115,8 @@ def part_store(work: str, n: int) -> None:
 def part_ray(work: str, n: int) -> None:
     import ray
 
-    from llmkit.rag.embed import load_embedder
-    from llmkit.rag.ray_embed import embed_on_ray
+    from llmkit.rag.embed.embedder import load_embedder
+    from llmkit.rag.embed.ray_embed import embed_on_ray
 
     texts = paragraphs(n)
     emb = load_embedder(threads=2)

@@ -23,6 +23,6 @@ llmkit rag query "$work/idx" "what similarity laws must be obeyed when construct
 llmkit rag query "$work/idx" "shock wave boundary layer interaction" --graph -k 5 --jsonl \
   | python3 -c 'import json,sys; [print(h["rank"], h["doc"], h["ranks"]) for h in map(json.loads, sys.stdin)]'
 # a question about the whole collection (community summaries by the packaged SmolLM2, cached in the index)
-llmkit rag answer "$work/idx" "What are the main research topics of this collection?" --global -n 120
+llmkit rag ask-global "$work/idx" "What are the main research topics of this collection?" -n 120
 # adapt the embedding model to the corpus (short budget here; promoted only if it wins on held-out queries)
 llmkit rag adapt "$work/idx" -o "$work/model" --minutes 3 --no-promote

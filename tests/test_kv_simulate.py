@@ -64,4 +64,4 @@ def test_cli_simulate_trace_file_json_and_plot(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt_tokens": 5, "output_tokens": 0}\n')
     r = run_cli(["kv", "simulate", str(bad), "--budget-tokens", "4000"])
-    assert r.exit_code == 1 and "zero length" in r.stderr or "negative or zero" in r.stderr
+    assert r.exit_code == 1 and ("zero length" in r.stderr or "negative or zero" in r.stderr), r.stderr

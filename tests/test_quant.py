@@ -17,8 +17,8 @@ from test_gguf_reader import MALFORMED
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from llmkit.quant import rules  # noqa: E402
-from llmkit.quant.quantize import quantize_file  # noqa: E402
+from llmkit.quant.plan import rules  # noqa: E402
+from llmkit.quant.write.quantize import quantize_file  # noqa: E402
 
 ALL = list(rules.FTYPES)
 
@@ -27,7 +27,7 @@ def reference(src, dst, ftype, imatrix=None, pure=False, output_type=None, embd_
     """llama.cpp's quantizer through llama-cpp-python, with an imatrix and type overrides passed as
     llama-quantize would."""
     from llmkit.llama.runtime import _silence_llama_log
-    from llmkit.quant.quantize import TYPE_ID
+    from llmkit.gguf.types import TYPE_ID
 
     _silence_llama_log()
     p = llama_cpp.llama_model_quantize_default_params()
@@ -125,7 +125,7 @@ def imatrix_file(models, kernel_small):
 @pytest.mark.parametrize("ftype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_M", "Q5_K_S", "Q6_K",
                                    "IQ4_NL", "IQ4_XS"])
 def test_imatrix_byte_identical(models, imatrix_file, ftype):
-    from llmkit.quant.imatrix import load_imatrix
+    from llmkit.quant.calibration.imatrix import load_imatrix
 
     d, m = models
     imx = load_imatrix(str(imatrix_file))
@@ -138,9 +138,8 @@ def test_imatrix_byte_identical(models, imatrix_file, ftype):
 
 def test_imatrix_lowers_activation_weighted_error(models, imatrix_file):
     from llmkit.gguf.reader import read_gguf
-    from llmkit.quant.base import get_format
-    from llmkit.quant.imatrix import load_imatrix
-    from llmkit.quant.quantize import load_f32
+    from llmkit.quant.calibration.imatrix import load_imatrix
+    from llmkit.quant.formats import get_format, load_f32
 
     d, m = models
     imx = load_imatrix(str(imatrix_file))
@@ -160,7 +159,7 @@ def test_imatrix_lowers_activation_weighted_error(models, imatrix_file):
 
 
 def test_legacy_dat_imatrix(tmp_path):
-    from llmkit.quant.imatrix import load_imatrix
+    from llmkit.quant.calibration.imatrix import load_imatrix
 
     p = tmp_path / "old.dat"
     vals = np.array([2.0, 4.0, 6.0], np.float32)
@@ -261,8 +260,8 @@ def test_malformed_inputs_fail_fast(tmp_path, name):
 
 def test_worker_processes_give_the_same_bytes(models, monkeypatch, imatrix_file):
     """Large tensors go to worker processes that read their own rows; the bytes must not change."""
-    from llmkit.quant import quantize as q
-    from llmkit.quant.imatrix import load_imatrix
+    from llmkit.quant.write import jobs as q
+    from llmkit.quant.calibration.imatrix import load_imatrix
 
     d, m = models
     monkeypatch.setattr(q.Workers, "PROCESS_MIN_BYTES", 0)
@@ -302,7 +301,7 @@ def test_fp16_overflow_refused_like_llama_cpp(tmp_path, ftype, value):
 def test_colsum_is_the_c_loop_order():
     """The K-quant searches rely on numpy reducing axis 0 row by row (C's `s += a[i]` order); pairwise
     summation would give 2^24 + 32 here instead of 2^24, and different bytes from llama.cpp."""
-    from llmkit.quant.base import colsum, seq_sum
+    from llmkit.quant.formats.numerics import colsum, seq_sum
 
     a = np.ones((33, 5), np.float32)
     a[0] = 2.0 ** 24
@@ -384,7 +383,7 @@ def test_mixture_of_experts_quantization_and_imatrix(tmp_path, kernel_small):
     imatrix covers every expert through llama.cpp's MUL_MAT_ID (routed tokens only, per-expert counts),
     and quantizing with it — one imatrix slice per expert — still equals llama.cpp."""
     from llmkit.gguf.reader import read_gguf
-    from llmkit.quant.imatrix import load_imatrix
+    from llmkit.quant.calibration.imatrix import load_imatrix
 
     src = write_tiny_llama(tmp_path / "moe.gguf", n_embd=256, n_ff=512, n_layer=2, n_expert=4, outliers=True, seed=9)
     imx_path = tmp_path / "moe-imatrix.gguf"
@@ -413,8 +412,7 @@ def test_compiled_kernels_equal_the_numpy_definition(name, monkeypatch):
     """The numba kernels (jit.py) and the readable numpy modules give the same bytes on hard blocks
     (the numpy modules are in turn byte-identical to llama.cpp, tested above)."""
     pytest.importorskip("numba")
-    from llmkit.quant.base import get_format
-    from llmkit.quant import jit
+    from llmkit.quant.formats import get_format, jit
 
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((512, 256)) * rng.random((512, 1)) * 4).astype(np.float32)

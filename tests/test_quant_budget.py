@@ -26,7 +26,7 @@ def model(tmp_path_factory, kernel_docs):
 
 
 def test_solver_matches_brute_force():
-    from llmkit.quant.allocate import Item, solve
+    from llmkit.quant.budget.allocate import Item, solve
 
     rng = np.random.default_rng(0)
     items = []
@@ -103,8 +103,8 @@ def test_budget_errors(model, tmp_path):
 
 @pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0"])
 def test_gptq_levels_and_output_error(name):
-    from llmkit.quant.base import get_format
-    from llmkit.quant.gptq import grid, levels_of, output_error, quantize_matrix, set_levels
+    from llmkit.quant.formats import get_format
+    from llmkit.quant.rounding.gptq import grid, levels_of, output_error, quantize_matrix, set_levels
 
     rng = np.random.default_rng(1)
     fmt = get_format(name)
@@ -124,7 +124,7 @@ def test_gptq_levels_and_output_error(name):
 
 
 def test_gptq_dampening_raised_for_an_indefinite_hessian():
-    from llmkit.quant.gptq import quantize_matrix
+    from llmkit.quant.rounding.gptq import quantize_matrix
 
     H = np.eye(32) * -0.5 + 1.0  # eigenvalues 31.5 and -0.5: not positive definite
     W = np.random.default_rng(2).standard_normal((4, 32)).astype(np.float32)
@@ -180,7 +180,7 @@ def test_gptq_bad_input(model, tmp_path):
 
 
 def test_imatrix_of_another_model_is_refused(model, tmp_path):
-    from llmkit.quant.imatrix import save_imatrix
+    from llmkit.quant.calibration.imatrix import save_imatrix
 
     d, m = model
     imx = tmp_path / "other.imatrix.gguf"

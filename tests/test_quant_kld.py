@@ -35,7 +35,7 @@ def setup(tmp_path_factory, kernel_small):
 
 
 def test_pack_round_trip_within_half_a_level():
-    from llmkit.quant.kld import pack, row_width, unpack
+    from llmkit.quant.quality.kld import pack, row_width, unpack
 
     rng = np.random.default_rng(0)
     L = (rng.standard_normal((5, 301)) * 6).astype(np.float32)
@@ -50,7 +50,8 @@ def test_pack_round_trip_within_half_a_level():
 
 
 def test_base_file_round_trip(setup, tmp_path):
-    from llmkit.quant.kld import _open, read_header, tokens_for
+    from llmkit.quant.quality.kld import read_header
+    from llmkit.quant.quality.scoring import open_model as _open, tokens_for
 
     d, base, text = setup
     out = tmp_path / "base.kld"
@@ -68,7 +69,7 @@ def test_base_file_round_trip(setup, tmp_path):
 
 def _reference(d, base, qpath, text):
     """Mean KLD, same-top share and PPL(Q) in float64 from full-precision logits of both models."""
-    from llmkit.quant.kld import _chunk_logits, _open, tokens_for
+    from llmkit.quant.quality.scoring import chunk_logits as _chunk_logits, open_model as _open, tokens_for
 
     mb, bos = _open(str(base), N_CTX, 1)
     toks = tokens_for(mb, text.read_text(), N_CTX)
@@ -143,12 +144,12 @@ def test_files_interchange_with_llama_perplexity(setup, tmp_path):
     # same header and tokens; levels equal up to the rounding of float sums
     a, b = cpp_base.read_bytes(), our_base.read_bytes()
     assert len(a) == len(b)
-    from llmkit.quant.kld import read_header
+    from llmkit.quant.quality.kld import read_header
 
     ha, hb = read_header(str(cpp_base)), read_header(str(our_base))
     assert (ha.n_ctx, ha.n_vocab, ha.n_chunk) == (hb.n_ctx, hb.n_vocab, hb.n_chunk)
     assert np.array_equal(ha.tokens, hb.tokens)
-    from llmkit.quant.kld import row_width, unpack
+    from llmkit.quant.quality.kld import row_width, unpack
 
     nv = row_width(ha.n_vocab)
     pa = unpack(np.frombuffer(a[ha.data_offset:], np.uint16).reshape(-1, nv), ha.n_vocab)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from llmkit.rag.bm25 import BM25Index, tokenize
+from llmkit.rag.index.bm25 import BM25Index, tokenize
 
 rank_bm25 = pytest.importorskip("rank_bm25")
 

@@ -65,7 +65,7 @@ static struct node *make_node(int value) {
 
 
 def test_python_definitions_symbols_and_lines():
-    from llmkit.rag.code import chunk_code
+    from llmkit.rag.read.code import chunk_code
 
     chunks, how = chunk_code(PY, "python", 200)  # small size: the class is split into its methods
     assert how == "parsed"
@@ -89,7 +89,7 @@ def test_python_definitions_symbols_and_lines():
     (C, "c", {("make_node", "function")}),
 ])
 def test_other_languages(src, lang, want):
-    from llmkit.rag.code import chunk_code
+    from llmkit.rag.read.code import chunk_code
 
     chunks, how = chunk_code(src, lang, 1500)
     assert how == "parsed"
@@ -97,7 +97,7 @@ def test_other_languages(src, lang, want):
 
 
 def test_syntax_error_falls_back_to_lines():
-    from llmkit.rag.code import chunk_code
+    from llmkit.rag.read.code import chunk_code
 
     chunks, how = chunk_code("def broken(:\n    return 1\n", "python", 1500)
     assert how == "syntax error" and chunks[0].kind == "lines" and chunks[0].line_start == 1

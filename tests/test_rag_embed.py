@@ -27,7 +27,7 @@ def paragraphs(kernel_docs):
 
 
 def test_fp32_onnx_equals_sentence_transformers_on_real_text(paragraphs):
-    from llmkit.rag.embed import load_embedder
+    from llmkit.rag.embed.embedder import load_embedder
 
     onnx = load_embedder(None, "onnx", "fp32")
     torch_ = load_embedder(None, "torch", "fp32")
@@ -43,7 +43,7 @@ def test_fp32_onnx_equals_sentence_transformers_on_real_text(paragraphs):
 
 
 def test_int8_is_close_to_fp32(paragraphs):
-    from llmkit.rag.embed import load_embedder
+    from llmkit.rag.embed.embedder import load_embedder
 
     a = load_embedder(None, "onnx", "fp32").passages(paragraphs)
     c = load_embedder(None, "onnx", "int8").passages(paragraphs)
@@ -84,7 +84,7 @@ def tiny_st(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["mean", "cls_max", "weighted_last", "sqrt_dense"])
 def test_tiny_models_every_pooling_mode_dense_and_prompts(tiny_st, name, paragraphs):
-    from llmkit.rag.embed import load_embedder
+    from llmkit.rag.embed.embedder import load_embedder
 
     texts = paragraphs[:20] + ["x", "  padded with spaces  "]  # long ones are truncated at 24 tokens
     a = load_embedder(str(tiny_st[name]), "onnx").passages(texts)
@@ -167,8 +167,9 @@ def test_int8_index_records_precision_and_refuses_mixing(small_index, tmp_path):
 
 
 def test_damaged_and_stale_exports_are_rebuilt(small_index):
-    from llmkit.rag.embed import _LOADED, resolve_model
-    from llmkit.rag.onnx_embed import export_path, model_key
+    from llmkit.rag.embed.embedder import _LOADED
+    from llmkit.rag.embed.models import resolve_model
+    from llmkit.rag.embed.onnx_runtime import export_path, model_key
 
     _, idx, _ = small_index
     d = export_path(model_key(resolve_model(None)))

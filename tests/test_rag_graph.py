@@ -12,7 +12,7 @@ from conftest import run_cli
 
 
 def test_entity_extraction_known_answers():
-    from llmkit.rag.graph import entities
+    from llmkit.rag.index.graph import entities
 
     got = entities("The boundary layer on a flat plate was studied. Ludwig Prandtl used parse_config here.")
     assert set(got) == {"boundary layer", "flat plate", "ludwig prandtl", "parse_config"}
@@ -37,9 +37,9 @@ def gidx(kernel_docs, tmp_path_factory):
 
 
 def test_graph_raises_multihop_recall(gidx):
-    from llmkit.rag.graph import bridge_queries
-    from llmkit.rag.query import Pipeline, QueryOptions
-    from llmkit.rag.search import Index
+    from llmkit.rag.evaluate.queries import bridge_queries
+    from llmkit.rag.retrieve.pipeline import Pipeline, QueryOptions
+    from llmkit.rag.index.reader import Index
 
     _, idx = gidx
     ix = Index(str(idx))
@@ -85,10 +85,10 @@ def test_graph_follows_incremental_updates(gidx, tmp_path):
     again.write_text("A second note: the Zqflux Scheduler drops stale jobs every minute.")
     r = run_cli(["rag", "index", str(copy), str(new), str(again), "--json"])
     assert r.exit_code == 0, r.stderr
-    from llmkit.rag.search import Index
+    from llmkit.rag.index.reader import Index
 
     g = Index(str(copy)).graph
-    assert "zqflux scheduler" in g.vocab and "zqflux controller" not in g.vocab or g.df[g.vocab["zqflux controller"]] >= 2
+    assert "zqflux scheduler" in g.vocab and ("zqflux controller" not in g.vocab or g.df[g.vocab["zqflux controller"]] >= 2)
     new.unlink()
     assert run_cli(["rag", "index", str(copy), str(docs)]).exit_code == 0  # zq.txt removed from the index
     assert "zqflux scheduler" not in Index(str(copy)).graph.vocab  # now in one chunk only: links nothing
@@ -112,3 +112,30 @@ def test_global_answer_with_local_model(gidx, tmp_path):
     r3 = run_cli(args)
     assert "2 summaries from the cache" in r3.stderr
     assert (idx / "gen-1" / "graph" / "communities.json").exists()
+
+
+def test_graph_flag_gives_the_graph_list_weight_one_in_the_library(gidx):
+    from llmkit.rag.retrieve.options import FusionRequest, QueryRequest, build_pipeline
+
+    _, idx = gidx
+    pipe, _ = build_pipeline(str(idx), 5, QueryRequest(fusion=FusionRequest(graph=True)))
+    assert pipe.opts.weights == {"bm25": 1.0, "dense": 1.0, "graph": 1.0}
+    pipe, _ = build_pipeline(str(idx), 5, QueryRequest(fusion=FusionRequest(graph=True, weights="graph=0.3")))
+    assert pipe.opts.weights["graph"] == 0.3
+
+
+def test_ask_global_new_and_old_spelling(gidx, tmp_path):
+    pytest.importorskip("llama_cpp")
+    from ggufmake import write_tiny_llama
+
+    _, idx = gidx
+    model = write_tiny_llama(tmp_path / "tiny.gguf", seed=3, n_ctx=4096)
+    question = "What are the main topics of these documents?"
+    r = run_cli(["rag", "ask-global", str(idx), question, "-m", str(model), "-n", "8", "-k", "2"])
+    assert r.exit_code == 0, r.stderr
+    assert "Topics:" in r.stdout and "[1]" in r.stdout and "deprecated" not in r.stderr
+    old = run_cli(["rag", "answer", str(idx), question, "--global", "-m", str(model), "-n", "8", "-k", "2"])
+    assert old.exit_code == 0 and old.stdout == r.stdout  # same answer (greedy), summaries now from the cache
+    notes = [line for line in old.stderr.splitlines() if "deprecated" in line]
+    assert len(notes) == 1 and "rag ask-global" in notes[0]
+    assert run_cli(["rag", "ask-global", "--help"]).exit_code == 0

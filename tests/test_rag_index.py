@@ -94,8 +94,8 @@ def test_hybrid_query_finds_the_right_chunk_with_both_ranks(built):
 
 def test_bm25_mode_equals_rank_bm25(built):
     rank_bm25 = pytest.importorskip("rank_bm25")
-    from llmkit.rag.bm25 import tokenize
-    from llmkit.rag.search import Index
+    from llmkit.rag.index.bm25 import tokenize
+    from llmkit.rag.index.reader import Index
 
     _, idx, _, _ = built
     ix = Index(str(idx))
@@ -326,8 +326,8 @@ def test_eval_table(built, tmp_path):
 
 def test_stemmed_bm25_index(tmp_path):
     rank_bm25 = pytest.importorskip("rank_bm25")
-    from llmkit.rag.bm25 import tokenize
-    from llmkit.rag.search import Index
+    from llmkit.rag.index.bm25 import tokenize
+    from llmkit.rag.index.reader import Index
 
     corpus = tmp_path / "c"
     _write_corpus(corpus)

@@ -49,7 +49,7 @@ def test_concurrent_writers_lose_nothing(tmp_path, offset):
 
 
 def test_no_wait_fails_at_once_and_readers_do_not_block(tmp_path):
-    from llmkit.rag.store import writer_lock
+    from llmkit.rag.index.manifest import writer_lock
 
     _docs(tmp_path / "a", "a", 1)
     idx = tmp_path / "idx"
@@ -68,7 +68,7 @@ def test_no_wait_fails_at_once_and_readers_do_not_block(tmp_path):
 def test_killed_writer_leaves_nothing_locked(tmp_path):
     _docs(tmp_path / "a", "a", 1)
     idx = tmp_path / "idx"
-    code = ("import sys, time; sys.path.insert(0, %r)\nfrom llmkit.rag.store import writer_lock\n"
+    code = ("import sys, time; sys.path.insert(0, %r)\nfrom llmkit.rag.index.manifest import writer_lock\n"
             "with writer_lock(%r):\n    print('held', flush=True); time.sleep(60)\n") % (str(ROOT), str(idx))
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert holder.stdout.readline().strip() == b"held"

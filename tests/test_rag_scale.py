@@ -38,7 +38,7 @@ def _hits(idx, q, *extra):
 
 
 def _dense_scores(idx, q):
-    from llmkit.rag.search import Index
+    from llmkit.rag.index.reader import Index
 
     ix = Index(str(idx))
     rows, scores = ix.dense_list(ix.embedder().queries([q])[0], 10)
@@ -80,7 +80,7 @@ def test_milvus_answers_as_faiss_through_updates_and_filters(docs, tmp_path):
     for q in QUERIES:
         a, b = _dense_scores(fa, q), _dense_scores(mv, q)
         assert a[0] == b[0], q
-    from llmkit.rag.search import Index
+    from llmkit.rag.index.reader import Index
 
     ix = Index(str(mv))
     st = ix.vstore
@@ -108,7 +108,7 @@ def test_store_errors_are_one_sentence(docs, tmp_path):
 
 def test_milvus_collection_of_another_dimension_is_refused(tmp_path):
     from llmkit.errors import BadInput
-    from llmkit.rag.vstore import MilvusStore, parse_store
+    from llmkit.rag.index.milvus import MilvusStore, parse_store
 
     st = MilvusStore(parse_store("milvus+local:v.db", str(tmp_path)), str(tmp_path))
     try:

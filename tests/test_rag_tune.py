@@ -19,7 +19,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_choose_prefers_simple_within_noise_and_guards_with_heldout():
-    from llmkit.rag.tune import DEFAULT, Config, choose
+    from llmkit.rag.evaluate.tune import DEFAULT, Config, choose
 
     rng = np.random.default_rng(0)
     n = 200
@@ -63,8 +63,8 @@ def corpus(kernel_docs, tmp_path_factory):
 
 
 def test_pseudo_queries_are_deterministic(corpus):
-    from llmkit.rag.search import Index
-    from llmkit.rag.tune import pseudo_queries
+    from llmkit.rag.index.reader import Index
+    from llmkit.rag.evaluate.queries import pseudo_queries
 
     _, idx = corpus
     ix = Index(str(idx))
@@ -157,3 +157,27 @@ def test_interrupted_tune_leaves_the_index_alone(corpus):
     p.communicate(timeout=60)
     assert p.returncode == 143
     assert (idx / "manifest.json").read_bytes() == before
+
+
+def test_tune_reset_new_and_old_spelling(corpus):
+    _, idx = corpus
+    path = idx / "manifest.json"
+
+    def store_choice():
+        m = json.loads(path.read_text())
+        m["fusion"] = {"method": "cc", "k": 60, "weights": {"bm25": 0.5, "dense": 0.5}, "norm": "z", "expand": 0,
+                       "parents": False, "tuned": {"source": "judged", "label": "cc z"}}
+        path.write_text(json.dumps(m))
+
+    store_choice()
+    r = run_cli(["rag", "tune-reset", str(idx)])  # the new spelling: no deprecation note
+    assert r.exit_code == 0 and "dropped" in r.stderr and "deprecated" not in r.stderr
+    assert "fusion" not in json.loads(path.read_text())
+    r = run_cli(["rag", "tune-reset", str(idx)])
+    assert r.exit_code == 0 and "no tuned fusion was stored" in r.stderr
+    store_choice()
+    r = run_cli(["rag", "tune", str(idx), "--reset"])  # the old spelling still works, with a one-line note
+    assert r.exit_code == 0 and "dropped" in r.stderr and "fusion" not in json.loads(path.read_text())
+    notes = [line for line in r.stderr.splitlines() if "deprecated" in line]
+    assert len(notes) == 1 and "rag tune-reset" in notes[0]
+    assert run_cli(["rag", "tune-reset", "--help"]).exit_code == 0

@@ -5,12 +5,14 @@ import numpy as np
 import pytest
 
 from llmkit.errors import BadInput
-from llmkit.rag import chunking
-from llmkit.rag.bm25 import tokenize
-from llmkit.rag.documents import load_file
-from llmkit.rag.evaluate import ndcg, recall, reciprocal_rank
-from llmkit.rag.fusion import convex, normalize, rrf
-from llmkit.rag.search import dedupe_to_groups, detect_required, parse_filter
+from llmkit.rag.chunk import dedupe
+from llmkit.rag.chunk import spans as chunking
+from llmkit.rag.index.bm25 import tokenize
+from llmkit.rag.read.documents import load_file
+from llmkit.rag.evaluate.metrics import ndcg, recall, reciprocal_rank
+from llmkit.rag.retrieve.fusion import convex, normalize, rrf
+from llmkit.rag.retrieve.filters import detect_required, parse_filter
+from llmkit.rag.retrieve.hits import dedupe_to_groups
 
 TEXT = ("The kernel manages memory in pages. Each page is four kilobytes on x86. Pages are tracked by "
         "struct page.\n\nThe scheduler picks the next task. It uses a red-black tree. Fairness matters!\n\n"
@@ -125,10 +127,10 @@ def test_filters_and_required_terms():
 
 def test_near_duplicates():
     base = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat all day long"
-    sigs = np.stack([chunking.minhash(tokenize(t)) for t in
+    sigs = np.stack([dedupe.minhash(tokenize(t)) for t in
                      [base, "completely different text about kernel memory pages and schedulers here", base + " ok"]])
-    assert chunking.near_duplicates(sigs, 0.8).tolist() == [-1, -1, 0]
-    assert chunking.text_key("Hello  World") == chunking.text_key("hello world")
+    assert dedupe.near_duplicates(sigs, 0.8).tolist() == [-1, -1, 0]
+    assert dedupe.text_key("Hello  World") == dedupe.text_key("hello world")
 
 
 def test_documents_markdown_html_jsonl(tmp_path):
@@ -154,7 +156,7 @@ def test_metrics_known_answers():
 
 
 def test_compress_by_sentence_relevance():
-    from llmkit.rag.compress import compress
+    from llmkit.rag.answer.compress import compress
 
     texts = ["Cats sleep a lot. The kernel allocates memory pages. Dogs bark.", "Memory pages are four kilobytes."]
     c = compress("kernel memory pages", texts, 12, lambda t: len(t.split()))
@@ -191,3 +193,14 @@ def test_pdf_pages_become_sections_with_page_numbers(tmp_path):
         (1, "First page about pages."), (2, "Second page on tasks.")]
     docs, skipped = load_file(str(tmp_path / "bad.pdf"), b"%PDF-1.4 truncated garbage")
     assert not docs and skipped[0].reason.startswith(("unreadable PDF", "PDF without"))
+
+
+def test_library_option_errors_name_no_flags_and_the_cli_spells_them():
+    from llmkit.commands.rag.options import FLAGS
+    from llmkit.rag.errors import OptionError
+    from llmkit.rag.retrieve.settings import parse_weights
+
+    with pytest.raises(OptionError) as e:
+        parse_weights("bm25")
+    assert "--" not in str(e.value) and "write weights bm25=0.3" in str(e.value)
+    assert "write --weights bm25=0.3,dense=0.7" in e.value.spelled(FLAGS)

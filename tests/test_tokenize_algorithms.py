@@ -8,7 +8,8 @@ import pytest
 from llmkit.io import iter_lines
 from llmkit.tokenize.bpe import BPE, train_bpe
 from llmkit.tokenize.train import train
-from llmkit.tokenize.unigram import Unigram, UnigramTrainer, seed_pieces, train_unigram
+from llmkit.tokenize.unigram import Unigram
+from llmkit.tokenize.unigram_train import UnigramTrainer, seed_pieces, train_unigram
 from llmkit.tokenize.wordpiece import WordPiece, train_wordpiece
 
 COURSE = {"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}

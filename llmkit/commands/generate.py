@@ -6,12 +6,13 @@ import sys
 
 import click
 
-from llmkit.commands._common import Output, read_prompt, settings, stdout_stream
+from llmkit.commands._common import Output, read_prompt, stdout_stream
+from llmkit.commands.llama_options import model_options, server_errors
 
 
 @click.command("generate")
 @click.argument("prompt", required=False)
-@click.option("-m", "--model", "model_path", help="GGUF model (default: LLMKIT_MODEL or the packaged SmolLM2-135M-Instruct).")
+@model_options(loading=True)
 @click.option("-n", "--n-predict", default=128, show_default=True, type=int, help="Tokens to generate.")
 @click.option("--temp", default=0.8, show_default=True, type=float, help="Temperature (0 = greedy).")
 @click.option("--top-k", default=40, show_default=True, type=int)
@@ -23,15 +24,6 @@ from llmkit.commands._common import Output, read_prompt, settings, stdout_stream
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-sequence tokens.")
 @click.option("--chat", is_flag=True, help="Wrap the prompt in the model's own chat template.")
 @click.option("--system", help="System message for --chat.")
-@click.option("-c", "--ctx-size", "n_ctx", default=None, type=int, help="Context size in tokens (default: min(2048, training context)).")
-@click.option("-t", "--threads", type=int, help="CPU threads (default: the idle cores, i.e. cores minus the current load).")
-@click.option("-b", "--batch-size", default=512, show_default=True, type=int)
-@click.option("--ctk", "cache_type_k", default="f16", show_default=True, help="KV cache type for K (f16, q8_0, q4_0, ...).")
-@click.option("--ctv", "cache_type_v", default="f16", show_default=True, help="KV cache type for V.")
-@click.option("--flash-attn", is_flag=True)
-@click.option("--mlock", is_flag=True)
-@click.option("--no-mmap", is_flag=True)
-@click.option("-ngl", "--n-gpu-layers", default=0, show_default=True, type=int, help="Passed through (no-op on CPU builds).")
 @click.option("--context-shift", is_flag=True, help="Drop the oldest tokens when the context fills instead of stopping.")
 @click.option("--keep", default=0, show_default=True, type=int, help="Tokens at the start never dropped by --context-shift.")
 @click.option("--draft-model", "draft_path", help="Draft GGUF for speculative decoding (same vocabulary).")
@@ -53,11 +45,10 @@ from llmkit.commands._common import Output, read_prompt, settings, stdout_stream
 @click.option("--retries", default=3, show_default=True, type=int, help="With --batch: tries per item when its server drops.")
 @click.option("--slot-id", type=int, help="With --server: the server slot (its cached prompt is reused).")
 @click.option("--json", "as_json", is_flag=True, help="Print text and statistics as one JSON object.")
-def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos, chat,
-            system, n_ctx, threads, batch_size, cache_type_k, cache_type_v, flash_attn, mlock, no_mmap, n_gpu_layers,
-            context_shift, keep, draft_path, draft_max, draft_min, fixed_draft, lookup, grammar, grammar_file,
-            json_schema, slot_path, slot_dir, cache_reuse, server, batch_path, output_path, on_error, retries, slot_id,
-            as_json):
+def command(prompt, model_path, opts, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos,
+            chat, system, context_shift, keep, draft_path, draft_max, draft_min, fixed_draft, lookup, grammar,
+            grammar_file, json_schema, slot_path, slot_dir, cache_reuse, server, batch_path, output_path, on_error,
+            retries, slot_id, as_json):
     """Generate text from PROMPT (or stdin) with llama.cpp, streaming to stdout.
 
     \b
@@ -67,7 +58,6 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
     llmkit generate --server http://h1:8080,http://h2:8080 --batch prompts.jsonl -o out.jsonl
     """
     from llmkit.errors import BadInput
-    from llmkit.llama import runtime
     from llmkit.llama.sampling import SamplingParams
 
     out = Output()
@@ -77,8 +67,10 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
                                    "(-o needs --batch).")
         if prompt is not None:
             raise click.UsageError("with --batch the prompts come from the JSONL file; drop the PROMPT argument.")
-        _batch(server, batch_path, output_path, on_error, retries, n_predict, temp, top_k, top_p, min_p,
-               repeat_penalty, seed, stop, out)
+        defaults = {"n_predict": n_predict, "temperature": temp, "top_k": top_k, "top_p": top_p, "min_p": min_p,
+                    "repeat_penalty": repeat_penalty, **({"seed": seed} if seed is not None else {}),
+                    **({"stop": list(stop)} if stop else {})}
+        _batch(server, batch_path, output_path, on_error, retries, defaults, out)
         return
     prompt = read_prompt(prompt)
     params = SamplingParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
@@ -91,23 +83,34 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
     constrained = grammar or grammar_file or json_schema
     if constrained and (draft_path or lookup):
         raise click.UsageError("--grammar/--json-schema cannot be combined with --draft-model or --lookup.")
-    opts = runtime.ModelOptions(n_ctx=n_ctx, n_threads=threads, n_batch=batch_size, cache_type_k=cache_type_k,
-                                cache_type_v=cache_type_v, flash_attn=flash_attn, use_mlock=mlock,
-                                use_mmap=not no_mmap, n_gpu_layers=n_gpu_layers, verbose=settings().debug)
+    from llmkit.llama import runtime
+
     path = model_path or runtime.default_model_path()
     model = runtime.open_model(path, opts)
     if chat:
-        from llmkit.llama.chat import chat_prompt
+        from llmkit.llama.chat import NoChatTemplate, chat_prompt
 
-        prompt = chat_prompt(model, prompt, system)
-    tokens = model.tokenize(prompt.encode("utf-8"), add_bos=_add_bos(model), special=chat)
+        try:
+            prompt = chat_prompt(model, prompt, system)
+        except NoChatTemplate:
+            raise BadInput("this model has no chat template (tokenizer.chat_template). Drop --chat and write the "
+                           "prompt yourself.") from None
+    tokens = model.tokenize(prompt.encode("utf-8"), add_bos=runtime.add_bos(model), special=chat)
 
     stream = stdout_stream(not as_json)
     if constrained and (slot_path or slot_dir):
         raise click.UsageError("--grammar/--json-schema cannot be combined with --slot/--slot-dir.")
     slot_note = ""
-    if slot_path or slot_dir:
-        slot_note = _restore_for(model, path, opts, tokens, slot_path, slot_dir)
+    if slot_path:
+        from llmkit.kv.slots import restore_slot
+
+        restore_slot(model, slot_path, path, opts)
+        slot_note = f"restored {slot_path};"
+    elif slot_dir:
+        from llmkit.kv.prompt_cache import restore_best
+
+        best = restore_best(model, path, opts, tokens, slot_dir)
+        slot_note = f"restored {best};" if best else "no cached prefix;"
     if constrained:
         from llmkit.llama.constrained import generate_constrained
 
@@ -122,7 +125,10 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
         text, stats = gen.run(tokens, n_predict, tuple(stop), on_text=stream, reuse_cache=bool(slot_path or slot_dir),
                               cache_reuse=cache_reuse)
         if slot_dir:
-            slot_note += _save_to_dir(model, path, opts, slot_dir, prompt + text)
+            from llmkit.kv.prompt_cache import save_to_dir
+
+            saved, n_saved = save_to_dir(model, path, opts, slot_dir, prompt + text)
+            slot_note += f" saved {saved} ({n_saved} tokens);"
     if as_json:
         out.json({"model": path, "text": text, "stats": stats.to_dict(), **({"slot": slot_note} if slot_note else {})})
         return
@@ -141,8 +147,7 @@ def command(prompt, model_path, n_predict, temp, top_k, top_p, min_p, repeat_pen
     out.info(line)
 
 
-def _batch(server, batch_path, output_path, on_error, retries, n_predict, temp, top_k, top_p, min_p, repeat_penalty,
-           seed, stop, out) -> None:
+def _batch(server, batch_path, output_path, on_error, retries, defaults, out) -> None:
     """Run a JSONL batch across llama-servers; records to stdout or appended to -o in input order."""
     import json
     import os
@@ -153,7 +158,7 @@ def _batch(server, batch_path, output_path, on_error, retries, n_predict, temp, 
     from llmkit.llama import batch
 
     urls = [u.strip() for u in server.split(",") if u.strip()]
-    if n_predict <= 0 or retries < 1:
+    if defaults["n_predict"] <= 0 or retries < 1:
         raise BadInput("-n and --retries must be positive numbers.")
     items, bad = batch.parse_items(read_text(batch_path).splitlines())
     for b in bad:
@@ -163,24 +168,29 @@ def _batch(server, batch_path, output_path, on_error, retries, n_predict, temp, 
         out.warn(msg + " (skipped)")
     fd = None
     if output_path:
-        fd, done = batch.open_resumable(output_path)
+        try:
+            fd, done = batch.open_resumable(output_path)
+        except batch.NotAnOutputFile as e:
+            raise BadInput(f"'{e.path}' line {e.line} is not an output record of llmkit generate --batch; "
+                           "write to another file with -o.") from None
         before = len(items)
         items = [it for it in items if json.dumps(it.id) not in done]
         for i, it in enumerate(items):
             it.index = i
         if before != len(items):
             out.info(f"{output_path}: {before - len(items)} of {before} items already done, running {len(items)}")
-    defaults = {"n_predict": n_predict, "temperature": temp, "top_k": top_k, "top_p": top_p, "min_p": min_p,
-                "repeat_penalty": repeat_penalty}
-    if seed is not None:
-        defaults["seed"] = seed
-    if stop:
-        defaults["stop"] = list(stop)
     emit = (lambda rec: batch.append_record(fd, rec)) if fd is not None else out.record
     try:
         with progress_bar("generating") as prog:
             report = batch.run_batch(items, urls, defaults, emit, on_error=on_error, max_tries=retries,
                                      progress=lambda d, n: prog(d, n))
+    except batch.NoServerAnswers as e:
+        raise BadInput(f"no llama-server answers at {', '.join(e.urls)}. Start one (llama-server -m MODEL --port 8080 "
+                       "-np 4), or check --server.") from None
+    except batch.ItemFailed as e:
+        raise BadInput(f"{e.what} Fix it, or pass --on-error skip.") from None
+    except batch.ServersLost as e:
+        raise BadInput(f"{e.what} Restart a server and run again (with -o the output resumes).") from None
     finally:
         if fd is not None:
             os.close(fd)
@@ -193,10 +203,11 @@ def _batch(server, batch_path, output_path, on_error, retries, n_predict, temp, 
 
 
 def _generate_on_server(url, slot_id, prompt, n_predict, temp, seed, as_json, out) -> None:
-    from llmkit.kv.server import LlamaServer
+    from llmkit.llama.server import LlamaServer
 
     stream = stdout_stream(not as_json)
-    r = LlamaServer(url).completion(prompt, n_predict, slot_id, temperature=temp, seed=seed, on_text=stream)
+    with server_errors():
+        r = LlamaServer(url).completion(prompt, n_predict, slot_id, temperature=temp, seed=seed, on_text=stream)
     t = r.get("timings", {})
     stats = {"prompt_tokens": t.get("prompt_n"), "cached_tokens": r.get("tokens_cached"), "prefill_ms": t.get("prompt_ms"),
              "generated_tokens": t.get("predicted_n"), "tokens_per_s": t.get("predicted_per_second"), "slot": r.get("id_slot")}
@@ -206,71 +217,3 @@ def _generate_on_server(url, slot_id, prompt, n_predict, temp, seed, as_json, ou
     sys.stdout.write("\n")
     out.info(f"server slot {stats['slot']}: evaluated {stats['prompt_tokens']} prompt tokens "
              f"({stats['cached_tokens']} cached in total), {stats['generated_tokens']} generated")
-
-
-def _restore_for(model, path, opts, tokens, slot_path, slot_dir) -> str:
-    """Restore the given slot, or the one in slot_dir sharing the longest prefix with `tokens`."""
-    from llmkit.kv.slots import list_slots, model_fingerprint, restore_slot
-    from llmkit.llama.generate import common_prefix
-
-    if slot_path:
-        restore_slot(model, slot_path, path, opts)
-        return f"restored {slot_path};"
-    import os
-
-    os.makedirs(slot_dir, exist_ok=True)
-    fp = model_fingerprint(path)
-    best, best_n = None, 0
-    for p, h, _ in list_slots(slot_dir):
-        if h.model_fingerprint != fp or (h.cache_type_k, h.cache_type_v) != (opts.cache_type_k, opts.cache_type_v):
-            continue
-        n = common_prefix(h.tokens, tokens)
-        if n > best_n:
-            best, best_n = p, n
-    if best is None:
-        return "no cached prefix;"
-    restore_slot(model, best, path, opts)
-    return f"restored {best};"
-
-
-def _save_to_dir(model, path, opts, slot_dir, text) -> str:
-    import hashlib
-    import os
-
-    from llmkit.kv.slots import save_slot
-
-    ids = [int(t) for t in model.input_ids[:model.n_tokens]]
-    name = hashlib.sha1(str(ids).encode()).hexdigest()[:16] + ".slot"
-    out = os.path.join(slot_dir, name)
-    save_slot(model, out, path, opts, text=text)
-    return f" saved {out} ({len(ids)} tokens);"
-
-
-def run_with_slot(model_path, opts, slot, slot_dir, prompt, n_predict, temp, as_json, append=False):
-    """`llmkit kv restore`: restore a slot and continue with extra text, reusing the cached tokens."""
-    from llmkit.kv.slots import restore_slot
-    from llmkit.llama import runtime
-    from llmkit.llama.generate import Generator
-    from llmkit.llama.sampling import SamplingParams
-
-    path = model_path or runtime.default_model_path()
-    model = runtime.open_model(path, opts)
-    hdr = restore_slot(model, slot, path, opts)
-    tokens = hdr.tokens + model.tokenize(prompt.encode("utf-8"), add_bos=False, special=True) if prompt else list(hdr.tokens)
-
-    stream = stdout_stream(not as_json)
-    gen = Generator(model, SamplingParams(temp=temp))
-    text, st = gen.run(tokens, n_predict, on_text=stream, reuse_cache=True)
-    d = st.to_dict()
-    if as_json:
-        Output().json({"model": path, "slot": slot, "text": text, "stats": d})
-        return
-    sys.stdout.write("\n")
-    Output().info(f"restored {slot}: reused {d['prefill_reused']} of {d['prompt_tokens']} prompt tokens, "
-                  f"time to first token {d['ttft_s'] * 1000:.0f} ms, {d['tokens_per_s']:.1f} tok/s")
-
-
-def _add_bos(model) -> bool:
-    from llmkit.llama.runtime import add_bos
-
-    return add_bos(model)

@@ -1,4 +1,7 @@
-"""GGUF files: a hardened reader that llmkit uses before anything is handed to llama.cpp."""
+"""GGUF files, below every model-handling package: the type table (`types`: block sizes of every
+ggml type), a hardened reader (`reader`), tensor data as raw bytes (`tensors`) and a writer
+(`writer`). May import only `llmkit.io` and `llmkit.errors` (and numpy); nothing here decodes
+quantized numbers (that is `llmkit.quant.formats`)."""
 
 from llmkit.gguf.reader import GGUFFile, read_gguf
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmkit.errors import BadFileFormat
+from llmkit.gguf.types import ALIGNMENT, GGML_TYPES
 
 MAX_KV = 1 << 20
 MAX_TENSORS = 1 << 20
@@ -27,18 +28,6 @@ SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: (
 NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1", 10: "<u8", 11: "<i8", 12: "<f8"}
 STRING, ARRAY = 8, 9
 
-# ggml type -> (name, block size, bytes per block)
-GGML_TYPES = {
-    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
-    7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
-    12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
-    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50),
-    20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
-    24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8),
-    29: ("IQ1_M", 256, 56), 30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
-    39: ("MXFP4", 32, 17),
-}
-
 
 @dataclass
 class TensorInfo:
@@ -47,6 +36,14 @@ class TensorInfo:
     type: int
     offset: int  # relative to the data section
     nbytes: int
+
+    @property
+    def n_rows(self) -> int:
+        """Rows of ne[0] weights (all dimensions after the first)."""
+        n = 1
+        for d in self.shape[1:]:
+            n *= d
+        return n
 
     @property
     def type_name(self) -> str:
@@ -194,7 +191,7 @@ def _parse(buf, size: int, path: str, want_tensors: bool) -> GGUFFile:
         if dims[0] % bs:
             c.fail(f"tensor '{name}' row length {dims[0]} is not a multiple of its block size {bs}")
         infos.append(TensorInfo(name, tuple(int(d) for d in dims), ttype, off, n // bs * ts))
-    align = meta.get("general.alignment", 32)
+    align = meta.get("general.alignment", ALIGNMENT)
     if not isinstance(align, int) or align < 1 or align > 1 << 16 or align & (align - 1):
         c.fail(f"general.alignment {align!r} is not a power of two")
     data = (c.pos + align - 1) // align * align

@@ -1,1 +1,6 @@
-"""llmkit.kv (library layer; filled in by its own issue)."""
+"""The KV cache: memory planning from GGUF metadata (`plan`), an allocation-policy simulator
+(`simulate`), slot files on disk (`slots`) and prompt caching with them (`prompt_cache`).
+
+May import llmkit.llama (models, generation, the llama-server client), llmkit.gguf, llmkit.io and
+llmkit.errors; never rag, quant, tokenize or the CLI (click), and never prints.
+"""

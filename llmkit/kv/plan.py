@@ -100,7 +100,7 @@ def plan(path: str, n_ctx: int | None = None, n_seq: int = 1, cache_type_k: str 
     from llmkit.gguf.reader import read_gguf
 
     if n_seq < 1:
-        raise BadInput(f"--parallel must be at least 1, got {n_seq}.")
+        raise BadInput(f"the number of parallel sequences must be at least 1, got {n_seq}.")
     g = read_gguf(path)
     arch = g.get("general.architecture")
     if not arch:
@@ -146,6 +146,16 @@ def plan(path: str, n_ctx: int | None = None, n_seq: int = 1, cache_type_k: str 
                   cache_type_k=cache_type_k, cache_type_v=cache_type_v, head_count_kv=heads_kv, head_dim_k=hk,
                   head_dim_v=hv, swa_layers=sum(is_swa), swa_cells=swa_cells, k_bytes=k_bytes, v_bytes=v_bytes,
                   weights_bytes=weights, bandwidth_gbs=bandwidth_gbs, per_layer_bytes=per_layer)
+
+
+def budget_in_tokens(path: str, n_ctx: int, budget_bytes: float | None = None, gpu_gb: float | None = None) -> int:
+    """A KV budget in tokens of this model: `budget_bytes`, or GPU memory (GB) minus the weights."""
+    p = plan(path, n_ctx)
+    if budget_bytes is None:
+        budget_bytes = gpu_gb * 1e9 - p.weights_bytes
+        if budget_bytes <= 0:
+            raise BadInput(f"the weights ({p.weights_bytes / 1e9:.2f} GB) do not fit in {gpu_gb} GB.")
+    return int(budget_bytes // p.kv_bytes_per_token)
 
 
 def _per_layer(v, n_layer: int) -> list[int]:

@@ -276,7 +276,7 @@ def simulate(reqs: list[Request], policy: str, budget_tokens: int, block_size: i
                     continue
                 if need > free_blocks:
                     raise BadInput(f"request {st['req'].id} alone needs more KV blocks than the budget holds. "
-                                   "Give a larger budget or a shorter --max-len.")
+                                   "Give a larger budget or a shorter maximum length.")
                 free_blocks -= need
                 st["blocks"] += need
             st["generated"] += 1
@@ -330,6 +330,15 @@ def simulate(reqs: list[Request], policy: str, budget_tokens: int, block_size: i
                      mean_batch=acc["batch"] / s, used=frac["used"], reserved=frac["reserved"], internal=frac["internal"],
                      external=frac["external"], free=1 - sum(frac.values()),
                      prefix_hit_rate=hits / lookups if lookups else 0.0, preemptions=preemptions, series=series)
+
+
+def compare(reqs: list[Request], policies: Iterable[str], budget_tokens: int, block_size: int = 16,
+            max_len: int = 2048, preempt: str = "recompute", step_seconds: float = 0.02) -> list[SimResult]:
+    """The same trace simulated under each policy (every run on its own copy of the requests)."""
+    import copy
+
+    return [simulate(copy.deepcopy(reqs), pol, budget_tokens, block_size, max_len, preempt, step_seconds)
+            for pol in policies]
 
 
 def plot(results: list[SimResult], path: str) -> None:

@@ -109,10 +109,10 @@ def check_compatible(hdr: SlotHeader, path: str, model, model_path: str, opts) -
         raise BadInput(f"slot '{path}' has KV cache types {hdr.cache_type_k}/{hdr.cache_type_v}; "
                        f"pass --ctk {hdr.cache_type_k} --ctv {hdr.cache_type_v}.")
     if bool(hdr.flash_attn) != bool(opts.flash_attn):
-        raise BadInput(f"slot '{path}' was saved {'with' if hdr.flash_attn else 'without'} --flash-attn; "
+        raise BadInput(f"slot '{path}' was saved {'with' if hdr.flash_attn else 'without'} flash attention; "
                        "use the same setting to restore it.")
     if hdr.n_tokens >= model.n_ctx():
-        raise BadInput(f"slot '{path}' holds {hdr.n_tokens} tokens, more than the context ({model.n_ctx()}). Raise -c.")
+        raise BadInput(f"slot '{path}' holds {hdr.n_tokens} tokens, more than the context ({model.n_ctx()}). Use a larger context.")
 
 
 def restore_slot(model, path: str, model_path: str, opts, seq_id: int = 0) -> SlotHeader:
@@ -195,7 +195,7 @@ def read_raw_tokens(path: str, n_vocab: int, n_ctx: int) -> list[int]:
             raise BadFileFormat(f"'{path}' is a truncated llama.cpp state file.")
         _, _version, n = struct.unpack("<III", head)
         if n >= n_ctx + 8:
-            raise BadInput(f"'{path}' holds {n} tokens, more than the context ({n_ctx}). Raise -c.")
+            raise BadInput(f"'{path}' holds {n} tokens, more than the context ({n_ctx}). Use a larger context.")
         if 12 + 4 * n > size:
             raise BadFileFormat(f"'{path}' is a truncated llama.cpp state file ({n} tokens declared).")
         toks = np.array(server_tokens_decode(np.frombuffer(f.read(4 * n), dtype="<i4").tolist()), dtype=np.int64)
@@ -218,7 +218,7 @@ def restore_raw(model, path: str, seq_id: int = 0) -> int:
     got = llama_cpp.llama_state_seq_load_file(model.ctx, path.encode(), seq_id, out, cap, ctypes.byref(count))
     if got == 0 or server_tokens_decode(list(out[:count.value])) != toks:
         raise BadFileFormat(f"llama.cpp refused the state in '{path}': another model, or other settings "
-                            "(llama-server turns flash attention on: pass --flash-attn).")
+                            "(llama-server turns flash attention on: restore with flash attention).")
     model.input_ids[:len(toks)] = toks
     model.n_tokens = len(toks)
     return len(toks)

@@ -15,12 +15,11 @@ import json
 import queue
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from llmkit.errors import BadInput
+from llmkit.llama.server import RETRY_CODES, LlamaServer, RequestFailed, ServerDown
 
 OPTION_KEYS = {"n_predict": "n_predict", "max_tokens": "n_predict", "n": "n_predict", "temperature": "temperature",
                "temp": "temperature", "seed": "seed", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
@@ -97,46 +96,27 @@ def parse_items(lines: Iterable[str]) -> tuple[list[Item], list[BadLine]]:
     return items, bad
 
 
-class ServerDown(Exception):
-    """The server could not be reached or dropped the connection: the item goes to another one."""
-
-
-class Server:
-    """One llama-server: its URL and how many requests it takes at once."""
+class Server(LlamaServer):
+    """One llama-server of the pool: how many requests it takes at once, and whether it is alive.
+    A 502/503/504 (loading, or a proxy in front of a dead one) counts as down, not as a refusal."""
 
     def __init__(self, url: str, timeout: float):
-        if not url.startswith(("http://", "https://")):
-            raise BadInput(f"server URL '{url}' must start with http:// or https://, e.g. http://127.0.0.1:8080.")
-        self.url = url.rstrip("/")
-        self.timeout = timeout
+        super().__init__(url, timeout)
         self.alive = True
         self.slots = 1
 
-    def _request(self, path: str, body: dict | None = None, timeout: float | None = None):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method="POST" if data else "GET",
-                                     headers={"Content-Type": "application/json"} if data else {})
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            if e.code in (502, 503, 504):  # loading, or a proxy in front of a dead one
-                raise ServerDown(f"HTTP {e.code}") from None
-            raise RequestFailed(http_error_message(e)) from None
-        except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out, closed mid-answer
-            raise ServerDown(str(getattr(e, "reason", e))) from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise RequestFailed(f"{self.url}{path} did not answer with JSON; is this a llama-server?") from None
+            return super().request(method, path, body, timeout)
+        except RequestFailed as e:
+            if e.code in RETRY_CODES:
+                raise ServerDown(self.url, f"HTTP {e.code}") from None
+            raise
 
     def discover(self) -> int:
         """Number of parallel slots (llama-server -np)."""
         try:
-            props = self._request("/props", timeout=10)
-            n = props.get("total_slots") if isinstance(props, dict) else None
-            if not n:
-                n = len(self._request("/slots", timeout=10))
+            n = self.total_slots()
         except RequestFailed:
             n = 1
         self.slots = max(1, int(n or 1))
@@ -150,11 +130,11 @@ class Server:
             common["stop"] = o["stop"]
         if item.prompt is not None:
             body = {"prompt": item.prompt, "n_predict": o["n_predict"], "cache_prompt": True, **common}
-            r = self._request("/completion", body)
+            r = self.request("POST", "/completion", body)
             text, stop = r.get("content", ""), r.get("stop_type") or ("eos" if r.get("stopped_eos") else "limit")
         else:
             body = {"messages": item.messages, "max_tokens": o["n_predict"], "cache_prompt": True, **common}
-            r = self._request("/v1/chat/completions", body)
+            r = self.request("POST", "/v1/chat/completions", body)
             try:
                 choice = r["choices"][0]
                 text, stop = choice["message"]["content"] or "", choice.get("finish_reason")
@@ -168,18 +148,32 @@ class Server:
                           "stop": stop}}
 
 
-class RequestFailed(Exception):
-    """The server answered but refused this item (bad request, prompt too long, ...)."""
+class NoServerAnswers(BadInput):
+    def __init__(self, urls: list[str]):
+        super().__init__(f"no llama-server answers at {', '.join(urls)}. Start one (llama-server -m MODEL --port 8080 -np 4).")
+        self.urls = urls
 
 
-def http_error_message(e: urllib.error.HTTPError) -> str:
-    """llama-server's error answer in a few words: '400 the prompt is too long' (or 'HTTP 503')."""
-    try:
-        d = json.loads(e.read())
-        err = d.get("error", d)
-        return f"{e.code} {err.get('message', err) if isinstance(err, dict) else err}"
-    except (ValueError, AttributeError):
-        return f"HTTP {e.code}"
+class ItemFailed(BadInput):
+    """A refused item stopped the batch (on_error='fail')."""
+
+    def __init__(self, item: Item, error: str):
+        self.what = f"item {json.dumps(item.id)} (line {item.line}): {error}."
+        super().__init__(f"{self.what} Fix it, or pass on_error='skip'.")
+
+
+class ServersLost(BadInput):
+    """Every server went away before the batch was done."""
+
+    def __init__(self, lost: list[str], missing: int):
+        self.what = f"every server failed ({', '.join(lost)}); {missing} items were not generated."
+        super().__init__(f"{self.what} Restart a server and run again.")
+
+
+class NotAnOutputFile(BadInput):
+    def __init__(self, path: str, line: int):
+        super().__init__(f"'{path}' line {line} is not an output record of a batch run; write to another file.")
+        self.path, self.line = path, line
 
 
 @dataclass
@@ -212,14 +206,12 @@ def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable
     for s in servers:
         try:
             report.slots[s.url] = s.discover()
-        except ServerDown as e:
+        except ServerDown:
             s.alive = False
             report.servers_lost.append(s.url)
             report.slots[s.url] = 0
-            _ = e
     if not any(s.alive for s in servers):
-        raise BadInput(f"no llama-server answers at {', '.join(urls)}. Start one (llama-server -m MODEL --port 8080 "
-                       "-np 4), or check --server.")
+        raise NoServerAnswers(urls)
     todo: queue.Queue = queue.Queue()
     for it in items:
         todo.put(it)
@@ -242,13 +234,13 @@ def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable
                         report.servers_lost.append(server.url)
                 it.tries += 1
                 if it.tries >= max_tries or not any(s.alive for s in servers):
-                    results.put((it, None, f"server {server.url} failed ({e}) and no other server could take it"))
+                    results.put((it, None, f"server {server.url} failed ({e.reason}) and no other server could take it"))
                 else:
                     report.retried += 1
                     todo.put(it)
                 continue
             except RequestFailed as e:
-                results.put((it, None, f"{server.url} refused it: {e}"))
+                results.put((it, None, f"{server.url} refused it: {e.detail}"))
                 continue
             results.put((it, rec, None))
 
@@ -265,14 +257,13 @@ def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable
                 it, rec, err = results.get(timeout=0.2)
             except queue.Empty:
                 if not any(s.alive for s in servers):
-                    fatal = (f"every server failed ({', '.join(report.servers_lost)}); {len(items) - finished} "
-                             "items were not generated. Restart a server and run again (with -o the output resumes).")
+                    fatal = ServersLost(report.servers_lost, len(items) - finished)
                     break
                 continue
             finished += 1
             pending[it.index] = (it, rec, err)
             if err and on_error == "fail":
-                fatal = f"item {json.dumps(it.id)} (line {it.line}): {err}. Fix it, or pass --on-error skip."
+                fatal = ItemFailed(it, err)
                 break
             while next_out in pending:
                 it2, rec2, err2 = pending.pop(next_out)
@@ -289,7 +280,7 @@ def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable
         stop.set()
     report.wall_s = time.perf_counter() - t0
     if fatal:
-        raise BadInput(fatal)
+        raise fatal
     return report
 
 
@@ -314,8 +305,7 @@ def open_resumable(path: str) -> tuple[int, set]:
             try:
                 done.add(json.dumps(json.loads(raw)["id"]))
             except (ValueError, KeyError, TypeError):
-                raise BadInput(f"'{path}' line {no} is not an output record of llmkit generate --batch; "
-                               "write to another file with -o.") from None
+                raise NotAnOutputFile(path, no) from None
         os.lseek(fd, 0, os.SEEK_END)
     except BaseException:
         os.close(fd)

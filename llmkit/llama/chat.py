@@ -5,7 +5,14 @@ from __future__ import annotations
 from llmkit.errors import BadInput
 
 
+class NoChatTemplate(BadInput):
+    def __init__(self):
+        super().__init__("this model has no chat template (tokenizer.chat_template). Write the prompt in the "
+                         "model's own format instead.")
+
+
 def token_text(model, tok: int) -> str:
+    """The text of one token id ('' for a negative id)."""
     import llama_cpp
 
     if tok < 0:
@@ -19,7 +26,7 @@ def chat_prompt(model, user: str, system: str | None = None) -> str:
     """Render [system?, user] with the model's template and the assistant turn opened."""
     template = model.metadata.get("tokenizer.chat_template")
     if not template:
-        raise BadInput("this model has no chat template (tokenizer.chat_template). Drop --chat and write the prompt yourself.")
+        raise NoChatTemplate()
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]

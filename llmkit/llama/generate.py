@@ -17,8 +17,12 @@ from typing import Callable
 import numpy as np
 
 from llmkit.errors import BadInput
-from llmkit.llama.sampling import SamplingParams, distribution, sample
-from llmkit.llama.speculative import expected_tokens, lookup_draft, verify, verify_sample_and_match
+from llmkit.llama.cache import common_prefix, eval_no_logits, reuse_chunks, shift_context
+from llmkit.llama.draft import DraftLengthChooser, ModelDrafter, check_vocab_compatible
+from llmkit.llama.sampling import History, SamplingParams, distribution, sample
+from llmkit.llama.speculative import lookup_draft, verify, verify_sample_and_match
+
+__all__ = ["GenerateStats", "Generator", "common_prefix", "eval_no_logits"]
 
 
 @dataclass
@@ -53,83 +57,6 @@ class GenerateStats:
         return d
 
 
-class DraftLengthChooser:
-    """Picks K each round from measured verify cost T(b) (b = K + 1 tokens), draft cost per token
-    and the running acceptance rate: maximise E[tokens](alpha, K) / (K * t_draft + T(K + 1))."""
-
-    def __init__(self, k_min: int, k_max: int, adaptive: bool, draft_cost_known_zero: bool = False,
-                 draft_cost_ratio: float = 0.2):
-        self.k_min, self.k_max, self.adaptive = max(1, k_min), k_max, adaptive
-        self.t_batch: dict[int, float] = {}
-        self.t_draft = 0.0 if draft_cost_known_zero else None
-        # decoding is memory-bound: before measuring, a draft token costs about T(1) times the ratio
-        # of the two models' weight bytes
-        self.draft_cost_ratio = draft_cost_ratio
-        self.alpha = 0.7
-        self.rounds_without_draft = 0
-        self.probe_every = 32
-
-    def observe_batch(self, b: int, seconds: float) -> None:
-        old = self.t_batch.get(b)
-        self.t_batch[b] = seconds if old is None else 0.8 * old + 0.2 * seconds
-
-    def observe_draft(self, per_token: float) -> None:
-        self.t_draft = per_token if self.t_draft is None else 0.8 * self.t_draft + 0.2 * per_token
-
-    def observe_acceptance(self, accepted: int, drafted: int) -> None:
-        if drafted:
-            rate = accepted / drafted
-            w = min(0.3, drafted / (drafted + 4.0))
-            self.alpha = (1 - w) * self.alpha + w * rate
-
-    def cost(self, b: int) -> float:
-        if b in self.t_batch:
-            return self.t_batch[b]
-        pts = sorted(self.t_batch.items())
-        if not pts:
-            return 1.0
-        if len(pts) == 1:
-            b0, t0 = pts[0]
-            return t0 * (1 + 0.05 * (b - b0))  # optimistic until measured: batching is cheap on GPUs
-        lo = max((p for p in pts if p[0] <= b), default=pts[0])
-        hi = min((p for p in pts if p[0] >= b), default=pts[-1])
-        if lo[0] == hi[0]:
-            lo, hi = pts[-2], pts[-1]
-        slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
-        return max(lo[1] + slope * (b - lo[0]), 1e-9)
-
-    def _ideal_rate(self, td: float, k_max: int) -> float:
-        return max(expected_tokens(1.0, k) / (k * td + self.cost(k + 1)) for k in range(self.k_min, k_max + 1))
-
-    def choose(self, available: int, behind: int = 0) -> int:
-        """Best K for the next round; `behind` = tokens the draft model must catch up on first."""
-        k_max = min(self.k_max, available)
-        if k_max < self.k_min:
-            return 0
-        if not self.adaptive:
-            return k_max
-        if 1 not in self.t_batch:
-            return 0  # measure plain decoding first
-        if not any(b > 1 for b in self.t_batch) and self.rounds_without_draft > 0:
-            return k_max  # short prompt: no batch was timed in prefill, so measure one verification
-        td = self.t_draft if self.t_draft is not None else self.cost(1) * self.draft_cost_ratio
-        catch_up = behind * td * 0.5 if self.t_draft != 0.0 else 0.0  # batched catch-up, ~half a step each
-        best_k, best_rate = 0, 1.0 / self.cost(1)
-        for k in range(self.k_min, k_max + 1):
-            rate = expected_tokens(self.alpha, k) / (k * td + self.cost(k + 1) + catch_up)
-            if rate > best_rate * 1.001:
-                best_k, best_rate = k, rate
-        # the most drafting could ever give (every draft accepted): probes re-sync the draft model,
-        # which costs real time, so only probe when a changed acceptance rate could pay well
-        if best_k == 0 and self.rounds_without_draft >= self.probe_every and self._ideal_rate(td, k_max) * self.cost(1) > 1.3:
-            # occasional probe so a changed acceptance rate is noticed; back off while it keeps failing
-            best_k = self.k_min
-            self.probe_every *= 2
-        elif best_k > 0:
-            self.probe_every = 32
-        return best_k
-
-
 class Generator:
     """Generate from a llama-cpp-python model, optionally with a draft model or prompt lookup."""
 
@@ -141,7 +68,7 @@ class Generator:
             raise BadInput(f"unknown acceptance rule {acceptance_rule!r}; use 'rejection' or 'match'.")
         self.acceptance_rule = acceptance_rule
         if draft is not None and lookup:
-            raise BadInput("use either --draft-model or --lookup, not both.")
+            raise BadInput("use either a draft model or prompt lookup, not both.")
         if draft_max < 1 or draft_min < 0 or draft_min > draft_max:
             raise BadInput(f"need 0 <= --draft-min <= --draft-max and --draft-max >= 1 (got {draft_min}, {draft_max}).")
         self.target, self.draft, self.lookup = target, draft, lookup
@@ -161,8 +88,10 @@ class Generator:
         self.chooser = DraftLengthChooser(draft_min, draft_max, adaptive, draft_cost_known_zero=bool(lookup),
                                           draft_cost_ratio=ratio)
         self.drafting = draft is not None or lookup > 0
+        self.drafter = None
         if draft is not None:
             check_vocab_compatible(target, draft)
+            self.drafter = ModelDrafter(draft, self.n_vocab)
         self._eog = _eog_checker(target)
 
     # -- public ---------------------------------------------------------------------------------
@@ -177,7 +106,7 @@ class Generator:
         kept too, their positions shifted into place (llama-server's --cache-reuse).
         """
         if n_predict <= 0:
-            raise BadInput(f"-n must be a positive number of tokens, got {n_predict}.")
+            raise BadInput(f"n_predict must be a positive number of tokens, got {n_predict}.")
         if not prompt:
             raise BadInput("the prompt is empty. Give some text to continue.")
         bad = [t for t in prompt if not 0 <= t < self.n_vocab]
@@ -194,7 +123,7 @@ class Generator:
             reused = common_prefix(have, prompt[:-1])
             tgt.n_tokens = reused
             if cache_reuse > 0:
-                reused, st.shifted = self._reuse_chunks(have, prompt, reused, cache_reuse)
+                reused, st.shifted = reuse_chunks(tgt, have, prompt, reused, cache_reuse)
         else:
             tgt.reset()
         st.prefill_reused = reused
@@ -212,10 +141,8 @@ class Generator:
             self.chooser.observe_batch(b, time.perf_counter() - t1)
         elif len(prompt) > 1:
             eval_no_logits(tgt, prompt[:-1])
-        if self.draft is not None:  # the draft reads the prompt too: part of prefill, not decoding
-            self.draft.reset()
-            eval_no_logits(self.draft, prompt[:-1])
-            self.draft.eval(prompt[-1:])  # the draft needs logits after the last prompt token
+        if self.drafter is not None:  # the draft reads the prompt too: part of prefill, not decoding
+            self.drafter.prefill(prompt)
         st.prefill_s = time.perf_counter() - t0
         ctx = list(prompt)
         gen_ids: list[int] = []
@@ -227,9 +154,11 @@ class Generator:
                 if not self.context_shift:
                     st.stop_reason = "context"
                     break
-                self._shift(ctx)
+                shift_context(tgt, ctx, self.keep)
+                if self.drafter is not None:
+                    self.drafter.forget()
                 room = n_ctx - tgt.n_tokens - 1
-            behind = len(ctx) - self.draft.n_tokens if self.draft is not None else 0
+            behind = self.drafter.behind(ctx) if self.drafter is not None else 0
             k = self.chooser.choose(min(room, n_predict - st.generated_tokens - 1), behind) if self.drafting else 0
             drafts, qs = self._draft(ctx, k, st) if k > 0 else ([], [])
             n0 = tgt.n_tokens
@@ -239,7 +168,7 @@ class Generator:
             st.verify_s += dt
             st.target_steps += 1
             self.chooser.observe_batch(1 + len(drafts), dt)
-            ps = [distribution(tgt.scores[n0 + i], self.params, _History(ctx, drafts[:i])) for i in range(len(drafts) + 1)]
+            ps = [distribution(tgt.scores[n0 + i], self.params, History(ctx, drafts[:i])) for i in range(len(drafts) + 1)]
             if drafts:
                 if self.acceptance_rule == "rejection":
                     n_acc, nxt = verify(drafts, qs, ps, self.rng)
@@ -284,54 +213,12 @@ class Generator:
         if self.lookup:
             drafts = lookup_draft(ctx, self.lookup, k)
             return drafts, [np.eye(1, self.n_vocab, t).ravel() for t in drafts]
-        d = self.draft
         t0 = time.perf_counter()
-        common = common_prefix(d.input_ids[:d.n_tokens], ctx)
-        d.n_tokens = common
-        if common < len(ctx):
-            d.eval(ctx[common:])
-        drafts, qs = [], []
-        for j in range(k):
-            # the draft may have a few more or fewer (padding) tokens: it proposes only target ids
-            q = distribution(_fit(d.scores[d.n_tokens - 1], self.n_vocab), self.params, _History(ctx, drafts))
-            x = sample(q, self.rng)
-            drafts.append(x)
-            qs.append(q)
-            if j < k - 1:
-                d.eval([x])
+        drafts, qs = self.drafter.draft(ctx, k, self.params, self.rng)
         dt = time.perf_counter() - t0
         st.draft_s += dt
         self.chooser.observe_draft(dt / max(k, 1))
         return drafts, qs
-
-    def _reuse_chunks(self, have: list[int], prompt: list[int], n_past: int, min_chunk: int) -> tuple[int, int]:
-        """Keep cached chunks that reappear later in the prompt by shifting their KV positions.
-
-        Exact only where a token's K/V do not depend on the tokens removed before it (e.g. the first
-        layer: K/V there come from the token and its RoPE position alone); deeper layers saw the
-        removed tokens, so reuse is an approximation there, as in llama-server.
-        """
-        tgt = self.target
-        head_c, head_p = n_past, n_past
-        end = len(prompt) - 1  # the last prompt token is evaluated for its logits anyway
-        shifted = 0
-        while head_c < len(have) and head_p < end:
-            n = 0
-            while head_c + n < len(have) and head_p + n < end and have[head_c + n] == prompt[head_p + n]:
-                n += 1
-            if n >= min_chunk:
-                delta = head_p - head_c
-                tgt._ctx.kv_cache_seq_rm(0, head_p, head_c)
-                tgt._ctx.kv_cache_seq_shift(0, head_c, head_c + n, delta)
-                tgt.input_ids[head_p:head_p + n] = prompt[head_p:head_p + n]
-                head_c += n
-                head_p += n
-                shifted += n
-            else:
-                head_c += 1
-        tgt._ctx.kv_cache_seq_rm(0, head_p, -1)
-        tgt.n_tokens = head_p
-        return head_p, shifted
 
     def _fit_prompt(self, prompt: list[int], n_ctx: int) -> list[int]:
         if len(prompt) < n_ctx:
@@ -342,71 +229,6 @@ class Generator:
         keep = min(self.keep, n_ctx // 2)
         tail = n_ctx // 2 - keep
         return prompt[:keep] + prompt[len(prompt) - tail:]
-
-    def _shift(self, ctx: list[int]) -> None:
-        """Drop the oldest half after the first `keep` tokens and shift the rest (as llama-server)."""
-        tgt = self.target
-        keep = min(self.keep, tgt.n_tokens // 2)
-        n_left = tgt.n_tokens - keep
-        n_discard = max(1, n_left // 2)
-        tgt._ctx.kv_cache_seq_rm(0, keep, keep + n_discard)
-        tgt._ctx.kv_cache_seq_shift(0, keep + n_discard, tgt.n_tokens, -n_discard)
-        tgt.input_ids[keep:tgt.n_tokens - n_discard] = tgt.input_ids[keep + n_discard:tgt.n_tokens]
-        tgt.n_tokens -= n_discard
-        del ctx[keep:keep + n_discard]
-        if self.draft is not None:
-            self.draft.n_tokens = 0  # re-synchronised from ctx on the next draft
-
-
-def _fit(logits: np.ndarray, n: int) -> np.ndarray:
-    if len(logits) == n:
-        return logits
-    if len(logits) > n:
-        return logits[:n]
-    return np.concatenate([logits, np.full(n - len(logits), -np.inf, dtype=logits.dtype)])
-
-
-def common_prefix(a, b) -> int:
-    """Length of the longest common prefix of two token sequences.
-
-    >>> common_prefix([1, 2, 3], [1, 2, 4, 5])
-    2
-    """
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def eval_no_logits(model, tokens: list[int]) -> None:
-    """Evaluate tokens whose logits nobody needs (prefill): computing the vocabulary projection
-    for every prompt position made a 1200-token prefill ~10x slower."""
-    if not tokens:
-        return
-    keep = model._logits_all
-    model._logits_all = False
-    try:
-        model.eval(tokens)
-    finally:
-        model._logits_all = keep
-
-
-class _History:
-    """ctx + extra tokens without copying ctx (for the repeat penalty's window)."""
-
-    def __init__(self, ctx: list[int], extra: list[int]):
-        self.ctx, self.extra = ctx, extra
-
-    def __len__(self):
-        return len(self.ctx) + len(self.extra)
-
-    def __getitem__(self, s: slice):
-        n = len(self.extra)
-        start = s.start if s.start is not None else 0
-        if start < 0 and -start > n:
-            return self.ctx[start + n:] + self.extra
-        return (self.ctx + self.extra)[s]
 
 
 class _TextStream:
@@ -448,17 +270,3 @@ def _eog_checker(model):
 
     vocab = llama_cpp.llama_model_get_vocab(model.model)
     return lambda tok: bool(llama_cpp.llama_vocab_is_eog(vocab, tok))
-
-
-def check_vocab_compatible(target, draft, sample_size: int = 4096) -> None:
-    """Refuse a draft model whose token ids mean different text than the target's."""
-    nt, nd = target.n_vocab(), draft.n_vocab()
-    if abs(nt - nd) > 128:
-        raise BadInput(f"the draft model's vocabulary ({nd} tokens) does not match the target's ({nt}). "
-                       "Use a draft from the same model family.")
-    n = min(nt, nd)
-    ids = sorted(set(np.linspace(0, n - 1, min(n, sample_size)).astype(int).tolist()))
-    for i in ids:
-        if target.detokenize([i]) != draft.detokenize([i]):
-            raise BadInput(f"the draft model's token {i} differs from the target's; their vocabularies are "
-                           "incompatible. Use a draft from the same model family.")

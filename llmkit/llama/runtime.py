@@ -5,13 +5,27 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 
 from llmkit.errors import BadFileFormat, BadInput, MissingDependency
 
-# On 2 busy cores, llama.cpp's OpenMP threads spinning while waiting cost several times the work:
-# passive waiting must be set before the library starts its thread pool.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+def load_llama_cpp():
+    """Import llama-cpp-python (MissingDependency when it is not installed).
+
+    On 2 busy cores, llama.cpp's OpenMP threads spinning while waiting cost several times the work:
+    passive waiting is asked for (unless the environment says otherwise) before the first import,
+    because OpenMP reads the setting when the library loads.
+    """
+    if "llama_cpp" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import llama_cpp
+    except ImportError:
+        raise MissingDependency("llama-cpp-python", "llama") from None
+    return llama_cpp
+
 
 def default_threads() -> int:
     """Threads for llama.cpp: the cores that are idle right now (cores minus the 1-minute load).
@@ -26,6 +40,8 @@ def default_threads() -> int:
     except OSError:
         load = 0.0
     return max(1, min(n, int(n - load + 0.5)))
+
+
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
 
@@ -86,13 +102,10 @@ def add_bos(model) -> bool:
 def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = True):
     """Load a model with llama-cpp-python (in-process, quiet unless opts.verbose)."""
     opts = opts or ModelOptions()
-    try:
-        import llama_cpp
-    except ImportError:
-        raise MissingDependency("llama-cpp-python", "llama") from None
-    for name, t in (("--ctk", opts.cache_type_k), ("--ctv", opts.cache_type_v)):
+    llama_cpp = load_llama_cpp()
+    for name, t in (("K", opts.cache_type_k), ("V", opts.cache_type_v)):
         if t not in KV_TYPES:
-            raise BadInput(f"{name} {t!r} is not a KV cache type. Use one of: {', '.join(KV_TYPES)}.")
+            raise BadInput(f"{t!r} (for {name}) is not a KV cache type. Use one of: {', '.join(KV_TYPES)}.")
     g = check_model_file(path)
     n_ctx = opts.n_ctx
     if n_ctx is None:
@@ -100,7 +113,7 @@ def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = T
         train_ctx = g.get(f"{arch}.context_length")
         n_ctx = min(2048, int(train_ctx)) if isinstance(train_ctx, int) and train_ctx > 0 else 2048
     if n_ctx < 8:
-        raise BadInput(f"context size {n_ctx} is too small. Use -c 256 or more.")
+        raise BadInput(f"context size {n_ctx} is too small. Use a context of 256 tokens or more.")
     if not opts.verbose:
         _silence_llama_log()
     threads = opts.n_threads or default_threads()
@@ -114,7 +127,7 @@ def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = T
         return llama_cpp.Llama(path, **kwargs)
     except ValueError as e:
         raise BadFileFormat(f"llama.cpp could not load '{path}' ({e}). Check that it is a complete GGUF model "
-                            "and that the KV cache types are supported (quantized V cache needs --flash-attn).") from None
+                            "and that the KV cache types are supported (a quantized V cache needs flash attention).") from None
 
 
 _LOG_CALLBACK = None
@@ -128,13 +141,12 @@ CALLBACK_CODES = {_quiet_log.__code__}  # Python functions that llama.cpp calls 
 
 
 def _silence_llama_log() -> None:
-    """Route llama.cpp's own log lines to nowhere (they appear with --debug)."""
+    """Route llama.cpp's own log lines to nowhere (ModelOptions.verbose keeps them)."""
     global _LOG_CALLBACK
     if _LOG_CALLBACK is not None:
         return
     import ctypes
 
-    import llama_cpp
-
+    llama_cpp = load_llama_cpp()
     _LOG_CALLBACK = llama_cpp.llama_log_callback(_quiet_log)
     llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))

@@ -27,13 +27,13 @@ class SamplingParams:
         if self.temp < 0:
             raise BadInput(f"--temp must be >= 0, got {self.temp}.")
         if self.top_k < 0:
-            raise BadInput(f"--top-k must be >= 0 (0 = off), got {self.top_k}.")
+            raise BadInput(f"top-k must be >= 0 (0 = off), got {self.top_k}.")
         if not 0.0 < self.top_p <= 1.0:
             raise BadInput(f"--top-p must be in (0, 1], got {self.top_p}.")
         if not 0.0 <= self.min_p < 1.0:
-            raise BadInput(f"--min-p must be in [0, 1), got {self.min_p}.")
+            raise BadInput(f"min-p must be in [0, 1), got {self.min_p}.")
         if self.repeat_penalty <= 0:
-            raise BadInput(f"--repeat-penalty must be > 0, got {self.repeat_penalty}.")
+            raise BadInput(f"the repeat penalty must be > 0, got {self.repeat_penalty}.")
 
     @property
     def greedy(self) -> bool:
@@ -73,6 +73,23 @@ def distribution(logits: np.ndarray, params: SamplingParams, history=()) -> np.n
     if params.min_p > 0.0:
         p = np.where(p >= params.min_p * p.max(), p, 0.0)
     return p / p.sum()
+
+
+class History:
+    """ctx + extra tokens without copying ctx (for the repeat penalty's window)."""
+
+    def __init__(self, ctx: list[int], extra: list[int]):
+        self.ctx, self.extra = ctx, extra
+
+    def __len__(self):
+        return len(self.ctx) + len(self.extra)
+
+    def __getitem__(self, s: slice):
+        n = len(self.extra)
+        start = s.start if s.start is not None else 0
+        if start < 0 and -start > n:
+            return self.ctx[start + n:] + self.extra
+        return (self.ctx + self.extra)[s]
 
 
 def sample(p: np.ndarray, rng: np.random.Generator) -> int:

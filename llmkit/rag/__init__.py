@@ -1,1 +1,15 @@
-"""llmkit.rag (library layer; filled in by its own issue)."""
+"""llmkit.rag: retrieval-augmented generation on your own machine, in the order data flows.
+
+    read/      files -> documents (per-format loaders, directory walking with .gitignore, code parsing)
+    chunk/     documents -> parents and chunks (recursive / window splitting, duplicates, boilerplate)
+    embed/     chunks -> vectors (model registry, ONNX Runtime, export, sentence-transformers, Ray)
+    index/     the index directory (manifest, SQLite, build and publish, BM25, entity graph, vector
+               stores: faiss and Milvus behind one small protocol) and its read-only view `Index`
+    retrieve/  queries -> hits (pipeline, expansion, filters and masks, routing, fusion, re-ranking)
+    evaluate/  how good retrieval is (metrics, datasets, pseudo-queries, tuning, model adaptation)
+    answer/    hits -> answers (the cited-sources prompt, global questions, prompt compression)
+
+Beside them: `llm.py` (a local GGUF model for the LLM steps of every stage) and `errors.py`
+(option errors whose messages a front end spells in its own words). A stage imports only the
+stages above it in this list (and llmkit.llama, llmkit.io, llmkit.errors); never click or rich.
+"""

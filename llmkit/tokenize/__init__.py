@@ -1,4 +1,14 @@
-"""Subword tokenizers: byte-level BPE, WordPiece and Unigram — train, apply, load, save."""
+"""Subword tokenizers: byte-level BPE, WordPiece and Unigram — train, apply, load, save.
+
+`tokenizer` is the facade (a model plus added tokens); `pretok` the pre-tokenizers; `pieces` what
+the algorithms share (a growing vocabulary, one pair merge, cached word-by-word encoding); one
+module per algorithm, trainer beside encoder (`bpe`, `wordpiece`; Unigram's encoder `unigram`,
+its trainer `unigram_train` over the numpy lattices of `unigram_lattice`); `train` is the training
+entry point; `hf` reads and `hf_write` writes tokenizer.json; `gguf_vocab` builds llama.cpp's
+tokenizers from a GGUF vocabulary; `stats` measures a tokenizer on a corpus.
+
+May import llmkit.errors, llmkit.io and llmkit.gguf; never llama, kv, rag, quant or the CLI (click).
+"""
 
 from __future__ import annotations
 

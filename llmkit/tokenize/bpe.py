@@ -10,13 +10,11 @@ from __future__ import annotations
 import heapq
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Iterable
 
 from llmkit.errors import BadInput
 from llmkit.tokenize import pretok
-
-Progress = Callable[[int, int, str], None]
-Trace = Callable[[dict], None]
+from llmkit.tokenize.pieces import Progress, Trace, Vocab, WordEncoder, check_vocab_size, merge_pair
 
 
 @dataclass
@@ -64,18 +62,11 @@ def train_bpe(
     [('u', 'g'), ('u', 'n'), ('h', 'ug')]
     """
     specials = list(dict.fromkeys(special_tokens))
-    id_to_tok: list[str] = list(specials)
-    tok_to_id: dict[str, int] = {t: i for i, t in enumerate(id_to_tok)}
-    alphabet = alphabet_of(word_counts, initial_alphabet, limit_alphabet)
-    for ch in alphabet:
-        if ch not in tok_to_id:
-            tok_to_id[ch] = len(id_to_tok)
-            id_to_tok.append(ch)
-    if vocab_size < len(id_to_tok):
-        raise BadInput(
-            f"vocab size {vocab_size} is smaller than the alphabet plus special tokens ({len(id_to_tok)}). "
-            f"Use --vocab-size {len(id_to_tok)} or more."
-        )
+    vocab = Vocab(specials)
+    for ch in alphabet_of(word_counts, initial_alphabet, limit_alphabet):
+        vocab.add(ch)
+    check_vocab_size(vocab_size, len(vocab))
+    id_to_tok, tok_to_id = vocab.tokens, vocab.ids
     prefix = continuing_subword_prefix
 
     # words as lists of symbol ids
@@ -86,11 +77,7 @@ def train_bpe(
         for j, ch in enumerate(word):
             if ch not in tok_to_id:
                 continue  # removed by limit_alphabet
-            s = ch if (j == 0 or not prefix) else prefix + ch
-            if s not in tok_to_id:
-                tok_to_id[s] = len(id_to_tok)
-                id_to_tok.append(s)
-            ids.append(tok_to_id[s])
+            ids.append(vocab.add(ch if (j == 0 or not prefix) else prefix + ch))
         words.append(ids)
         counts.append(c)
 
@@ -137,38 +124,13 @@ def train_bpe(
         tb = id_to_tok[b]
         if prefix and tb.startswith(prefix):
             tb = tb[len(prefix):]
-        new_tok = id_to_tok[a] + tb
-        nid = tok_to_id.get(new_tok)
-        if nid is None:
-            nid = len(id_to_tok)
-            tok_to_id[new_tok] = nid
-            id_to_tok.append(new_tok)
+        nid = vocab.add(id_to_tok[a] + tb)
         merges.append((a, b))
 
         new_where: dict[tuple[int, int], set[int]] = defaultdict(set)
         for wi in pos:
-            w = words[wi]
-            c = counts[wi]
-            i = 0
-            n = len(w)
-            # merge left to right; each merge updates the neighbouring pair counts (HF Word::merge)
-            while i < n - 1:
-                if w[i] == a and w[i + 1] == b:
-                    if i > 0:
-                        left = w[i - 1]
-                        pair_counts[(left, a)] -= c
-                        p = (left, nid)
-                        pair_counts[p] += c
-                        new_where[p].add(wi)
-                    w[i:i + 2] = (nid,)
-                    n -= 1
-                    if i < n - 1:
-                        right = w[i + 1]
-                        pair_counts[(b, right)] -= c
-                        p = (nid, right)
-                        pair_counts[p] += c
-                        new_where[p].add(wi)
-                i += 1
+            for p, _ in merge_pair(words[wi], a, b, nid, counts[wi], pair_counts):
+                new_where[p].add(wi)
         for p, ws in new_where.items():
             c = pair_counts[p]
             if c > 0:
@@ -186,7 +148,7 @@ def train_bpe(
     )
 
 
-class BPE:
+class BPE(WordEncoder):
     """A BPE model: vocabulary, ranked merges and a pre-tokenizer (byte-level GPT-2 style by default)."""
 
     algorithm = "bpe"
@@ -226,6 +188,7 @@ class BPE:
             if (ix, iy) not in self._ranks:
                 self._ranks[(ix, iy)] = (rank, new)
         self._cache: dict[str, list[int]] = {}
+        self.cache_limit = 500_000 if byte_level else None
 
     # -- encoding ---------------------------------------------------------------------------
     def pre_tokenize(self, text: str) -> list[str]:
@@ -284,25 +247,8 @@ class BPE:
             ids = out
         return ids
 
-    def encode(self, text: str) -> list[int]:
-        cache = self._cache
-        out: list[int] = []
-        if self.byte_level:
-            for piece in self.pre_tokenize(text):
-                ids = cache.get(piece)
-                if ids is None:
-                    ids = self.encode_word(pretok.to_byte_symbols(piece))
-                    if len(cache) < 500_000:
-                        cache[piece] = ids
-                out.extend(ids)
-        else:
-            for piece in self.pre_tokenize(text):
-                ids = cache.get(piece)
-                if ids is None:
-                    ids = self.encode_word(piece)
-                    cache[piece] = ids
-                out.extend(ids)
-        return out
+    def word_symbols(self, piece: str) -> str:
+        return pretok.to_byte_symbols(piece) if self.byte_level else piece
 
     def decode(self, ids: list[int]) -> str:
         toks = [self.id_to_token[i] for i in ids]

@@ -109,9 +109,9 @@ class Tokenizer:
         return "".join(parts)
 
     def to_hf(self) -> dict:
-        from llmkit.tokenize import hf
+        from llmkit.tokenize.hf_write import to_hf_json
 
-        return hf.to_hf_json(self)
+        return to_hf_json(self)
 
     def save(self, path: str) -> None:
         """Write an HF-compatible tokenizer.json atomically."""

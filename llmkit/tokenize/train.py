@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable, Iterable
+from typing import Iterable
 
 import regex
 
 from llmkit.errors import BadInput
 from llmkit.tokenize import pretok
 from llmkit.tokenize.bpe import BPE, train_bpe
+from llmkit.tokenize.pieces import Progress, Trace
 from llmkit.tokenize.tokenizer import AddedToken, Tokenizer
-from llmkit.tokenize.unigram import Unigram, train_unigram
+from llmkit.tokenize.unigram import Unigram
+from llmkit.tokenize.unigram_train import train_unigram
 from llmkit.tokenize.wordpiece import WordPiece, train_wordpiece
 
 ALGORITHMS = ("bpe", "wordpiece", "unigram")
@@ -61,14 +63,14 @@ def train(
     min_frequency: int = 0,
     special_tokens: Iterable[str] | None = None,
     lowercase: bool = False,
-    progress: Callable[[int, int, str], None] | None = None,
-    trace: Callable[[dict], None] | None = None,
+    progress: Progress | None = None,
+    trace: Trace | None = None,
 ) -> Tokenizer:
     """Train a tokenizer of `algorithm` on text lines."""
     if algorithm not in ALGORITHMS:
         raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
     if vocab_size < 1:
-        raise BadInput(f"vocab size must be positive, got {vocab_size}. Pass --vocab-size N with N > 0.")
+        raise BadInput(f"vocab size must be positive, got {vocab_size}. Ask for a vocabulary of 1 token or more.")
     specials = list(DEFAULT_SPECIALS[algorithm] if special_tokens is None else special_tokens)
     seen_text = False
 

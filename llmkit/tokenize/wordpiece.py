@@ -11,13 +11,11 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Iterable
 
 from llmkit.errors import BadInput
 from llmkit.tokenize import pretok
-
-Progress = Callable[[int, int, str], None]
-Trace = Callable[[dict], None]
+from llmkit.tokenize.pieces import Progress, Trace, Vocab, WordEncoder, check_vocab_size, merge_pair
 
 
 @dataclass
@@ -45,22 +43,14 @@ def train_wordpiece(
     ['b', 'h', 'p', '##g', '##n', '##s', '##u', '##gs', 'hu', 'hugs']
     """
     specials = list(dict.fromkeys(special_tokens))
-    id_to_tok: list[str] = list(specials)
-    tok_to_id = {t: i for i, t in enumerate(id_to_tok)}
     firsts, rests = set(), set()
     for w in word_counts:
         if w:
             firsts.add(w[0])
             rests.update(w[1:])
-    for s in sorted(firsts, key=ord) + [prefix + c for c in sorted(rests, key=ord)]:
-        if s not in tok_to_id:
-            tok_to_id[s] = len(id_to_tok)
-            id_to_tok.append(s)
-    if vocab_size < len(id_to_tok):
-        raise BadInput(
-            f"vocab size {vocab_size} is smaller than the alphabet plus special tokens ({len(id_to_tok)}). "
-            f"Use --vocab-size {len(id_to_tok)} or more."
-        )
+    vocab = Vocab(specials + sorted(firsts, key=ord) + [prefix + c for c in sorted(rests, key=ord)])
+    check_vocab_size(vocab_size, len(vocab))
+    id_to_tok, tok_to_id = vocab.tokens, vocab.ids
 
     words: list[list[int]] = []
     counts: list[int] = []
@@ -124,48 +114,23 @@ def train_wordpiece(
                 "top_scores": [[id_to_tok[x], id_to_tok[y], sc] for sc, x, y in cand[:trace_top]],
             })
         tb = id_to_tok[b]
-        new_tok = id_to_tok[a] + (tb[len(prefix):] if tb.startswith(prefix) else tb)
-        nid = tok_to_id.get(new_tok)
-        if nid is None:
-            nid = len(id_to_tok)
-            tok_to_id[new_tok] = nid
-            id_to_tok.append(new_tok)
+        nid = vocab.add(id_to_tok[a] + (tb[len(prefix):] if tb.startswith(prefix) else tb))
         touched: set[tuple[int, int]] = set()
         for wi in sorted(set(where.pop(p, ()))):
             w = words[wi]
             wc = counts[wi]
-            i = 0
-            n = len(w)
-            while i < n - 1:
-                if w[i] == a and w[i + 1] == b:
-                    if i > 0:
-                        left = w[i - 1]
-                        pair_counts[(left, a)] -= wc
-                        q = (left, nid)
-                        pair_counts[q] += wc
-                        where[q].append(wi)
-                        if q not in first_seen:
-                            first_seen[q] = (wi, i - 1)
-                        pairs_of[left].add(q)
-                        pairs_of[nid].add(q)
-                        touched.add(q)
-                    w[i:i + 2] = (nid,)
-                    n -= 1
-                    freq[a] -= wc
-                    freq[b] -= wc
-                    freq[nid] += wc
-                    if i < n - 1:
-                        right = w[i + 1]
-                        pair_counts[(b, right)] -= wc
-                        q = (nid, right)
-                        pair_counts[q] += wc
-                        where[q].append(wi)
-                        if q not in first_seen:
-                            first_seen[q] = (wi, i)
-                        pairs_of[nid].add(q)
-                        pairs_of[right].add(q)
-                        touched.add(q)
-                i += 1
+            n_before = len(w)
+            for q, i in merge_pair(w, a, b, nid, wc, pair_counts):
+                where[q].append(wi)
+                if q not in first_seen:
+                    first_seen[q] = (wi, i)
+                pairs_of[q[0]].add(q)
+                pairs_of[q[1]].add(q)
+                touched.add(q)
+            merged = (n_before - len(w)) * wc
+            freq[a] -= merged
+            freq[b] -= merged
+            freq[nid] += merged
         pair_counts[p] = 0
         # scores rise for every pair that shares a part whose frequency just fell
         for t in (a, b):
@@ -184,7 +149,7 @@ def train_wordpiece(
     return WordPieceTrainResult(vocab=id_to_tok, special_tokens=specials)
 
 
-class WordPiece:
+class WordPiece(WordEncoder):
     """Greedy longest-match-first WordPiece encoder with BERT normalization and pre-tokenization."""
 
     algorithm = "wordpiece"
@@ -248,18 +213,6 @@ class WordPiece:
         if i is None:
             raise BadInput(f"a word cannot be covered and the vocabulary has no '{self.unk_token}' token.")
         return i
-
-    def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        cache = self._cache
-        for w in self.pre_tokenize(text):
-            ids = cache.get(w)
-            if ids is None:
-                ids = self.encode_word(w)
-                if len(cache) < 500_000:
-                    cache[w] = ids
-            out.extend(ids)
-        return out
 
     def decode(self, ids: list[int]) -> str:
         """Join pieces: '##' pieces attach to the previous one, others get a space."""

@@ -1,0 +1,176 @@
+"""`llmkit quant [quantize] IN -t TYPE -o OUT`: parse the options, run the library's pipeline
+(llmkit.quant.pipeline.quantize), print the report."""
+
+from __future__ import annotations
+
+import click
+
+from llmkit.commands._common import Output, progress_bar
+from llmkit.commands.quant.base import group
+
+
+@group.command("quantize")
+@click.argument("src", metavar="IN.gguf", type=click.Path(dir_okay=False))
+@click.option("-t", "--type", "qtype",
+              help="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K "
+                   "IQ4_NL IQ4_XS (not with --target-bpw/--target-size).")
+@click.option("-o", "--output", "dst", required=True, type=click.Path(dir_okay=False), help="Output GGUF path.")
+@click.option("--pure", is_flag=True, help="Every quantizable tensor gets TYPE (no _S/_M/_L mixture, no Q6_K output).")
+@click.option("--imatrix", "imatrix_path", type=click.Path(dir_okay=False), help="Importance matrix (GGUF or legacy .dat).")
+@click.option("--allow-requantize", is_flag=True, help="Allow re-quantizing tensors that are already quantized.")
+@click.option("--threads", type=int, help="Worker threads (default: all cores).")
+@click.option("--report", is_flag=True, help="Per-tensor table: type, bits/weight, bytes, RMSE, max error, cosine.")
+@click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
+@click.option("--output-tensor-type", "output_type", metavar="TYPE", help="Type for output.weight (as llama-quantize).")
+@click.option("--token-embedding-type", "embd_type", metavar="TYPE", help="Type for token_embd.weight.")
+@click.option("--tensor-type", "tensor_types", metavar="PATTERN=TYPE", multiple=True,
+              help="Type for tensors whose name matches the regex PATTERN (repeatable; first match wins).")
+@click.option("--target-bpw", type=float, help="Choose each tensor's type so the tensors average B bits per weight.")
+@click.option("--target-size", help="Choose each tensor's type so the file fits SIZE bytes (K/M/G suffixes, base 1024).")
+@click.option("--calib", "calib_path", type=click.Path(dir_okay=False),
+              help="Calibration text: --target-* probes each tensor kind's effect on the output (KLD); "
+                   "--method gptq collects its Hessians from it.")
+@click.option("-c", "--ctx", "n_ctx", default=256, show_default=True, type=int, help="Calibration chunk size.")
+@click.option("--chunks", default=None, type=int, help="Calibration chunks (default: 4 for probes, 16 for GPTQ).")
+@click.option("--method", type=click.Choice(["rtn", "gptq"]), default="rtn", show_default=True,
+              help="rtn: llama.cpp's rounding (byte-identical); gptq: error-compensating rounding with Hessians "
+                   "from --calib (Q2_K..Q6_K, Q4_0 matrices; not byte-identical by design).")
+@click.option("--hessian", "hessian_path", type=click.Path(dir_okay=False),
+              help="GPTQ: read the Hessians from this file, or collect them from --calib and save them here.")
+@click.option("--damp", default=0.01, show_default=True, type=float, help="GPTQ dampening (x mean diagonal of H).")
+@click.option("--no-refit", is_flag=True, help="GPTQ: fit each block's scales once on the original weights.")
+def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads, report, as_json, output_type,
+                 embd_type, tensor_types, target_bpw, target_size, calib_path, n_ctx, chunks, method, hessian_path,
+                 damp, no_refit):
+    """Quantize IN.gguf to TYPE, writing OUT.gguf (the same bytes llama.cpp's quantizer writes); or
+    choose each tensor's type under a size budget (--target-bpw / --target-size)."""
+    import os
+
+    from llmkit.quant.pipeline import quantize
+
+    targeted = target_bpw is not None or target_size is not None
+    if targeted and qtype:
+        raise click.UsageError("-t TYPE and --target-bpw/--target-size exclude each other: the budget chooses the types.")
+    if not targeted and not qtype:
+        raise click.UsageError("give -t TYPE, or a budget with --target-bpw / --target-size.")
+    if target_bpw is not None and target_size is not None:
+        raise click.UsageError("give --target-bpw or --target-size, not both.")
+    if method == "gptq" and not calib_path and not (hessian_path and os.path.exists(hessian_path)):
+        raise click.UsageError("--method gptq needs --calib TEXT (or an existing --hessian file).")
+    size = _parse_size(target_size) if target_size is not None else None
+    overrides = _overrides(output_type, embd_type, tensor_types)
+    imx = calib = None
+    if imatrix_path:
+        from llmkit.quant.calibration.imatrix import load_imatrix
+
+        imx = load_imatrix(imatrix_path)
+    if calib_path:
+        from llmkit.io import read_text
+
+        calib = read_text(calib_path)
+    bars = _StageBars()
+    try:
+        run = quantize(src, dst, qtype, pure=pure, imatrix=imx, allow_requantize=allow_requantize, threads=threads,
+                       measure=report or as_json, overrides=overrides, target_bpw=target_bpw, target_size=size,
+                       calib_text=calib, n_ctx=n_ctx, chunks=chunks, method=method, hessian_path=hessian_path,
+                       damp=damp, refit=not no_refit, progress=bars)
+    finally:
+        bars.close()
+    _emit(run, src, dst, report, as_json)
+
+
+def _emit(run, src, dst, report: bool, as_json: bool) -> None:
+    out, rep, alloc = Output(), run.report, run.allocation
+    if alloc is not None:
+        out.info(f"allocation: {len(alloc.assign)} tensors, {alloc.used:,} of {alloc.budget:,} bytes, sensitivity "
+                 f"{alloc.sensitivity_source}, {alloc.seconds:.1f} s")
+    if run.method == "gptq":
+        raised = run.damp_raised
+        out.info(f"GPTQ: {run.gptq_matrices} matrices error-compensated (not byte-identical to llama.cpp by design)"
+                 + (f"; dampening raised for {len(raised)}: " + ", ".join(f"{k} ({v:g})" for k, v in list(raised.items())[:3])
+                    if raised else ""))
+    if as_json:
+        out.json(run.to_dict())
+    elif report:
+        from rich.table import Table
+
+        t = Table(title=f"{src} -> {dst} ({rep.ftype})")
+        for col in ("tensor", "shape", "type", "bpw", "bytes", "RMSE", "max err", "cosine"):
+            t.add_column(col, justify="left" if col in ("tensor", "shape", "type") else "right")
+        for r in rep.tensors:
+            t.add_row(r.name, "x".join(map(str, r.shape)), f"{r.type_in}->{r.type_out}" if r.type_in != r.type_out else r.type_out,
+                      f"{r.bpw:.3f}", f"{r.bytes_out:,}", f"{r.rmse:.3g}", f"{r.max_abs_err:.3g}", f"{r.cosine:.6f}")
+        out.table(t)
+        if alloc is not None:
+            out.table(_allocation_table(alloc))
+    d = rep.to_dict()
+    out.info(f"{src}: {rep.bytes_in / 2**20:.2f} MiB -> {dst}: {rep.bytes_out / 2**20:.2f} MiB of tensors "
+             f"({rep.ratio:.2f}x smaller, {d['bpw']:.2f} bits/weight) in {rep.seconds:.2f} s"
+             + (f"; {rep.fallbacks} tensor(s) fell back to another type (row length)" if rep.fallbacks else ""))
+
+
+class _StageBars:
+    """The pipeline's progress callback (stage, done, total, note): one bar per stage on stderr."""
+
+    def __init__(self):
+        self.stage, self.ctx, self.bar = None, None, None
+
+    def __call__(self, stage: str, done: int, total: int, note: str = "") -> None:
+        if stage != self.stage:
+            self.close()
+            self.stage, self.ctx = stage, progress_bar(stage)
+            self.bar = self.ctx.__enter__()
+        self.bar(done, total, note)
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(None, None, None)
+            self.ctx = None
+
+
+def _overrides(output_type, embd_type, specs):
+    """llama-quantize's type options as the library's Overrides (--tensor-type is PATTERN=TYPE)."""
+    from llmkit.errors import BadInput
+    from llmkit.quant.plan.rules import Overrides
+
+    pairs = []
+    for spec in specs:
+        pattern, sep, t = spec.partition("=")
+        if not sep or not pattern or not t:
+            raise BadInput(f"--tensor-type {spec!r} should be PATTERN=TYPE, e.g. attn_v=Q8_0.")
+        pairs.append((pattern, t))
+    return Overrides(output_type, embd_type, pairs)
+
+
+def _allocation_table(alloc):
+    """Why each tensor got its type: its weighted error, the kind's sensitivity, and what the next
+    smaller candidate would have cost in predicted error per byte saved."""
+    from rich.table import Table
+
+    t = Table(title=f"allocation ({alloc.sensitivity_source} sensitivity; predicted {alloc.predicted:.4g})")
+    for col in ("tensor", "kind", "type", "bytes", "weighted error", "sensitivity", "next smaller: +error/byte"):
+        t.add_column(col, justify="left" if col in ("tensor", "kind", "type") else "right")
+    for i in alloc.items:
+        if i.fixed is not None:
+            continue
+        s = alloc.sensitivity.get(i.kind, 1.0)
+        smaller = [c for c in i.bytes if i.bytes[c] < i.bytes[i.chosen]]
+        why = ""
+        if smaller:
+            c = max(smaller, key=lambda c: i.bytes[c])
+            why = f"{c}: {s * (i.error[c] - i.error[i.chosen]) / (i.bytes[i.chosen] - i.bytes[c]):.3g}"
+        t.add_row(i.name, i.kind, i.chosen, f"{i.bytes[i.chosen]:,}", f"{i.error[i.chosen]:.4g}", f"{s:.3g}", why)
+    return t
+
+
+def _parse_size(text: str) -> int:
+    """'3.5G' -> bytes (K/M/G/T, base 1024); a plain number is bytes."""
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if mult > 1 else t)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a size; write bytes or e.g. 900M, 1.5G.", param_hint="--target-size")
+    if value <= 0:
+        raise click.BadParameter(f"{text!r} must be positive.", param_hint="--target-size")
+    return int(value * mult)

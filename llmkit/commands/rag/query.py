@@ -1,0 +1,88 @@
+"""`rag query`: search an index (one query, or a batch from a file or standard input)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from llmkit.commands._common import Output
+from llmkit.commands.rag.query_options import query_options
+
+
+def iter_queries(query, queries_file):
+    """(id, text) of the queries to run: a file, the argument, or stdin lines for '-' / a pipe."""
+    from llmkit.rag.evaluate.datasets import load_queries, parse_query_line
+
+    if queries_file:
+        yield from load_queries(queries_file)
+        return
+    if query is not None and query != "-":
+        yield "1", query
+        return
+    if query is None and (sys.stdin is None or sys.stdin.isatty()):
+        raise click.UsageError("no query given. Pass it as an argument, --queries FILE, or '-' / a pipe (one per line).")
+    for n, line in enumerate(sys.stdin, 1):
+        if line.strip():
+            yield parse_query_line(line.rstrip("\n"), n, "standard input")
+
+
+def describe(o) -> str:
+    """'cc (dbsf) bm25 0.3, dense 0.7; expand 10; parents' for --explain."""
+    how = f"rrf k {o.rrf_k}" if o.fusion == "rrf" else f"cc ({o.norm})"
+    w = ", ".join(f"{n} {v:g}" for n, v in o.weights.items())
+    return how + f" {w}" + (f"; expand {o.expand}" if o.expand else "") + ("; parents" if o.parents else "")
+
+
+@click.command("query")
+@click.argument("index_dir", type=click.Path(file_okay=False))
+@click.argument("query", required=False)
+@click.option("-k", default=5, show_default=True, type=int, help="Results per query.")
+@query_options
+@click.option("--queries", "queries_file", type=click.Path(dir_okay=False),
+              help="Batch: one query per line (text, TSV id<TAB>text, or JSONL).")
+@click.option("--compress-to", default=0, type=int, help="Compress the returned texts to about N tokens (reports the ratio).")
+@click.option("--explain", is_flag=True, help="Say what routing, expansion and rewriting decided (stderr).")
+@click.option("--jsonl", is_flag=True, help="One JSON object per hit.")
+def query_cmd(index_dir, query, k, req, queries_file, compress_to, explain, jsonl):
+    """Search INDEX_DIR for QUERY ('-' or a pipe: one query per line, models loaded once).
+
+    \b
+    llmkit rag query idx "how do I mount a filesystem" -k 5
+    llmkit rag query idx "内存管理" --mode bm25 --filter collection=articles
+    cut -f2 questions.tsv | llmkit rag query idx --jsonl > hits.jsonl
+    """
+    from llmkit.rag.answer.cite import compress_for, shown_texts, where
+    from llmkit.rag.retrieve.options import build_pipeline
+
+    out = Output(jsonl=jsonl)
+    pipe, llm = build_pipeline(index_dir, k, req)
+    if explain:
+        out.info(f"fusion ({pipe.opts.source}): {describe(pipe.opts)}")
+    for qid, text in iter_queries(query, queries_file):
+        res = pipe.run(text)
+        if explain or not res.hits:
+            for note in res.notes:
+                out.info(f"[{qid}] {note}")
+        if not res.hits:
+            out.warn(f"query {qid}: no results.")
+        texts = shown_texts(pipe, res.hits)
+        if compress_to:
+            c = compress_for(pipe, llm, text, texts, compress_to)
+            texts = c.texts
+            out.info(f"[{qid}] compressed {c.tokens_before} -> {c.tokens_after} tokens ({c.ratio:.1f}x)")
+        for rank, (h, shown) in enumerate(zip(res.hits, texts), 1):
+            if jsonl:
+                rec = {"query_id": qid, "query": text, "rank": rank, **h.to_dict()}
+                if compress_to:
+                    rec["compressed_text"] = shown
+                out.record(rec)
+            else:
+                ranks = ", ".join(f"{n} #{r}" for n, r in h.ranks.items())
+                rr = f", rerank {h.rerank:.3f}" if h.rerank is not None else ""
+                prefix = f"[{qid}] " if queries_file or query in (None, "-") else ""
+                body = " ".join(shown.split())
+                out.data(f"{prefix}{rank}. {where(h)}  (score {h.score:.4f}; {ranks}{rr})\n   "
+                         f"{body[:400]}{'…' if len(body) > 400 else ''}")
+        if not jsonl:
+            out.info(f"[{qid}] {len(res.hits)} hit(s) in {res.seconds * 1000:.1f} ms")

@@ -1,0 +1,73 @@
+"""The target model's KV cache during generation: prefix reuse, chunk reuse by shifting, context
+shift, and prefill without logits. Functions of a llama-cpp-python `Llama` (sequence 0)."""
+
+from __future__ import annotations
+
+
+def common_prefix(a, b) -> int:
+    """Length of the longest common prefix of two token sequences.
+
+    >>> common_prefix([1, 2, 3], [1, 2, 4, 5])
+    2
+    """
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def eval_no_logits(model, tokens: list[int]) -> None:
+    """Evaluate tokens whose logits nobody needs (prefill): computing the vocabulary projection
+    for every prompt position made a 1200-token prefill ~10x slower."""
+    if not tokens:
+        return
+    keep = model._logits_all
+    model._logits_all = False
+    try:
+        model.eval(tokens)
+    finally:
+        model._logits_all = keep
+
+
+def reuse_chunks(model, have: list[int], prompt: list[int], n_past: int, min_chunk: int) -> tuple[int, int]:
+    """Keep cached chunks of >= min_chunk tokens that reappear later in the prompt by shifting their
+    KV positions (llama-server's --cache-reuse); returns (tokens now cached, tokens shifted).
+
+    Exact only where a token's K/V do not depend on the tokens removed before it (e.g. the first
+    layer: K/V there come from the token and its RoPE position alone); deeper layers saw the
+    removed tokens, so reuse is an approximation there, as in llama-server.
+    """
+    head_c, head_p = n_past, n_past
+    end = len(prompt) - 1  # the last prompt token is evaluated for its logits anyway
+    shifted = 0
+    while head_c < len(have) and head_p < end:
+        n = 0
+        while head_c + n < len(have) and head_p + n < end and have[head_c + n] == prompt[head_p + n]:
+            n += 1
+        if n >= min_chunk:
+            delta = head_p - head_c
+            model._ctx.kv_cache_seq_rm(0, head_p, head_c)
+            model._ctx.kv_cache_seq_shift(0, head_c, head_c + n, delta)
+            model.input_ids[head_p:head_p + n] = prompt[head_p:head_p + n]
+            head_c += n
+            head_p += n
+            shifted += n
+        else:
+            head_c += 1
+    model._ctx.kv_cache_seq_rm(0, head_p, -1)
+    model.n_tokens = head_p
+    return head_p, shifted
+
+
+def shift_context(model, ctx: list[int], keep: int) -> None:
+    """Drop the oldest half after the first `keep` tokens and shift the rest (as llama-server);
+    `ctx`, the token list the caller keeps, loses the same tokens."""
+    keep = min(keep, model.n_tokens // 2)
+    n_left = model.n_tokens - keep
+    n_discard = max(1, n_left // 2)
+    model._ctx.kv_cache_seq_rm(0, keep, keep + n_discard)
+    model._ctx.kv_cache_seq_shift(0, keep + n_discard, model.n_tokens, -n_discard)
+    model.input_ids[keep:model.n_tokens - n_discard] = model.input_ids[keep + n_discard:model.n_tokens]
+    model.n_tokens -= n_discard
+    del ctx[keep:keep + n_discard]

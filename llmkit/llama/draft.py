@@ -1,0 +1,159 @@
+"""Drafting for speculative decoding: the draft model's side, the draft-length policy, and the
+check that a draft model shares the target's vocabulary.
+
+The acceptance rule itself is in `speculative` (pure functions); the loop that verifies drafts
+with the target is `generate.Generator`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.llama.cache import common_prefix, eval_no_logits
+from llmkit.llama.sampling import History, SamplingParams, distribution, sample
+from llmkit.llama.speculative import expected_tokens
+
+
+class DraftLengthChooser:
+    """Picks K each round from measured verify cost T(b) (b = K + 1 tokens), draft cost per token
+    and the running acceptance rate: maximise E[tokens](alpha, K) / (K * t_draft + T(K + 1))."""
+
+    def __init__(self, k_min: int, k_max: int, adaptive: bool, draft_cost_known_zero: bool = False,
+                 draft_cost_ratio: float = 0.2):
+        self.k_min, self.k_max, self.adaptive = max(1, k_min), k_max, adaptive
+        self.t_batch: dict[int, float] = {}
+        self.t_draft = 0.0 if draft_cost_known_zero else None
+        # decoding is memory-bound: before measuring, a draft token costs about T(1) times the ratio
+        # of the two models' weight bytes
+        self.draft_cost_ratio = draft_cost_ratio
+        self.alpha = 0.7
+        self.rounds_without_draft = 0
+        self.probe_every = 32
+
+    def observe_batch(self, b: int, seconds: float) -> None:
+        old = self.t_batch.get(b)
+        self.t_batch[b] = seconds if old is None else 0.8 * old + 0.2 * seconds
+
+    def observe_draft(self, per_token: float) -> None:
+        self.t_draft = per_token if self.t_draft is None else 0.8 * self.t_draft + 0.2 * per_token
+
+    def observe_acceptance(self, accepted: int, drafted: int) -> None:
+        if drafted:
+            rate = accepted / drafted
+            w = min(0.3, drafted / (drafted + 4.0))
+            self.alpha = (1 - w) * self.alpha + w * rate
+
+    def cost(self, b: int) -> float:
+        if b in self.t_batch:
+            return self.t_batch[b]
+        pts = sorted(self.t_batch.items())
+        if not pts:
+            return 1.0
+        if len(pts) == 1:
+            b0, t0 = pts[0]
+            return t0 * (1 + 0.05 * (b - b0))  # optimistic until measured: batching is cheap on GPUs
+        lo = max((p for p in pts if p[0] <= b), default=pts[0])
+        hi = min((p for p in pts if p[0] >= b), default=pts[-1])
+        if lo[0] == hi[0]:
+            lo, hi = pts[-2], pts[-1]
+        slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
+        return max(lo[1] + slope * (b - lo[0]), 1e-9)
+
+    def _ideal_rate(self, td: float, k_max: int) -> float:
+        return max(expected_tokens(1.0, k) / (k * td + self.cost(k + 1)) for k in range(self.k_min, k_max + 1))
+
+    def choose(self, available: int, behind: int = 0) -> int:
+        """Best K for the next round; `behind` = tokens the draft model must catch up on first."""
+        k_max = min(self.k_max, available)
+        if k_max < self.k_min:
+            return 0
+        if not self.adaptive:
+            return k_max
+        if 1 not in self.t_batch:
+            return 0  # measure plain decoding first
+        if not any(b > 1 for b in self.t_batch) and self.rounds_without_draft > 0:
+            return k_max  # short prompt: no batch was timed in prefill, so measure one verification
+        td = self.t_draft if self.t_draft is not None else self.cost(1) * self.draft_cost_ratio
+        catch_up = behind * td * 0.5 if self.t_draft != 0.0 else 0.0  # batched catch-up, ~half a step each
+        best_k, best_rate = 0, 1.0 / self.cost(1)
+        for k in range(self.k_min, k_max + 1):
+            rate = expected_tokens(self.alpha, k) / (k * td + self.cost(k + 1) + catch_up)
+            if rate > best_rate * 1.001:
+                best_k, best_rate = k, rate
+        # the most drafting could ever give (every draft accepted): probes re-sync the draft model,
+        # which costs real time, so only probe when a changed acceptance rate could pay well
+        if best_k == 0 and self.rounds_without_draft >= self.probe_every and self._ideal_rate(td, k_max) * self.cost(1) > 1.3:
+            # occasional probe so a changed acceptance rate is noticed; back off while it keeps failing
+            best_k = self.k_min
+            self.probe_every *= 2
+        elif best_k > 0:
+            self.probe_every = 32
+        return best_k
+
+
+class ModelDrafter:
+    """A draft model reading the same context as the target and proposing tokens by sampling."""
+
+    def __init__(self, model, n_vocab: int):
+        self.model, self.n_vocab = model, n_vocab
+
+    def prefill(self, prompt: list[int]) -> None:
+        """Read the prompt; the draft needs logits after its last token."""
+        self.model.reset()
+        eval_no_logits(self.model, prompt[:-1])
+        self.model.eval(prompt[-1:])
+
+    def behind(self, ctx: list[int]) -> int:
+        """Tokens of the context the draft model has not read yet."""
+        return len(ctx) - self.model.n_tokens
+
+    def forget(self) -> None:
+        """The target's context shifted: re-read it from the start on the next draft."""
+        self.model.n_tokens = 0
+
+    def draft(self, ctx: list[int], k: int, params: SamplingParams,
+              rng: np.random.Generator) -> tuple[list[int], list[np.ndarray]]:
+        """k proposed tokens after ctx and the distribution each was drawn from."""
+        d = self.model
+        common = common_prefix(d.input_ids[:d.n_tokens], ctx)
+        d.n_tokens = common
+        if common < len(ctx):
+            d.eval(ctx[common:])
+        drafts, qs = [], []
+        for j in range(k):
+            # the draft may have a few more or fewer (padding) tokens: it proposes only target ids
+            q = distribution(fit_vocab(d.scores[d.n_tokens - 1], self.n_vocab), params, History(ctx, drafts))
+            x = sample(q, rng)
+            drafts.append(x)
+            qs.append(q)
+            if j < k - 1:
+                d.eval([x])
+        return drafts, qs
+
+
+def fit_vocab(logits: np.ndarray, n: int) -> np.ndarray:
+    """Logits cut or padded (with -inf) to n entries.
+
+    >>> fit_vocab(np.array([1.0, 2.0]), 3).tolist()
+    [1.0, 2.0, -inf]
+    """
+    if len(logits) == n:
+        return logits
+    if len(logits) > n:
+        return logits[:n]
+    return np.concatenate([logits, np.full(n - len(logits), -np.inf, dtype=logits.dtype)])
+
+
+def check_vocab_compatible(target, draft, sample_size: int = 4096) -> None:
+    """Refuse a draft model whose token ids mean different text than the target's."""
+    nt, nd = target.n_vocab(), draft.n_vocab()
+    if abs(nt - nd) > 128:
+        raise BadInput(f"the draft model's vocabulary ({nd} tokens) does not match the target's ({nt}). "
+                       "Use a draft from the same model family.")
+    n = min(nt, nd)
+    ids = sorted(set(np.linspace(0, n - 1, min(n, sample_size)).astype(int).tolist()))
+    for i in ids:
+        if target.detokenize([i]) != draft.detokenize([i]):
+            raise BadInput(f"the draft model's token {i} differs from the target's; their vocabularies are "
+                           "incompatible. Use a draft from the same model family.")

@@ -1,0 +1,179 @@
+"""Per-tensor types chosen under a size budget (a target in bits per weight or in bytes).
+
+llama.cpp's mixes (Q4_K_M, ...) give every model the same recipe. Here each tensor's type is chosen
+for this model, ExLlamaV2-style: a measured error for every candidate type, then the cheapest
+allocation of bits under the budget.
+
+1. Error of a candidate: a deterministic sample of the tensor's rows (evenly spaced, about 128k
+   weights) is quantized with llmkit's byte-exact quantizers and dequantized; the error is the
+   activation-weighted squared error sum_j w_j (x_ij - q_ij)^2 (w = the imatrix's mean squared input
+   per column, i.e. the expected squared output error of the matrix; 1 without an imatrix), scaled
+   to all rows.
+2. Sensitivity: how much the model's output cares about a tensor's error. With calibration text
+   (`calib_text`) one probe per tensor kind (attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up,
+   ffn_down, token_embd, output): that kind quantized to Q4_0, everything else Q8_0, and the KL
+   divergence to the all-Q8_0 model measured on the text (through llama.cpp); the kind's
+   sensitivity is that KLD per unit of the kind's added error, so the allocator minimises a
+   predicted KLD. Without calibration text every kind counts the same.
+3. Solver: a multiple-choice knapsack by Lagrangian relaxation (each tensor takes the type that
+   minimises sensitivity x error + lambda x bytes; lambda bisected to the largest allocation that
+   fits), then the remaining bytes are spent on the upgrades with the best error saved per byte.
+   The file lands at most a few tensors' worth of bytes, and within 0.5 %, under the budget.
+
+1-D tensors (norms) and tensors llama.cpp never quantizes keep their type; a candidate needs row
+lengths its block size divides.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.gguf.reader import read_gguf
+from llmkit.gguf.types import ALIGNMENT
+from llmkit.quant.budget.measure import Item, measure
+from llmkit.quant.budget.probe import cached_probe, probe_key, probe_sensitivity, store_probe
+from llmkit.quant.plan import rules
+from llmkit.quant.write.quantize import output_header
+
+
+@dataclass
+class Allocation:
+    assign: dict  # tensor -> type
+    budget: int  # bytes allowed for the tensors' data (+ header for a target size)
+    used: int
+    predicted: float  # sensitivity-weighted error sum (predicted KLD with probes)
+    sensitivity: dict  # kind -> factor
+    sensitivity_source: str  # "probe" | "cached probe" | "none"
+    items: list[Item]
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["items"] = [{"name": i.name, "kind": i.kind, "type": i.chosen, "bytes": i.bytes.get(i.chosen),
+                       "error": i.error.get(i.chosen)} for i in self.items]
+        return d
+
+
+def solve(items: list[Item], budget: int, sensitivity: dict | None = None) -> tuple[int, float]:
+    """Choose each item's type: minimise sum(sensitivity x error) with sum(bytes) <= budget.
+    Returns (bytes used, predicted error)."""
+    s = sensitivity or {}
+    free = [i for i in items if i.fixed is None]
+    fixed_bytes = sum(i.bytes[i.fixed] for i in items if i.fixed is not None)
+    lo_total = fixed_bytes + sum(min(i.bytes.values()) for i in free)
+    hi_total = fixed_bytes + sum(max(i.bytes.values()) for i in free)
+    if budget < lo_total:
+        raise BadInput(f"the budget of {budget:,} bytes is below the smallest possible model ({lo_total:,} bytes with "
+                       "every tensor at its smallest type). Raise the budget.")
+    if budget >= hi_total:
+        raise BadInput(f"the budget of {budget:,} bytes reaches the largest candidate mix ({hi_total:,} bytes, F16 "
+                       "where it fits): nothing to allocate. Lower the budget, or quantize to F16 without one.")
+
+    def cost(i, t):
+        return s.get(i.kind, 1.0) * i.error[t]
+
+    def pick(lam):
+        total = fixed_bytes
+        for i in free:
+            i.chosen = min(i.bytes, key=lambda t: (cost(i, t) + lam * i.bytes[t], i.bytes[t]))
+            total += i.bytes[i.chosen]
+        return total
+
+    lo, hi = 0.0, 1.0
+    while pick(hi) > budget:
+        hi *= 4
+        if hi > 1e30:
+            break
+    for _ in range(100):  # bisection on lambda: the smallest lambda whose allocation fits
+        mid = (lo + hi) / 2
+        if pick(mid) > budget:
+            lo = mid
+        else:
+            hi = mid
+    used = pick(hi)
+    # spend what is left: upgrades by error saved per extra byte, best first
+    while True:
+        best, best_gain = None, 0.0
+        for i in free:
+            for t, b in i.bytes.items():
+                extra = b - i.bytes[i.chosen]
+                if extra <= 0 or used + extra > budget:
+                    continue
+                gain = (cost(i, i.chosen) - cost(i, t)) / extra
+                if gain > best_gain:
+                    best, best_gain = (i, t, extra), gain
+        if best is None:
+            break
+        i, t, extra = best
+        i.chosen = t
+        used += extra
+    for i in items:
+        if i.fixed is not None:
+            i.chosen = i.fixed
+    return used, float(sum(cost(i, i.chosen) for i in free))
+
+
+def allocate(src: str, *, target_bpw: float | None = None, target_size: int | None = None, imatrix=None,
+             calib_text: str | None = None, threads=None, progress=None, n_ctx: int = 256, chunks: int = 4,
+             hessian_path: str | None = None) -> Allocation:
+    """Measure, (probe,) and solve for `src` under the budget."""
+    t0 = time.perf_counter()
+    if (target_bpw is None) == (target_size is None):
+        raise BadInput("give exactly one budget: target_bpw or target_size.")
+    items = measure(src, imatrix, threads, progress, hessian_path=hessian_path)
+    n_weights = sum(int(np.prod(i.shape)) for i in items)
+    if target_bpw is not None:
+        if not 1.0 < target_bpw < 32.0:
+            raise BadInput(f"a target of {target_bpw} bits per weight is outside what GGUF types give (about 2.6 to 16 bits).")
+        budget = int(target_bpw * n_weights / 8)
+    else:
+        budget = int(target_size) - header_bytes(src, items)
+    sens, source = {}, "none"
+    if calib_text:
+        key = probe_key(src, imatrix, calib_text, n_ctx, chunks)
+        sens, source = cached_probe(key), "cached probe"
+        if sens is None:
+            sens, source = probe_sensitivity(src, items, calib_text, imatrix, n_ctx, chunks, threads, progress), "probe"
+            store_probe(key, sens)
+    used, predicted = solve(items, budget, sens)
+    return Allocation({i.name: i.chosen for i in items if i.fixed is None}, budget, used, predicted, sens, source,
+                      items, time.perf_counter() - t0)
+
+
+RECIPE_KEY = "llmkit.quantize.recipe"
+RECIPE_RESERVE = 4096  # bytes kept for the recipe metadata when a whole-file size is the target
+
+
+def header_bytes(src: str, items: list[Item]) -> int:
+    """The output header's size (types do not change it) plus room for the recipe entry."""
+    g = read_gguf(src)
+    align = int(g.metadata.get("general.alignment", ALIGNMENT))
+    by = {i.name: i for i in items}
+    tensors = [(n, tuple(by[n].shape), "F16" if by[n].fixed is None else by[n].fixed)
+               for n in rules.tensor_order(list(by))]
+    return len(output_header(g, tensors, 1, align)) + RECIPE_RESERVE
+
+
+def recipe(a: Allocation, target_bpw=None, target_size=None, imatrix: bool = False, method: str = "rtn") -> str:
+    """The recipe stored in the output's metadata."""
+    counts: dict[str, int] = {}
+    for i in a.items:
+        counts[i.chosen] = counts.get(i.chosen, 0) + 1
+    return json.dumps({"tool": "llmkit quant", "target_bpw": target_bpw, "target_size": target_size,
+                       "imatrix": imatrix, "method": method, "sensitivity": a.sensitivity_source,
+                       "predicted": a.predicted, "types": counts}, separators=(",", ":"))
+
+
+def file_type_for(a: Allocation) -> str:
+    """The llama.cpp file type named after the type holding most weights."""
+    weights: dict[str, int] = {}
+    for i in a.items:
+        if i.fixed is None:
+            weights[i.chosen] = weights.get(i.chosen, 0) + int(np.prod(i.shape))
+    top = max(weights, key=weights.get)
+    return {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}.get(top, top if top in rules.FTYPES else "Q4_K_M")

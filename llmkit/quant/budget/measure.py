@@ -1,0 +1,137 @@
+"""What each candidate type would cost a tensor: its bytes and its measured error (module doc of
+allocate.py, step 1).
+
+A deterministic sample of the tensor's rows (evenly spaced, about 128k weights) is quantized with
+llmkit's byte-exact quantizers and dequantized; the error is the activation-weighted squared error
+sum_j w_j (x_ij - q_ij)^2 (w = the imatrix's mean squared input per column; 1 without one), scaled
+to all rows. With GPTQ's Hessians it is the output error tr(D H D^T) instead.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.gguf.reader import read_gguf
+from llmkit.gguf.tensors import read_rows
+from llmkit.gguf.types import ALIGNMENT, tensor_bytes
+from llmkit.quant.calibration.hessians import hessian_index
+from llmkit.quant.formats import get_format, to_f32
+from llmkit.quant.plan import rules
+from llmkit.quant.rounding.gptq import SUPPORTED, output_error, quantize_matrix
+
+CANDIDATES = ("Q2_K", "Q3_K", "IQ4_XS", "Q4_K", "IQ4_NL", "Q4_0", "Q4_1", "Q5_K", "Q5_0", "Q5_1", "Q6_K",
+              "Q8_0", "F16")
+SAMPLE_WEIGHTS = 1 << 17
+
+
+
+@dataclass
+class Item:
+    name: str
+    shape: list[int]
+    kind: str
+    fixed: str | None  # a type that cannot change (not quantizable)
+    bytes: dict = field(default_factory=dict)  # type -> padded bytes
+    error: dict = field(default_factory=dict)  # type -> weighted squared error (whole tensor)
+    chosen: str = ""
+
+
+def padded(type_name: str, shape, align: int) -> int:
+    """Bytes of a tensor of this type, padded to the file's alignment."""
+    n = tensor_bytes(type_name, shape)
+    return n + (-n % align)
+
+
+def candidates_for(shape) -> list[str]:
+    return [t for t in CANDIDATES if shape[0] % rules.BLOCK[t] == 0]
+
+
+def sample_rows(n_rows: int, ne0: int) -> np.ndarray:
+    """Evenly spaced rows, about SAMPLE_WEIGHTS weights in all (all rows of small tensors)."""
+    k = max(1, min(n_rows, SAMPLE_WEIGHTS // max(ne0, 1)))
+    return np.unique(np.linspace(0, n_rows - 1, k).round().astype(np.int64))
+
+
+def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
+            progress: Callable[[int, int, str], None] | None = None, align: int | None = None,
+            hessian_path: str | None = None) -> list[Item]:
+    """Every tensor's candidate types with their bytes and measured (sampled) errors. With GPTQ's
+    Hessians every candidate's error is the output error tr(D H D^T) of the sampled rows, and the
+    types GPTQ writes are measured GPTQ-quantized."""
+    g = read_gguf(src)
+    align = align or int(g.metadata.get("general.alignment", ALIGNMENT))
+    hidx = {}
+    if hessian_path:
+        hidx = hessian_index(hessian_path)
+    items = []
+    order = rules.tensor_order([t.name for t in g.tensors])
+    by_name = {t.name: t for t in g.tensors}
+    jobs = []
+    with open(src, "rb") as f, ThreadPoolExecutor(threads or os.cpu_count() or 1) as pool:
+        for i, name in enumerate(order):
+            t = by_name[name]
+            shape = tuple(t.shape)
+            if not rules.allows_quantization(name, shape):
+                items.append(Item(name, list(shape), rules.category(name), t.type_name,
+                                  {t.type_name: padded(t.type_name, shape, align)}, {t.type_name: 0.0}, t.type_name))
+                continue
+            cands = candidates_for(shape)
+            if not cands:
+                raise BadInput(f"tensor '{name}' has rows of {shape[0]} weights, which no quantized type fits.")
+            ne0 = shape[0]
+            n_rows = int(np.prod(shape, dtype=np.int64)) // ne0
+            rows_per_matrix = shape[1] if len(shape) > 1 else 1
+            rows = sample_rows(n_rows, ne0)
+            xs = np.ascontiguousarray(to_f32(*read_rows(f, t, g.data_offset, rows)))
+            w = None
+            if imatrix is not None and name in imatrix:
+                qw = np.asarray(imatrix[name], np.float32)
+                if len(qw) == ne0 * (shape[2] if len(shape) > 2 else 1):
+                    w = qw.reshape(-1, ne0)  # one row of column weights per expert
+            item = Item(name, list(shape), rules.category(name), None,
+                        {c: padded(c, shape, align) for c in cands})
+            items.append(item)
+            ws = None if w is None else w[(rows // rows_per_matrix) % len(w)]
+            h = None
+            if name in hidx and len(shape) == 2 and hidx[name][1] == ne0:
+                off, dim = hidx[name]
+                h = np.memmap(hessian_path, dtype="<f4", mode="r", offset=off, shape=(dim, dim))
+            jobs.append(pool.submit(_errors, item, xs, ws, n_rows / len(rows), h))
+            if progress:
+                progress(i + 1, len(order), name)
+        for j in jobs:
+            j.result()
+    return items
+
+
+def _errors(item: Item, xs: np.ndarray, ws, scale: float, h=None) -> None:
+    """Weighted squared error of each candidate on the sampled rows, scaled to the whole tensor
+    (with a Hessian: the output error, GPTQ rounding for the types it writes)."""
+    weights = np.ones_like(xs) if ws is None else ws
+    if h is not None:
+        H = np.asarray(h, np.float64)
+        for c in item.bytes:
+            fmt = get_format(c)
+            if c in SUPPORTED:
+                q, _ = quantize_matrix(xs, H, c, importance=None if ws is None else ws[0])
+            else:
+                q = fmt.quantize(xs, None if ws is None else ws[0])
+            d = fmt.dequantize(q.reshape(-1), xs.size).reshape(xs.shape)
+            item.error[c] = output_error(xs, d, H) * scale
+        return
+    for c in item.bytes:
+        fmt = get_format(c)
+        if ws is not None and fmt.uses_imatrix and len(np.unique(ws, axis=0)) == 1:
+            q = fmt.quantize(xs, ws[0])
+        elif ws is not None and fmt.uses_imatrix:  # experts: each row with its own expert's weights
+            q = np.concatenate([fmt.quantize(xs[i:i + 1], ws[i]) for i in range(len(xs))])
+        else:
+            q = fmt.quantize(xs)
+        d = fmt.dequantize(q.reshape(-1), xs.size).reshape(xs.shape)
+        item.error[c] = float(((xs.astype(np.float64) - d) ** 2 * weights).sum() * scale)

@@ -1,0 +1,269 @@
+"""Importance matrices: llama.cpp's two file formats, and collecting one by running a model.
+
+An imatrix holds, for every weight matrix, the mean squared activation of each input column over
+calibration text. Quantizers then weight each weight's error by how strongly its column is driven,
+so the error that matters to the model's outputs shrinks (activation-aware quantization).
+
+Formats: GGUF (`NAME.in_sum2` = sum of x^2 per column and matrix, `NAME.counts` = tokens seen;
+value = in_sum2 / counts) and the legacy `.dat` (int32 entry count; per entry: name, ncall, nval,
+nval float32 sums; value = sum / ncall), both read as llama-quantize does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from typing import Callable
+
+import numpy as np
+
+from llmkit.errors import BadFileFormat, BadInput
+
+
+def load_imatrix(path: str) -> dict[str, np.ndarray]:
+    """{tensor name: per-column importance (float32)} from a GGUF or legacy .dat imatrix."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise BadInput(f"cannot read the imatrix '{path}': {e.strerror}.") from None
+    data = _load_gguf(path) if magic == b"GGUF" else _load_legacy(path)
+    if not data:
+        raise BadFileFormat(f"the imatrix '{path}' holds no entries.")
+    for name, v in data.items():
+        if not np.isfinite(v).all():
+            raise BadFileFormat(f"the imatrix '{path}' has non-finite values for '{name}'.")
+    return data
+
+
+def _load_gguf(path: str) -> dict[str, np.ndarray]:
+    from llmkit.gguf.reader import read_gguf
+
+    g = read_gguf(path)
+    by = {t.name: t for t in g.tensors}
+    out = {}
+    with open(path, "rb") as f:
+        for name, t in by.items():
+            if not name.endswith(".in_sum2"):
+                continue
+            base = name[: -len(".in_sum2")]
+            c = by.get(base + ".counts")
+            if c is None or t.type != 0 or c.type != 0:
+                raise BadFileFormat(f"imatrix '{path}': '{base}' lacks F32 in_sum2/counts tensors.")
+            f.seek(g.data_offset + t.offset)
+            sums = np.frombuffer(f.read(t.nbytes), "<f4").astype(np.float32)
+            f.seek(g.data_offset + c.offset)
+            counts = np.frombuffer(f.read(c.nbytes), "<f4").astype(np.float32)
+            ne0 = len(sums) // max(len(counts), 1)
+            v = np.ones(len(sums), np.float32)
+            for j, cnt in enumerate(counts):
+                if cnt > 0:
+                    v[j * ne0:(j + 1) * ne0] = sums[j * ne0:(j + 1) * ne0] / np.float32(cnt)
+            out[base] = v
+    return out
+
+
+def _load_legacy(path: str) -> dict[str, np.ndarray]:
+    size = os.path.getsize(path)
+    out = {}
+    with open(path, "rb") as f:
+        def read(n, what):
+            b = f.read(n)
+            if len(b) != n:
+                raise BadFileFormat(f"the imatrix '{path}' is truncated ({what}).")
+            return b
+
+        (n_entries,) = struct.unpack("<i", read(4, "entry count"))
+        if n_entries < 1 or n_entries > size // 12:
+            raise BadFileFormat(f"'{path}' is not an imatrix file (entry count {n_entries}).")
+        for _ in range(n_entries):
+            (ln,) = struct.unpack("<i", read(4, "name length"))
+            if not 0 < ln < 4096:
+                raise BadFileFormat(f"the imatrix '{path}' has a bad name length {ln}.")
+            name = read(ln, "name").decode("utf-8", "replace")
+            ncall, nval = struct.unpack("<ii", read(8, "counts"))
+            if nval < 1 or nval * 4 > size:
+                raise BadFileFormat(f"the imatrix '{path}' has a bad value count {nval} for '{name}'.")
+            sums = np.frombuffer(read(4 * nval, "values"), "<f4").astype(np.float32)
+            out[name] = sums / np.float32(ncall) if ncall > 0 else sums
+    return out
+
+
+class _Tensor(ctypes.Structure):
+    """ggml.h's struct ggml_tensor (the fields the eval callback reads)."""
+
+    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
+                ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
+                ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
+                ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
+                ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8)]
+
+
+def _op_ids(*names: bytes) -> tuple[int, ...]:
+    """ggml's operation numbers for these names (they change between ggml versions)."""
+    import glob
+
+    from llmkit.llama import runtime
+
+    llama_cpp = runtime.load_llama_cpp()
+
+    libdir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    for cand in sorted(glob.glob(os.path.join(libdir, "libggml-base*"))) + sorted(glob.glob(os.path.join(libdir, "libggml*"))):
+        try:
+            lib = ctypes.CDLL(cand)
+            fn = lib.ggml_op_name
+        except (OSError, AttributeError):
+            continue
+        fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_int]
+        found: dict[bytes, int] = {}
+        for i in range(200):  # stop at the last name wanted: past GGML_OP_COUNT the table is not ours to read
+            found.setdefault(fn(i), i)
+            if all(n in found for n in names):
+                return tuple(found[n] for n in names)
+        break
+    raise BadInput(f"cannot find ggml's {', '.join(n.decode() for n in names)} operations in llama-cpp-python's libraries.")
+
+
+def _strided(addr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype) -> np.ndarray:
+    """A numpy view of ggml tensor memory (host buffer) with ggml's byte strides."""
+    span = sum((n - 1) * st for n, st in zip(shape, strides)) + np.dtype(dtype).itemsize
+    buf = (ctypes.c_char * span).from_address(addr)
+    return np.ndarray(shape, dtype=dtype, buffer=buf, strides=strides)
+
+
+def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None, max_chunks: int = 0,
+            progress: Callable[[int, int], None] | None = None,
+            hessian: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """Run the model over `text` in chunks of n_ctx tokens (each starting with BOS when the model
+    wants one) and accumulate, for every `blk.*` matrix multiplication, the squared input activations
+    per column; for mixture-of-experts matrices (MUL_MAT_ID) per expert, from the tokens routed to it.
+    Returns (sums, token counts per matrix, chunks) — llama-imatrix's statistics.
+
+    With `hessian`, the whole second-moment matrix X^T X of each matrix's inputs instead (GPTQ's H,
+    float32, ne0 x ne0); matrices fed the same input in one evaluation (q/k/v, gate/up) share one
+    array (the same object under each name). Expert matrices are skipped then."""
+    from llmkit.llama import runtime
+
+    llama_cpp = runtime.load_llama_cpp()
+
+    llm = runtime.open_model(model_path, runtime.ModelOptions(n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads),
+                             logits_all=False)
+    toks = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+    bos = runtime.add_bos(llm)
+    step = n_ctx - 1 if bos else n_ctx
+    if len(toks) < 16:
+        raise BadInput(f"the calibration text has {len(toks)} tokens; give at least a few hundred.")
+    mul_mat, mul_mat_id = _op_ids(b"MUL_MAT", b"MUL_MAT_ID")
+    sums: dict[str, np.ndarray] = {}
+    counts: dict[str, np.ndarray] = {}
+    seen_inputs: dict[tuple, str] = {}  # (address, shape, first values) of this evaluation -> first matrix
+    aliases: dict[str, str] = {}
+
+    def on_tensor(t_ptr, ask, _user):
+        t = _Tensor.from_address(t_ptr)
+        if t.op not in (mul_mat, mul_mat_id) or not t.src[0] or not t.src[1]:
+            return False
+        src0 = _Tensor.from_address(t.src[0])
+        src1 = _Tensor.from_address(t.src[1])
+        name = src0.name.decode("utf-8", "replace").split(" ")[0]
+        if t.op == mul_mat_id and hessian:
+            return False
+        if t.op == mul_mat_id:  # experts: every routed token counts, whatever the batch (as llama-imatrix)
+            if ask:
+                return True
+            if src1.type != 0 or src1.nb[0] != 4 or not src1.data or not t.src[2]:
+                return True
+            _add_experts(name, src0, src1, _Tensor.from_address(t.src[2]))
+            return True
+        if not name.startswith("blk.") or src1.type != 0 or src1.ne[1] < 16:
+            return False
+        if ask:
+            return True
+        ne0, rows = src1.ne[0], src1.ne[1] * src1.ne[2] * src1.ne[3]
+        if src1.nb[0] != 4 or not src1.data:
+            return True
+        if hessian:
+            x32 = np.ascontiguousarray(_strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32))
+            key = (src1.data, ne0, rows, x32[0, :8].tobytes())
+            first = seen_inputs.setdefault(key, name)
+            if first != name:  # the same input as an earlier matrix of this evaluation: share its H
+                sums.setdefault(name, sums[first])
+                aliases[name] = first
+                return True
+            if name not in sums:
+                sums[name] = np.zeros((ne0, ne0), np.float32)
+            sums[name] += x32.T @ x32
+            counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
+            return True
+        x = _strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32).astype(np.float64)
+        acc = sums.setdefault(name, np.zeros(ne0, np.float64))
+        acc += (x * x).sum(axis=0)
+        counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
+        return True
+
+    def _add_experts(name, src0, src1, ids):
+        """MUL_MAT_ID: ids [n_used, n_tokens] pick the expert of each (slot, token); src1 [cols, n_used or
+        1, n_tokens] holds the inputs. Each expert's slice gets the squares of the inputs routed to it."""
+        n_as, ne0, ne11, n_tok, n_ids = src0.ne[2], src1.ne[0], src1.ne[1], src1.ne[2], ids.ne[0]
+        ex = _strided(ids.data, (n_tok, n_ids), (ids.nb[1], ids.nb[0]), np.int32).reshape(-1)
+        if ex.size == 0 or ex.min() < 0 or ex.max() >= n_as:
+            return
+        x = _strided(src1.data, (n_tok, ne11, ne0), (src1.nb[2], src1.nb[1], 4), np.float32)
+        slot = np.arange(n_ids) % ne11
+        xs = x[:, slot, :].reshape(-1, ne0).astype(np.float64)  # row (token, slot) in ex's order
+        acc = sums.setdefault(name, np.zeros(ne0 * n_as, np.float64)).reshape(n_as, ne0)
+        np.add.at(acc, ex, xs * xs)
+        counts[name] = counts.get(name, np.zeros(n_as, np.int64)) + np.bincount(ex, minlength=n_as)
+
+    cb = llama_cpp.ggml_backend_sched_eval_callback(on_tensor)
+    cp = llama_cpp.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_ctx, n_ctx
+    cp.n_threads = cp.n_threads_batch = threads or runtime.default_threads()
+    cp.cb_eval, cp.cb_eval_user_data = cb, None
+    ctx = llama_cpp.llama_init_from_model(llm.model, cp)
+    if not ctx:
+        raise BadInput("llama.cpp could not create a context for imatrix collection.")
+    chunks = [toks[i:i + step] for i in range(0, len(toks), step)]
+    chunks = [c for c in chunks if len(c) >= 16][:max_chunks or None]
+    try:
+        for i, c in enumerate(chunks):
+            seq = ([llm.token_bos()] if bos else []) + c
+            seen_inputs.clear()
+            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+            # logits for every token, as llama-imatrix asks: otherwise the last layer only
+            # runs for the final token and its matrices would get no statistics
+            batch = llama_cpp.llama_batch_init(len(seq), 0, 1)
+            try:
+                for j, tok in enumerate(seq):
+                    batch.token[j], batch.pos[j], batch.n_seq_id[j], batch.logits[j] = tok, j, 1, True
+                    batch.seq_id[j][0] = 0
+                batch.n_tokens = len(seq)
+                if llama_cpp.llama_decode(ctx, batch) != 0:
+                    raise BadInput("llama.cpp failed to evaluate a calibration chunk.")
+            finally:
+                llama_cpp.llama_batch_free(batch)
+            if progress:
+                progress(i + 1, len(chunks))
+    finally:
+        llama_cpp.llama_free(ctx)
+    if hessian:
+        for name, first in aliases.items():
+            counts[name] = counts[first]
+        return sums, counts, len(chunks)
+    return {k: v.astype(np.float32) for k, v in sums.items()}, counts, len(chunks)
+
+
+def save_imatrix(path: str, sums: dict[str, np.ndarray], counts: dict[str, np.ndarray], chunks: int, chunk_size: int,
+                 dataset: str) -> None:
+    """Write llama.cpp's GGUF imatrix format (readable by llama-quantize --imatrix)."""
+    from llmkit.gguf.writer import write_gguf
+
+    kvs = [("general.type", "str", "imatrix"), ("imatrix.datasets", "str[]", [dataset]),
+           ("imatrix.chunk_count", "u32", chunks), ("imatrix.chunk_size", "u32", chunk_size)]
+    tensors = []
+    for name in sorted(sums):
+        c = np.asarray(counts[name], np.float32).reshape(-1, 1)  # one count per matrix (expert)
+        tensors.append((f"{name}.in_sum2", np.asarray(sums[name], np.float32).reshape(len(c), -1)))
+        tensors.append((f"{name}.counts", c))
+    write_gguf(path, kvs, tensors)

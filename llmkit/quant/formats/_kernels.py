@@ -1,0 +1,651 @@
+"""numba kernels: ggml-quants.c's reference quantizers, loop for loop (see jit.py for the rules that
+keep them byte-identical). Each kernel takes x (n_blocks, block) float32 and fills out
+(n_blocks, type_size) uint8. Imported only through jit.kernels()."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+F = np.float32
+ZERO, HALF, ONE = F(0.0), F(0.5), F(1.0)
+JUST_BELOW_HALF = np.nextafter(F(0.5), F(0.0))
+GROUP_MAX_EPS = F(1e-15)
+OPTS = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
+
+
+MAGIC = F(12582912.0)  # 1.5 * 2^23: adding it rounds a float32 to an integer, ties to even
+
+
+@njit(inline="always", **OPTS)
+def nearest_int(v):
+    """ggml's nearest_int: round half to even (exact for |v| < 2^22), by the same 1.5*2^23 addition
+    (no fastmath, so LLVM keeps (v + M) - M; a call to rintf per value was 3x slower)."""
+    return int((v + MAGIC) - MAGIC)
+
+
+@njit(inline="always", **OPTS)
+def fp16_round(f):
+    """GGML_FP16_TO_FP32(GGML_FP32_TO_FP16(f)): round to the nearest half, ties to even (float64, exact)."""
+    a = abs(float(f))
+    if a == 0.0 or not math.isfinite(a):
+        return F(f)
+    e = math.frexp(a)[1] - 1  # a = m * 2^e, 1 <= m < 2
+    if e < -14:
+        e = -14  # subnormal halves: a fixed spacing of 2^-24
+    step = math.ldexp(1.0, e - 10)
+    r = np.rint(a / step) * step
+    if r >= 65520.0:
+        r = math.inf
+    return F(-r if f < 0 else r)
+
+
+@njit(inline="always", **OPTS)
+def fp16_bits(f):
+    """The half-precision bit pattern of f (round to nearest even), as an int."""
+    sign = 0x8000 if (f < 0 or (f == 0 and math.copysign(1.0, float(f)) < 0)) else 0
+    if math.isnan(f):
+        return 0x7E00
+    r = abs(float(fp16_round(f)))
+    if r == 0.0:
+        return sign
+    if math.isinf(r):
+        return sign | 0x7C00
+    if r < 6.103515625e-05:  # 2^-14: subnormal
+        return sign | int(r * 16777216.0)
+    e = math.frexp(r)[1] - 1
+    return sign | ((e + 15) << 10) | int((r / math.ldexp(1.0, e) - 1.0) * 1024.0)
+
+
+@njit(inline="always", **OPTS)
+def put_half(out, i, off, f):
+    b = fp16_bits(f)
+    out[i, off] = b & 0xFF
+    out[i, off + 1] = b >> 8
+
+
+@njit(**OPTS)
+def q8_0(x, out):
+    for i in range(x.shape[0]):
+        amax = ZERO
+        for j in range(32):
+            a = abs(x[i, j])
+            amax = amax if amax > a else a  # C's MAX(a, b): NaN propagates, unlike Python's max
+        d = amax / F(127)
+        idd = ONE / d if d != ZERO else ZERO
+        put_half(out, i, 0, d)
+        for j in range(32):
+            v = x[i, j] * idd
+            v = v + (JUST_BELOW_HALF if v >= ZERO else -JUST_BELOW_HALF)  # roundf: half away from zero
+            q = int(v)
+            out[i, 2 + j] = np.uint8(q & 0xFF)
+
+
+@njit(inline="always", **OPTS)
+def _signed_absmax(x, i, n):
+    amax = ZERO
+    mx = ZERO
+    for j in range(n):
+        v = x[i, j]
+        if amax < abs(v):
+            amax = abs(v)
+            mx = v
+    return mx
+
+
+@njit(inline="always", **OPTS)
+def _sym_scale(x, i, out, nmax):
+    """Q4_0/Q5_0 block i: d = m / -nmax (m: the signed value of largest magnitude), written as fp16; returns 1/d."""
+    d = _signed_absmax(x, i, 32) / F(-nmax)
+    idd = ONE / d if d != ZERO else ZERO
+    put_half(out, i, 0, d)
+    return idd
+
+
+@njit(**OPTS)
+def q4_0(x, out):
+    for i in range(x.shape[0]):
+        idd = _sym_scale(x, i, out, 8)
+        for j in range(16):
+            x0 = x[i, j] * idd
+            x1 = x[i, 16 + j] * idd
+            q0 = min(15, int(x0 + F(8.5)))
+            q1 = min(15, int(x1 + F(8.5)))
+            out[i, 2 + j] = q0 | (q1 << 4)
+
+
+@njit(inline="always", **OPTS)
+def _put5(out, i, at, j, q0, q1, qh):
+    """5-bit levels of weights j and j + 16: low nibbles into byte `at`, bit 4 into qh bits j, j + 16."""
+    out[i, at] = (q0 & 0xF) | ((q1 & 0xF) << 4)
+    qh |= ((q0 & 0x10) >> 4) << j
+    qh |= ((q1 & 0x10) >> 4) << (j + 16)
+    return qh
+
+
+@njit(inline="always", **OPTS)
+def _put_u32(out, i, at, v):
+    for k in range(4):
+        out[i, at + k] = (v >> (8 * k)) & 0xFF
+
+
+@njit(**OPTS)
+def q5_0(x, out):
+    for i in range(x.shape[0]):
+        idd = _sym_scale(x, i, out, 16)
+        qh = 0
+        for j in range(16):
+            x0 = x[i, j] * idd
+            x1 = x[i, 16 + j] * idd
+            q0 = min(31, int(x0 + F(16.5)))
+            q1 = min(31, int(x1 + F(16.5)))
+            qh = _put5(out, i, 6 + j, j, q0, q1, qh)
+        _put_u32(out, i, 2, qh)
+
+
+@njit(inline="always", **OPTS)
+def _minmax(x, i, n):
+    mn = np.float32(np.inf)
+    mx = np.float32(-np.inf)
+    for j in range(n):
+        v = x[i, j]
+        if v < mn:
+            mn = v
+        if v > mx:
+            mx = v
+    return mn, mx
+
+
+@njit(inline="always", **OPTS)
+def _min_scale(x, i, out, nmax):
+    """Q4_1/Q5_1 block i: d = (max - min) / nmax and the min, written as fp16; returns (min, 1/d)."""
+    mn, mx = _minmax(x, i, 32)
+    d = (mx - mn) / F(nmax)
+    idd = ONE / d if d != ZERO else ZERO
+    put_half(out, i, 0, d)
+    put_half(out, i, 2, mn)
+    return mn, idd
+
+
+@njit(**OPTS)
+def q4_1(x, out):
+    for i in range(x.shape[0]):
+        mn, idd = _min_scale(x, i, out, 15)
+        for j in range(16):
+            x0 = (x[i, j] - mn) * idd
+            x1 = (x[i, 16 + j] - mn) * idd
+            q0 = min(15, int(x0 + HALF))
+            q1 = min(15, int(x1 + HALF))
+            out[i, 4 + j] = q0 | (q1 << 4)
+
+
+@njit(**OPTS)
+def q5_1(x, out):
+    for i in range(x.shape[0]):
+        mn, idd = _min_scale(x, i, out, 31)
+        qh = 0
+        for j in range(16):
+            x0 = (x[i, j] - mn) * idd
+            x1 = (x[i, 16 + j] - mn) * idd
+            q0 = int(x0 + HALF) & 0xFF
+            q1 = int(x1 + HALF) & 0xFF
+            qh = _put5(out, i, 8 + j, j, q0, q1, qh)
+        _put_u32(out, i, 4, qh)
+
+
+# -- K-quants -----------------------------------------------------------------------------------------
+
+@njit(inline="always", **OPTS)
+def make_qkx2(x, off, n, nmax, w, L, Laux, rmin, rdelta, nstep, use_mad):
+    """make_qkx2_quants on x[off:off+n] with weights w[0:n]; returns (scale, -min) and fills L[off:off+n]."""
+    mn = x[off]
+    mx = x[off]
+    sum_w = w[0]
+    sum_x = sum_w * x[off]
+    for i in range(1, n):
+        v = x[off + i]
+        if v < mn:
+            mn = v
+        if v > mx:
+            mx = v
+        wi = w[i]
+        sum_w += wi
+        sum_x += wi * v
+    if mn > ZERO:
+        mn = ZERO
+    if mx == mn:
+        for i in range(n):
+            L[off + i] = 0
+        return ZERO, -mn
+    iscale = F(nmax) / (mx - mn)
+    scale = ONE / iscale
+    best_error = ZERO
+    for i in range(n):
+        l = nearest_int(iscale * (x[off + i] - mn))
+        l = max(0, min(nmax, l))
+        L[off + i] = l
+        diff = scale * F(l) + mn - x[off + i]
+        diff = abs(diff) if use_mad else diff * diff
+        best_error += w[i] * diff
+    if nstep < 1:
+        return scale, -mn
+    lv = Laux[0]  # scratch (5, n): levels, w*l, w*l*l, w*l*x, w*err
+    pa = Laux[1]
+    pb = Laux[2]
+    pc = Laux[3]
+    pe = Laux[4]
+    for s in range(nstep + 1):
+        iscale = (rmin + rdelta * F(s) + F(nmax)) / (mx - mn)
+        sum_l = ZERO
+        sum_l2 = ZERO
+        sum_xl = ZERO
+        hi = F(nmax)
+        for i in range(n):  # levels and products in a loop of their own: LLVM vectorizes it
+            r = (iscale * (x[off + i] - mn) + MAGIC) - MAGIC  # nearest_int, kept as a float
+            fl = min(hi, max(ZERO, r))
+            lv[i] = fl
+            t = w[i] * fl
+            pa[i] = t
+            pb[i] = t * fl
+            pc[i] = t * x[off + i]
+        for i in range(n):  # the sums in C's order
+            sum_l += pa[i]
+            sum_l2 += pb[i]
+            sum_xl += pc[i]
+        D = sum_w * sum_l2 - sum_l * sum_l
+        if D > ZERO:
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            if this_min > ZERO:
+                this_min = ZERO
+                this_scale = sum_xl / sum_l2
+            for i in range(n):
+                diff = this_scale * lv[i] + this_min - x[off + i]
+                diff = abs(diff) if use_mad else diff * diff
+                pe[i] = w[i] * diff
+            cur = ZERO
+            for i in range(n):
+                cur += pe[i]
+            if cur < best_error:
+                for i in range(n):
+                    L[off + i] = int(lv[i])
+                best_error = cur
+                scale = this_scale
+                mn = this_min
+    return scale, -mn
+
+
+@njit(inline="always", **OPTS)
+def _scale_min_k4(j, sc):
+    if j < 4:
+        return sc[j] & 63, sc[j + 4] & 63
+    return (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4), (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4)
+
+
+@njit(inline="always", **OPTS)
+def _k4_block(xi, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc):
+    """Q4_K/Q5_K reference: sub-block searches, 6-bit scale codes, requantized levels in L;
+    returns (d, dmin) as float32 before fp16 rounding."""
+    max_scale = ZERO
+    max_min = ZERO
+    for j in range(8):
+        sum_x2 = ZERO
+        for l in range(32):
+            v = xi[32 * j + l]
+            sum_x2 += v * v
+        av_x = np.sqrt(sum_x2 / F(32))
+        for l in range(32):
+            w[l] = av_x + abs(xi[32 * j + l])
+        s, m = make_qkx2(xi, 32 * j, 32, nmax, w, L, Laux, rmin, rdelta, nstep, False)
+        scales[j] = s
+        mins[j] = m
+        if s > max_scale:
+            max_scale = s
+        if m > max_min:
+            max_min = m
+    inv_scale = F(63) / max_scale if max_scale > ZERO else ZERO
+    inv_min = F(63) / max_min if max_min > ZERO else ZERO
+    for k in range(12):
+        sc[k] = 0
+    for j in range(8):
+        ls = min(63, nearest_int(inv_scale * scales[j]) & 0xFF)
+        lm = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
+        if j < 4:
+            sc[j] = ls
+            sc[j + 4] = lm
+        else:
+            sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4)
+            sc[j - 4] |= (ls >> 4) << 6
+            sc[j] |= (lm >> 4) << 6
+    d = max_scale / F(63)
+    dmin = max_min / F(63)
+    dr = fp16_round(d)
+    dminr = fp16_round(dmin)
+    for j in range(8):
+        s, m = _scale_min_k4(j, sc)
+        dd = dr * F(s)
+        if dd == ZERO:
+            continue
+        dm = dminr * F(m)
+        for ii in range(32):
+            l = nearest_int((xi[32 * j + ii] + dm) / dd)
+            L[32 * j + ii] = max(0, min(nmax, l))
+    return d, dmin
+
+
+@njit(inline="always", **OPTS)
+def _k4_head(x, out, i, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc):
+    """Q4_K/Q5_K block i up to its levels: the search (levels into L), d, dmin and the 12 code bytes."""
+    d, dmin = _k4_block(x[i], nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc)
+    put_half(out, i, 0, d)
+    put_half(out, i, 2, dmin)
+    for k in range(12):
+        out[i, 4 + k] = sc[k]
+
+
+@njit(inline="always", **OPTS)
+def _k4_scratch():
+    """The per-call work arrays of the Q4_K/Q5_K kernels: levels, make_qkx2's scratch, weights, codes."""
+    return (np.empty(256, np.int64), np.empty((5, 32), F), np.empty(32, F), np.empty(8, F), np.empty(8, F),
+            np.empty(12, np.int64))
+
+
+@njit(**OPTS)
+def q4_k(x, out):
+    L, Laux, w, scales, mins, sc = _k4_scratch()
+    for i in range(x.shape[0]):
+        _k4_head(x, out, i, 15, F(-1.0), F(0.1), 20, L, Laux, w, scales, mins, sc)
+        for g in range(4):
+            for l in range(32):
+                out[i, 16 + 32 * g + l] = L[64 * g + l] | (L[64 * g + 32 + l] << 4)
+
+
+@njit(**OPTS)
+def q5_k(x, out):
+    L, Laux, w, scales, mins, sc = _k4_scratch()
+    for i in range(x.shape[0]):
+        _k4_head(x, out, i, 31, F(-0.5), F(0.1), 15, L, Laux, w, scales, mins, sc)
+        for l in range(32):
+            out[i, 16 + l] = 0
+        for g in range(4):
+            for l in range(32):
+                l1 = L[64 * g + l]
+                l2 = L[64 * g + 32 + l]
+                out[i, 48 + 32 * g + l] = (l1 & 0xF) | ((l2 & 0xF) << 4)
+                out[i, 16 + l] |= ((l1 >> 4) & 1) << (2 * g)
+                out[i, 16 + l] |= ((l2 >> 4) & 1) << (2 * g + 1)
+
+
+@njit(inline="always", **OPTS)
+def _group_max(x, off, n):
+    """The first value of largest magnitude in x[off:off+n], and that magnitude (C's `if (ax > amax)`)."""
+    mx = ZERO
+    amax = ZERO
+    for i in range(n):
+        ax = abs(x[off + i])
+        if ax > amax:
+            amax = ax
+            mx = x[off + i]
+    return mx, amax
+
+
+@njit(inline="always", **OPTS)
+def make_qx(x, off, n, nmax, L, scr):
+    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) on x[off:off+n]; L[off:off+n] = level + nmax.
+    scr: (4, n) float32 scratch. Each candidate's levels and products are computed in a loop of
+    their own (LLVM vectorizes it; the products are the same float32 values as inline), and only
+    the two sums run in C's sequential order."""
+    mx, amax = _group_max(x, off, n)
+    if amax < GROUP_MAX_EPS:
+        for i in range(n):
+            L[off + i] = 0
+        return ZERO
+    w = scr[0]
+    wv = scr[1]
+    a = scr[2]
+    b = scr[3]
+    for i in range(n):
+        v = x[off + i]
+        w[i] = v * v
+        wv[i] = w[i] * v
+    iscale = F(-nmax) / mx
+    sumlx = ZERO
+    suml2 = ZERO
+    for i in range(n):
+        l = nearest_int(iscale * x[off + i])
+        l = max(-nmax, min(nmax - 1, l))
+        L[off + i] = l + nmax
+        fl = F(l)
+        sumlx += wv[i] * fl
+        suml2 += w[i] * fl * fl
+    scale = sumlx / suml2 if suml2 != ZERO else ZERO
+    best = scale * sumlx
+    lo = F(-nmax)
+    hi = F(nmax - 1)
+    for s in range(-9, 10):
+        if s == 0:
+            continue
+        iscale = -(F(nmax) + F(0.1) * F(s)) / mx
+        for i in range(n):
+            r = (iscale * x[off + i] + MAGIC) - MAGIC
+            fl = min(hi, max(lo, r))
+            a[i] = wv[i] * fl
+            b[i] = w[i] * fl * fl
+        sumlx = ZERO
+        suml2 = ZERO
+        for i in range(n):
+            sumlx += a[i]
+            suml2 += b[i]
+        if suml2 > ZERO and sumlx * sumlx > best * suml2:
+            for i in range(n):
+                l = nearest_int(iscale * x[off + i])
+                L[off + i] = nmax + max(-nmax, min(nmax - 1, l))
+            scale = sumlx / suml2
+            best = scale * sumlx
+    return scale
+
+
+@njit(**OPTS)
+def q6_k(x, out):
+    L = np.empty(256, np.int64)
+    scr = np.empty((4, 16), F)  # make_qx's scratch
+    scales = np.empty(16, F)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        max_scale = ZERO
+        max_abs = ZERO
+        for ib in range(16):
+            s = make_qx(xi, 16 * ib, 16, 32, L, scr)
+            scales[ib] = s
+            if abs(s) > max_abs:
+                max_abs = abs(s)
+                max_scale = s
+        if max_abs < GROUP_MAX_EPS:
+            for k in range(210):
+                out[i, k] = 0
+            continue
+        iscale = F(-128) / max_scale
+        d = ONE / iscale
+        dr = fp16_round(d)
+        for ib in range(16):
+            s8 = min(127, nearest_int(iscale * scales[ib]))
+            out[i, 192 + ib] = s8 & 0xFF
+            dd = dr * F(s8)
+            if dd == ZERO:
+                continue
+            for ii in range(16):
+                l = nearest_int(xi[16 * ib + ii] / dd)
+                L[16 * ib + ii] = max(-32, min(31, l)) + 32
+        for h in range(2):
+            for l in range(32):
+                q1 = L[128 * h + l]
+                q2 = L[128 * h + 32 + l]
+                q3 = L[128 * h + 64 + l]
+                q4 = L[128 * h + 96 + l]
+                out[i, 64 * h + l] = (q1 & 0xF) | ((q3 & 0xF) << 4)
+                out[i, 64 * h + 32 + l] = (q2 & 0xF) | ((q4 & 0xF) << 4)
+                out[i, 128 + 32 * h + l] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)
+        put_half(out, i, 208, d)
+
+
+@njit(**OPTS)
+def q2_k(x, out):
+    """quantize_row_q2_K_ref: 16 sub-blocks of 16, make_qkx2 (MAD, weights |x|), 4-bit scale/min codes."""
+    L = np.empty(256, np.int64)
+    Laux = np.empty((5, 16), F)
+    w = np.empty(16, F)
+    scales = np.empty(16, F)
+    mins = np.empty(16, F)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        max_scale = ZERO
+        max_min = ZERO
+        for j in range(16):
+            for l in range(16):
+                w[l] = abs(xi[16 * j + l])
+            s, m = make_qkx2(xi, 16 * j, 16, 3, w, L, Laux, F(-0.5), F(0.1), 15, True)
+            scales[j] = s
+            mins[j] = m
+            if s > max_scale:
+                max_scale = s
+            if m > max_min:
+                max_min = m
+        d = ZERO
+        dmin = ZERO
+        if max_scale > ZERO:
+            iscale = F(15) / max_scale
+            for j in range(16):
+                out[i, j] = nearest_int(iscale * scales[j]) & 0xFF
+            d = max_scale / F(15)
+        else:
+            for j in range(16):
+                out[i, j] = 0
+        if max_min > ZERO:
+            iscale = F(15) / max_min
+            for j in range(16):
+                out[i, j] |= (nearest_int(iscale * mins[j]) << 4) & 0xFF
+            dmin = max_min / F(15)
+        put_half(out, i, 80, d)
+        put_half(out, i, 82, dmin)
+        dr = fp16_round(d)
+        dminr = fp16_round(dmin)
+        for j in range(16):
+            dd = dr * F(out[i, j] & 0xF)
+            if dd == ZERO:
+                continue
+            dm = dminr * F(out[i, j] >> 4)
+            for ii in range(16):
+                l = nearest_int((xi[16 * j + ii] + dm) / dd)
+                L[16 * j + ii] = max(0, min(3, l))
+        for h in range(2):
+            for l in range(32):
+                out[i, 16 + 32 * h + l] = (L[128 * h + l] | (L[128 * h + 32 + l] << 2) | (L[128 * h + 64 + l] << 4)
+                                           | (L[128 * h + 96 + l] << 6))
+
+
+@njit(inline="always", **OPTS)
+def make_q3(x, off, n, nmax, L):
+    """make_q3_quants(n, nmax, x, L, do_rmse=true) on x[off:off+n]; L[off:off+n] = level + nmax."""
+    mx, amax = _group_max(x, off, n)
+    if amax < GROUP_MAX_EPS:
+        for i in range(n):
+            L[off + i] = 0
+        return ZERO
+    iscale = F(-nmax) / mx
+    sumlx = ZERO
+    suml2 = ZERO
+    for i in range(n):
+        v = x[off + i]
+        l = max(-nmax, min(nmax - 1, nearest_int(iscale * v)))
+        L[off + i] = l
+        w = v * v
+        fl = F(l)
+        sumlx += w * v * fl
+        suml2 += w * fl * fl
+    for _ in range(5):
+        n_changed = 0
+        for i in range(n):
+            v = x[off + i]
+            w = v * v
+            li = F(L[off + i])
+            slx = sumlx - w * v * li
+            if slx > ZERO:
+                sl2 = suml2 - w * li * li
+                new_l = max(-nmax, min(nmax - 1, nearest_int(v * sl2 / slx)))
+                if new_l != L[off + i]:
+                    fn = F(new_l)
+                    slx += w * v * fn
+                    sl2 += w * fn * fn
+                    if sl2 > ZERO and slx * slx * suml2 > sumlx * sumlx * sl2:
+                        L[off + i] = new_l
+                        sumlx = slx
+                        suml2 = sl2
+                        n_changed += 1
+        if n_changed == 0:
+            break
+    for i in range(n):
+        L[off + i] += nmax
+    return sumlx / suml2
+
+
+@njit(**OPTS)
+def q3_k(x, out):
+    """quantize_row_q3_K_ref: 16 sub-blocks of 16, make_q3_quants, 6-bit signed scales in 12 bytes."""
+    L = np.empty(256, np.int64)
+    scales = np.empty(16, F)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        amax = ZERO
+        max_scale = ZERO
+        for j in range(16):
+            s = make_q3(xi, 16 * j, 16, 4, L)
+            scales[j] = s
+            if abs(s) > amax:
+                amax = abs(s)
+                max_scale = s
+        for k in range(12):
+            out[i, 96 + k] = 0
+        d = ZERO
+        if max_scale != ZERO:
+            iscale = F(-32) / max_scale
+            for j in range(16):
+                l = max(-32, min(31, nearest_int(iscale * scales[j]))) + 32
+                if j < 8:
+                    out[i, 96 + j] = l & 0xF
+                else:
+                    out[i, 96 + j - 8] |= (l & 0xF) << 4
+                out[i, 96 + 8 + j % 4] |= (l >> 4) << (2 * (j // 4))
+            d = ONE / iscale
+        put_half(out, i, 108, d)
+        dr = fp16_round(d)
+        for j in range(16):
+            if j < 8:
+                lo4 = np.int64(out[i, 96 + j]) & np.int64(15)
+            else:
+                lo4 = np.int64(out[i, 96 + j - 8]) >> np.int64(4)
+            hi2 = (np.int64(out[i, 104 + j % 4]) >> np.int64(2 * (j // 4))) & np.int64(3)
+            sc = (lo4 | (hi2 << np.int64(4))) - np.int64(32)
+            dd = dr * F(sc)
+            if dd == ZERO:
+                continue
+            for ii in range(16):
+                l = nearest_int(xi[16 * j + ii] / dd)
+                L[16 * j + ii] = max(-4, min(3, l)) + 4
+        for k in range(32):
+            out[i, k] = 0
+        m = 0
+        hm = 1
+        for j in range(256):
+            if L[j] > 3:
+                out[i, m] |= hm
+                L[j] -= 4
+            m += 1
+            if m == 32:
+                m = 0
+                hm <<= 1
+        for h in range(2):
+            for l in range(32):
+                out[i, 32 + 32 * h + l] = (L[128 * h + l] | (L[128 * h + 32 + l] << 2) | (L[128 * h + 64 + l] << 4)
+                                           | (L[128 * h + 96 + l] << 6))

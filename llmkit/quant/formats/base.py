@@ -1,0 +1,149 @@
+"""The format registry: a `Format` subclass per ggml type registers itself by name; its block size and
+bytes per block come from ggml's type table (`llmkit.gguf.types`). Also decoding a tensor's raw bytes
+to float32 (`to_f32`), which the pipeline uses to read any stored type."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.gguf.tensors import read_tensor
+from llmkit.gguf.types import TYPE_ID, block_size, type_size
+from llmkit.quant.formats.numerics import F32
+
+FORMATS: dict[str, "Format"] = {}
+MODULES = ("floats", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
+           "iq4_xs")
+
+
+class Format:
+    """A ggml tensor type: `quantize` rows of float32 into blocks, `dequantize` them back. A subclass
+    names its type (`name`); type_id, block and type_size are read from ggml's table."""
+
+    name = ""
+    type_id = -1
+    block = 1  # weights per block
+    type_size = 4  # bytes per block
+    uses_imatrix = False
+    half_fields: tuple[tuple[int, int], ...] = ()  # byte ranges of each block holding fp16 values
+    nan_reaches_scale = False  # True where a NaN/Inf weight always shows in an output scale (no search)
+    jit_saves_ns = 0  # what the compiled kernel saves per weight (0: no kernel; jit.decide_for_run)
+    jit_kernel = ""  # the compiled kernel (jit.py) of the path without an imatrix: the name, lower-cased
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.name:
+            cls.type_id, cls.block, cls.type_size = TYPE_ID[cls.name], block_size(cls.name), type_size(cls.name)
+            cls.jit_kernel = cls.name.lower() if cls.jit_saves_ns else ""
+            FORMATS[cls.name] = cls()
+
+    def row_bytes(self, n_per_row: int) -> int:
+        return n_per_row // self.block * self.type_size
+
+    def quantize(self, rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+        """rows: (n_rows, n_per_row) float32 -> (n_rows, row_bytes) uint8."""
+        n_rows, n = rows.shape
+        if n % self.block:
+            raise BadInput(f"{self.name} needs rows of a multiple of {self.block} weights, got {n}.")
+        x = np.ascontiguousarray(rows, dtype=F32)
+        if imatrix is not None and self.uses_imatrix:
+            out = self.quantize_weighted(x, np.ascontiguousarray(imatrix, dtype=F32))
+        elif self.compiled():
+            from llmkit.quant.formats import jit
+
+            out = jit.run(self.jit_kernel, x, self.type_size, self.block)
+        else:
+            out = self.quantize_blocks(x.reshape(-1, self.block))
+        return out.reshape(n_rows, self.row_bytes(n))
+
+    def compiled(self) -> bool:
+        """Does a compiled kernel (numba, same bytes) run this format's path without an imatrix?"""
+        if not self.jit_kernel:
+            return False
+        from llmkit.quant.formats import jit
+
+        return jit.run_allows() and jit.enabled()
+
+    def check(self, out: np.ndarray, name: str) -> None:
+        """ggml_validate_row_data: every fp16 field (block scales, F16 values) must be finite.
+        A scale beyond fp16's range (65504) becomes infinite; llama.cpp refuses such data too."""
+        b = out.reshape(-1, self.type_size)
+        for lo, hi in self.half_fields:
+            h = np.ascontiguousarray(b[:, lo:hi]).view("<u2")
+            if ((h & 0x7C00) == 0x7C00).any():
+                what = "a value" if self.block == 1 else "a block scale"
+                raise BadInput(f"tensor '{name}': quantizing to {self.name} gives {what} beyond fp16's range "
+                               f"(|x| > 65504); llama.cpp refuses this too. Use F32/BF16 for this model or rescale it.")
+
+    def quantize_blocks(self, x: np.ndarray) -> np.ndarray:  # (n_blocks, block) -> (n_blocks, type_size)
+        raise NotImplementedError
+
+    def quantize_weighted(self, rows: np.ndarray, imatrix: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def dequantize(self, data: np.ndarray, n: int) -> np.ndarray:
+        """uint8 bytes of n weights -> float32 (n,)."""
+        blocks = np.frombuffer(memoryview(data), dtype=np.uint8).reshape(-1, self.type_size)
+        return self.dequantize_blocks(blocks).reshape(-1)[:n]
+
+    def dequantize_blocks(self, b: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def unpack_levels(self, b: np.ndarray) -> np.ndarray:
+        """The unsigned level of every weight of (nb, type_size) blocks: (nb, block) integers."""
+        raise NotImplementedError
+
+    def pack_levels(self, out: np.ndarray, L: np.ndarray) -> None:
+        """Write the levels L (nb, block) uint8 into the level bits of the blocks `out` (in place)."""
+        raise NotImplementedError
+
+
+class ColumnWeighted(Format):
+    """With an imatrix, every row uses the same column weights, block by block (K-quants, IQ4)."""
+
+    uses_imatrix = True
+
+    def quantize_weighted(self, rows, imatrix):
+        n_rows, n = rows.shape
+        qw = np.broadcast_to(imatrix.reshape(1, n), (n_rows, n)).reshape(-1, self.block)
+        return self.quantize_blocks(rows.reshape(-1, self.block), np.ascontiguousarray(qw))
+
+
+def get_format(name: str) -> Format:
+    _load_all()
+    try:
+        return FORMATS[name.upper()]
+    except KeyError:
+        raise BadInput(f"unknown tensor type {name!r}; llmkit quantizes to {', '.join(sorted(FORMATS))}.") from None
+
+
+def by_id(type_id: int) -> Format | None:
+    _load_all()
+    return next((f for f in FORMATS.values() if f.type_id == type_id), None)
+
+
+def _load_all() -> None:
+    """Import every format module once (each registers its class in FORMATS)."""
+    import importlib
+
+    for m in MODULES:
+        importlib.import_module(f"llmkit.quant.formats.{m}")
+
+
+def to_f32(raw: np.ndarray, info) -> np.ndarray:
+    """Raw tensor bytes (of a gguf TensorInfo) as float32 rows (n_rows, ne0), dequantizing when needed."""
+    ne0 = info.shape[0]
+    n = int(np.prod(info.shape, dtype=np.int64))
+    if info.type == 0:
+        x = raw.view("<f4")
+    else:
+        fmt = by_id(info.type)
+        if fmt is None:
+            raise BadInput(f"tensor '{info.name}' has type {info.type_name}, which llmkit cannot read.")
+        x = fmt.dequantize(raw, n)
+    return x.reshape(-1, ne0)
+
+
+def load_f32(f, info, data_offset: int) -> np.ndarray:
+    """A tensor of an open GGUF file as float32 rows."""
+    return to_f32(read_tensor(f, info, data_offset), info)

@@ -1,0 +1,78 @@
+"""Compiled (numba) kernels for the quantizers' hot loops, in C's float32 operation order.
+
+The numpy modules (q4_0.py, kquant.py, ...) stay the readable definition of every format; these
+kernels are the same loops as ggml-quants.c, compiled, for the formats and paths where numpy's
+per-call overhead dominated (a K-quant scale search is ~16 small passes per candidate scale).
+Byte identity with llama.cpp is kept by construction and checked by the tests:
+
+- every value is float32 and every constant is made float32 first (numba, like numpy, would
+  promote float32 * python-float to float64);
+- no fastmath: LLVM then neither contracts a*b+c into an FMA nor reorders sums, so the C order of
+  operations (ggml-quants.c is built without FMA) is what runs;
+- nearest_int is round-half-to-even (ggml's 12582912.f trick), C's (int) casts truncate, roundf
+  rounds half away from zero, and GGML_FP32_TO_FP16 rounds to nearest even (done in float64, exact).
+
+Compiled code is cached (NUMBA_CACHE_DIR, default ~/.cache/llmkit/numba): the first run after an
+install compiles all kernels in ~28 s (measured), later runs load them in ~0.5 s. LLMKIT_NO_JIT=1 turns the
+kernels off (the numpy paths give the same bytes).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+F32 = np.float32
+_KERNELS = None
+_RUN: bool | None = None  # this quantization run's decision (None: no run, e.g. a direct call)
+START_UP_S = 1.0  # importing numba (0.5 s) and loading the first cached kernel (0.5 s), measured
+
+
+def decide_for_run(plan_weights: list[tuple[int, object]] | None) -> None:
+    """Use the kernels in this run or not, from [(weights, format)] of what it quantizes without an
+    imatrix (None: forget the decision): only when the time they save (Format.jit_saves_ns per
+    weight, measured against the numpy path: 30-60 ns for Q4_K/Q5_K, 1-2 ns for the memory-bound
+    32-block formats) repays numba's start-up. Same bytes either way."""
+    global _RUN
+    if plan_weights is None:
+        _RUN = None
+        return
+    _RUN = sum(n * f.jit_saves_ns for n, f in plan_weights if f.jit_kernel) * 1e-9 >= START_UP_S
+
+
+def run_allows() -> bool:
+    return _RUN is None or _RUN
+
+
+def enabled() -> bool:
+    """numba is installed and not switched off."""
+    if os.environ.get("LLMKIT_NO_JIT", "") not in ("", "0"):
+        return False
+    return kernels() is not None
+
+
+def kernels():
+    """The compiled kernel module, or None without numba (imported on first use: numba is slow to import)."""
+    global _KERNELS
+    if _KERNELS is None:
+        if "NUMBA_CACHE_DIR" not in os.environ:
+            from llmkit.io import cache_dir
+
+            os.environ["NUMBA_CACHE_DIR"] = str(cache_dir("numba"))
+        try:
+            from llmkit.quant.formats import _kernels
+        except ImportError:
+            _KERNELS = False
+        else:
+            _KERNELS = _kernels
+    return _KERNELS or None
+
+
+def run(name: str, x: np.ndarray, type_size: int, block: int) -> np.ndarray:
+    """Quantize (n_blocks, block) float32 with kernel `name` -> (n_blocks, type_size) uint8."""
+    k = kernels()
+    x = np.ascontiguousarray(x, dtype=F32).reshape(-1, block)
+    out = np.empty((len(x), type_size), np.uint8)
+    getattr(k, name)(x, out)
+    return out

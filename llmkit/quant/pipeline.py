@@ -1,0 +1,95 @@
+"""One quantization run, every stage in order: GPTQ's Hessians (collected from calibration text when
+no saved file is given) -> per-tensor types under a budget -> GPTQ rounding -> the output file.
+Without a budget or GPTQ it is quantize_file, the same bytes as llama.cpp's quantizer."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable
+
+from llmkit.errors import BadInput
+from llmkit.quant.budget.allocate import RECIPE_KEY, Allocation, allocate, file_type_for, recipe
+from llmkit.quant.calibration.hessians import collect_hessians
+from llmkit.quant.plan.rules import Overrides
+from llmkit.quant.plan.tensors import plan_types
+from llmkit.quant.rounding.gptq import gptq_replacements
+from llmkit.quant.write.quantize import QuantReport, quantize_file
+
+METHODS = ("rtn", "gptq")
+Progress = Callable[[str, int, int, str], None]  # (stage, done, total, note)
+
+
+@dataclass
+class QuantRun:
+    """What a run did: the file's report, the budget's allocation (if any), what GPTQ changed."""
+
+    report: QuantReport
+    allocation: Allocation | None = None
+    method: str = "rtn"
+    gptq_matrices: int = 0
+    damp_raised: dict = field(default_factory=dict)  # matrix -> the dampening GPTQ had to use
+
+    def to_dict(self) -> dict:
+        d = self.report.to_dict()
+        if self.allocation is not None:
+            d["allocation"] = self.allocation.to_dict()
+        return d
+
+
+def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False, imatrix: dict | None = None,
+             allow_requantize: bool = False, threads: int | None = None, measure: bool = False,
+             overrides: Overrides | None = None, target_bpw: float | None = None, target_size: int | None = None,
+             calib_text: str | None = None, n_ctx: int = 256, chunks: int | None = None, method: str = "rtn",
+             hessian_path: str | None = None, damp: float = 0.01, refit: bool = True,
+             progress: Progress | None = None) -> QuantRun:
+    """Quantize `src` into `dst` to the file type `ftype`, or under a budget (`target_bpw` bits per
+    weight or `target_size` bytes for the whole file; the budget chooses every tensor's type), with
+    llama.cpp's rounding (`method="rtn"`) or GPTQ's. GPTQ reads its Hessians from `hessian_path`, or
+    collects them from `calib_text` (saved at `hessian_path` when given, else in a temporary folder
+    that is removed); a budget with `calib_text` probes each tensor kind's effect on the output.
+    `chunks` defaults to 16 calibration chunks for the Hessians and 4 for the probes."""
+    budgeted = target_bpw is not None or target_size is not None
+    if budgeted == (ftype is not None):
+        raise BadInput("give either a file type or a size budget (target_bpw or target_size): a budget chooses "
+                       "the types itself.")
+    if method not in METHODS:
+        raise BadInput(f"unknown rounding method {method!r}; use one of {', '.join(METHODS)}.")
+    if method == "gptq" and calib_text is None and not (hessian_path and os.path.exists(hessian_path)):
+        raise BadInput("GPTQ needs calibration text or a saved Hessian file.")
+
+    def stage(name: str, note: str | None = None):
+        if progress is None:
+            return None
+        return lambda done, total, what="": progress(name, done, total, what if note is None else note)
+
+    allocation, raised, n_gptq = None, {}, 0
+    assign = extra = replace = None
+    with contextlib.ExitStack() as cleanup:
+        hpath = hessian_path
+        if method == "gptq" and not (hpath and os.path.exists(hpath)):
+            if not hpath:  # nowhere to keep them: a temporary folder, removed at the end of the run
+                hpath = os.path.join(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmkit-gptq-")),
+                                     "hessians.gguf")
+            collect_hessians(src, calib_text, hpath, n_ctx, chunks or 16, threads,
+                             progress=stage("hessians", "calibration"))
+        if budgeted:
+            allocation = allocate(src, target_bpw=target_bpw, target_size=target_size, imatrix=imatrix,
+                                  calib_text=calib_text, threads=threads, progress=stage("measuring"), n_ctx=n_ctx,
+                                  chunks=chunks or 4, hessian_path=hpath)
+            assign, ftype = allocation.assign, file_type_for(allocation)
+            extra = {RECIPE_KEY: recipe(allocation, target_bpw, target_size, imatrix is not None, method)}
+            allow_requantize = True  # a budget may keep already-quantized tensors at (or near) their type
+        if method == "gptq":
+            types = plan_types(src, ftype, pure, imatrix is not None, overrides, assign)
+            replace, raised = gptq_replacements(src, types, hpath, imatrix, damp, refit, threads,
+                                                progress=stage("gptq"))
+            n_gptq = len(replace)
+            assign = types
+            extra = {**(extra or {}), "llmkit.quantize.method": "gptq"}
+        report = quantize_file(src, dst, ftype, pure=pure, imatrix=imatrix, allow_requantize=allow_requantize,
+                               threads=threads, measure=measure, progress=stage("quantizing"), overrides=overrides,
+                               assign=assign, extra_meta=extra, replace=replace)
+    return QuantRun(report, allocation, method, n_gptq, raised)

@@ -1,0 +1,187 @@
+"""GPTQ (Frantar et al. 2022): error-compensating rounding into llama.cpp's block formats.
+
+Round-to-nearest quantizes every weight on its own. GPTQ quantizes a matrix column by column (a
+column = one input feature) and pushes each column's rounding error onto the columns not yet
+quantized, weighted by the inverse Hessian of the layer's squared output error, H = X^T X over
+calibration activations X. The output error ||(W - Q) X^T|| is what it minimises, not the weight error.
+
+Into llama.cpp's formats: columns are taken one format block at a time (32 weights for Q4_0, a
+256-weight super-block for the K-quants). When a block is reached its scales and mins are fitted to
+the *current*, error-updated weights by the format's own scale search (weighted by diag(H), the
+imatrix of this very text; `refit=False` fits them once on the original weights instead), the
+block's grid of representable values per weight is read off those scales, and the GPTQ loop
+rounds each column to its grid. The levels are then packed into standard blocks, so llama.cpp
+reads the file like any other; the bytes differ from llama.cpp's by design.
+
+Steps per matrix (the reference algorithm): dead columns (diag 0) zeroed; H dampened by
+`damp` x mean(diag H) (raised x10 until H is positive definite, and reported); U = the upper
+Cholesky factor of H^-1; for column c: q = nearest grid value of w_c, err = (w_c - q) / U[c, c],
+w_{c+1..} -= err * U[c, c+1..] inside the block, then one matrix product for the columns after it.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.gguf.reader import TensorInfo, read_gguf
+from llmkit.quant.calibration.hessians import hessian_index
+from llmkit.quant.formats import get_format, load_f32
+from llmkit.quant.formats.numerics import F32
+
+SUPPORTED = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0")
+
+
+# -- levels in and out of the block layouts ---------------------------------------------------------
+
+def levels_of(name: str, b: np.ndarray) -> np.ndarray:
+    """The unsigned level of every weight of (nb, type_size) blocks: (nb, block) int32."""
+    return np.asarray(_gptq_format(name).unpack_levels(b), np.int32)
+
+
+def set_levels(name: str, b: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """Blocks `b` with their level bits replaced by L (nb, block); scales and mins kept."""
+    fmt = _gptq_format(name)
+    out = np.array(b, dtype=np.uint8, copy=True)
+    fmt.pack_levels(out, np.asarray(L, np.int64).astype(np.uint8))
+    return out
+
+
+def _gptq_format(name: str):
+    if name not in SUPPORTED:
+        raise BadInput(f"GPTQ writes {', '.join(SUPPORTED)}, not {name}.")
+    return get_format(name)
+
+
+MAX_LEVEL = {"Q4_0": 15, "Q4_K": 15, "Q5_K": 31, "Q6_K": 63, "Q3_K": 7, "Q2_K": 3}
+
+
+def grid(name: str, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b0) per weight of the blocks: level l decodes to a * l + b0 (read off by decoding the
+    blocks with every level 0 and every level 1, so it is the format's own fp16/float32 arithmetic)."""
+    fmt = get_format(name)
+    nb = len(b)
+    v0 = fmt.dequantize_blocks(set_levels(name, b, np.zeros((nb, fmt.block), np.int64))).reshape(nb, fmt.block)
+    v1 = fmt.dequantize_blocks(set_levels(name, b, np.ones((nb, fmt.block), np.int64))).reshape(nb, fmt.block)
+    return (v1 - v0).astype(F32), v0.astype(F32)
+
+
+# -- the algorithm ------------------------------------------------------------------------------------
+
+def inverse_hessian_factor(H: np.ndarray, damp: float = 0.01) -> tuple[np.ndarray, float, np.ndarray]:
+    """(U = upper Cholesky factor of (H + lambda I)^-1, the dampening used, dead columns)."""
+    H = np.array(H, dtype=np.float64, copy=True)
+    dead = np.diag(H) <= 0
+    H[dead, dead] = 1.0
+    mean = float(np.mean(np.diag(H)))
+    lam = damp
+    for _ in range(8):
+        try:
+            Hd = H + lam * mean * np.eye(len(H))
+            Lc = np.linalg.cholesky(Hd)
+            inv = np.linalg.inv(Lc)
+            Hinv = inv.T @ inv
+            U = np.linalg.cholesky(Hinv).T
+            return U, lam, dead
+        except np.linalg.LinAlgError:
+            lam *= 10
+    raise BadInput("the Hessian is not positive definite even with strong dampening; give more calibration text.")
+
+
+def quantize_matrix(W: np.ndarray, H: np.ndarray, name: str, damp: float = 0.01, refit: bool = True,
+                    importance: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """GPTQ of one matrix (rows = outputs, columns = the H dimension) into format `name`:
+    (uint8 (rows, row_bytes), dampening used)."""
+    fmt = _gptq_format(name)
+    rows, cols = W.shape
+    if H.shape != (cols, cols):
+        raise BadInput(f"the Hessian is {H.shape[0]}x{H.shape[1]}, the matrix has {cols} columns.")
+    if cols % fmt.block:
+        raise BadInput(f"{name} needs rows of a multiple of {fmt.block} weights, got {cols}.")
+    U, lam, dead = inverse_hessian_factor(H, damp)
+    W = np.array(W, dtype=np.float64, copy=True)
+    W[:, dead] = 0.0
+    imp = np.maximum(np.diag(H), 0).astype(F32) if importance is None else np.asarray(importance, F32)
+    g = fmt.block
+    bpb = fmt.type_size
+    out = np.empty((rows, cols // g, bpb), np.uint8)
+    fixed = None if refit else fmt.quantize(W.astype(F32), imp).reshape(rows, cols // g, bpb)
+    for j, c0 in enumerate(range(0, cols, g)):
+        c1 = c0 + g
+        blk = fmt.quantize(W[:, c0:c1].astype(F32), imp[c0:c1]).reshape(rows, bpb) if refit else fixed[:, j]
+        a, b0 = grid(name, blk)
+        a64, b64 = a.astype(np.float64), b0.astype(np.float64)
+        maxl = MAX_LEVEL[name]
+        L = np.empty((rows, g), np.int64)
+        E = np.empty((rows, g))
+        Ub = U[c0:c1, c0:c1]
+        for i in range(g):
+            w = W[:, c0 + i]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lv = np.where(a64[:, i] != 0, np.rint((w - b64[:, i]) / a64[:, i]), 0)
+            lv = np.clip(lv, 0, maxl)
+            q = a64[:, i] * lv + b64[:, i]
+            err = (w - q) / Ub[i, i]
+            W[:, c0 + i + 1:c1] -= np.outer(err, Ub[i, i + 1:])
+            L[:, i], E[:, i] = lv, err
+        if c1 < cols:
+            W[:, c1:] -= E @ U[c0:c1, c1:]
+        out[:, j] = set_levels(name, blk, L)
+    return out.reshape(rows, -1), lam
+
+
+def output_error(W: np.ndarray, Q: np.ndarray, H: np.ndarray) -> float:
+    """tr((W - Q) H (W - Q)^T): the summed squared output error over the calibration activations."""
+    D = (np.asarray(W, np.float64) - np.asarray(Q, np.float64))
+    return float(np.einsum("ij,jk,ik->", D, np.asarray(H, np.float64), D))
+
+
+# -- whole models ----------------------------------------------------------------------------------------
+
+def _matrix_job(src: str, data_offset: int, t: TensorInfo, new: str, hpath: str, h_offset: int, dim: int,
+                damp: float, refit: bool, importance):
+    """Worker: read one matrix and its H from disk (memory-mapped), run GPTQ."""
+    with open(src, "rb") as f:
+        W = load_f32(f, t, data_offset)
+    H = np.memmap(hpath, dtype="<f4", mode="r", offset=h_offset, shape=(dim, dim))
+    q, lam = quantize_matrix(W, np.asarray(H), new, damp, refit, importance)
+    return t.name, q, lam
+
+
+def gptq_replacements(src: str, types: dict[str, str], hessian_path: str, imatrix: dict | None = None,
+                      damp: float = 0.01, refit: bool = True, threads=None, progress=None) -> tuple[dict, dict]:
+    """GPTQ bytes for every 2-D matrix whose type GPTQ writes and whose H is known:
+    ({name: uint8 bytes}, {name: dampening used when it had to be raised})."""
+    g = read_gguf(src)
+    hidx = hessian_index(hessian_path)
+    jobs = []
+    for t in g.tensors:
+        new = types.get(t.name)
+        if new not in SUPPORTED or len(t.shape) != 2 or t.name not in hidx:
+            continue
+        off, dim = hidx[t.name]
+        if dim != t.shape[0]:
+            raise BadInput(f"the Hessian file's H for '{t.name}' is {dim}x{dim}, the tensor has rows of {t.shape[0]}: "
+                           "it belongs to another model.")
+        imp = None if imatrix is None or t.name not in imatrix else np.asarray(imatrix[t.name], np.float32)
+        jobs.append((src, g.data_offset, t, new, hessian_path, off, dim, damp, refit, imp))
+    if not jobs:
+        raise BadInput("no matrix of this model has both a GPTQ type (Q2_K..Q6_K, Q4_0) and a Hessian; "
+                       "check the type and that the Hessians come from this model.")
+    out, raised = {}, {}
+    workers = max(1, threads or os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers) as pool:
+        for i, (name, q, lam) in enumerate(pool.map(_matrix_job_star, jobs)):
+            out[name] = q
+            if lam > damp:
+                raised[name] = lam
+            if progress:
+                progress(i + 1, len(jobs), name)
+    return out, raised
+
+
+def _matrix_job_star(args):
+    return _matrix_job(*args)

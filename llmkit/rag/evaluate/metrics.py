@@ -1,0 +1,90 @@
+"""Retrieval metrics over judged queries: nDCG@10 (linear gains, trec_eval's definition), Recall@k,
+MRR and latency per configuration; several chunks of one document count once, at its best rank."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llmkit.errors import BadInput
+from llmkit.rag.retrieve.hits import doc_key
+
+
+def ndcg(ranked: list[str], judged: dict[str, int], k: int = 10) -> float:
+    """nDCG@k with linear gains (trec_eval's definition).
+
+    >>> round(ndcg(["a", "x", "b"], {"a": 2, "b": 1}), 4)
+    0.9502
+    """
+    dcg = sum(judged.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sorted(judged.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall(ranked: list[str], judged: dict[str, int], k: int) -> float:
+    return len(set(ranked[:k]) & set(judged)) / len(judged) if judged else 0.0
+
+
+def reciprocal_rank(ranked: list[str], judged: dict[str, int]) -> float:
+    return next((1.0 / (i + 1) for i, d in enumerate(ranked) if d in judged), 0.0)
+
+
+@dataclass
+class EvalRow:
+    config: str
+    queries: int
+    ndcg10: float
+    recall: float
+    mrr: float
+    latency_ms: float
+    recall_k: int = 100
+
+    def to_dict(self) -> dict:
+        return {"config": self.config, "queries": self.queries, "ndcg@10": round(self.ndcg10, 4),
+                f"recall@{self.recall_k}": round(self.recall, 4), "mrr": round(self.mrr, 4),
+                "latency_ms": round(self.latency_ms, 2)}
+
+
+def evaluate(config: str, run_query, queries: list[tuple[str, str]], qrels: dict, recall_k: int = 100) -> EvalRow:
+    """Run every judged query through `run_query(text) -> QueryResult` and average the metrics."""
+    judged = [(qid, text) for qid, text in queries if qid in qrels]
+    if not judged:
+        raise BadInput("none of the queries has relevance judgments (query ids do not match the qrels).")
+    tot = {"ndcg": 0.0, "recall": 0.0, "mrr": 0.0, "s": 0.0}
+    for qid, text in judged:
+        res = run_query(text)
+        ranked, seen = [], set()
+        for h in res.hits:  # several chunks of one document count once, at its best rank
+            d = doc_key(h)
+            if d not in seen:
+                seen.add(d)
+                ranked.append(d)
+        tot["ndcg"] += ndcg(ranked, qrels[qid])
+        tot["recall"] += recall(ranked, qrels[qid], recall_k)
+        tot["mrr"] += reciprocal_rank(ranked, qrels[qid])
+        tot["s"] += res.seconds
+    n = len(judged)
+    return EvalRow(config, n, tot["ndcg"] / n, tot["recall"] / n, tot["mrr"] / n, 1000 * tot["s"] / n, recall_k)
+
+
+DEFAULT_CONFIGS = ("bm25", "dense", "hybrid")
+
+
+def default_configs(index_dir: str) -> tuple[str, ...]:
+    """The configurations evaluated when none are named: the built-in ones, and `tuned` when the index
+    has a tuned fusion."""
+    from llmkit.rag.index.manifest import read_manifest
+
+    return DEFAULT_CONFIGS + (("tuned",) if read_manifest(index_dir).get("fusion") else ())
+
+
+def evaluate_configs(index_dir: str, configs, queries: list[tuple[str, str]], qrels: dict, recall_k: int = 100):
+    """An EvalRow per (label, QueryRequest) of `configs`, yielded as each is measured (the pipelines
+    are built one at a time, so a bad configuration stops the run only when reached)."""
+    from llmkit.rag.retrieve.options import build_pipeline
+
+    for label, req in configs:
+        pipe, _ = build_pipeline(index_dir, max(recall_k, 10), req)
+        pipe.opts.depth = max(pipe.opts.depth, recall_k)
+        yield evaluate(label, pipe.run, queries, qrels, recall_k)

@@ -1,0 +1,16 @@
+"""The index directory and its read-only view.
+
+    manifest.py     manifest.json and the writer lock: all that `rag info` and queries need to open it
+    db.py           the SQLite schema (documents, parents, chunks, entities) and generation bookkeeping
+    build.py        IndexOptions / StoreOptions, `build` (add, update, remove documents), `switch_model`
+    publish.py      one searchable generation: dedupe, vectors, BM25, graph; then the manifest swap
+    bm25.py         BM25 (Okapi) over an inverted index, equal to rank-bm25; the tokenizer
+    stem.py         the Porter stemmer
+    graph.py        the entity graph (extraction, co-occurrence matrices, communities)
+    vectors.py      the vector-store protocol and the faiss store (files in the index directory)
+    milvus.py       the Milvus store (embedded Milvus Lite or a server)
+    reader.py       `Index`: one generation opened for queries
+
+May import: read/, chunk/, embed/, llmkit.io, llmkit.errors, llmkit.rag.errors. Queries import only
+manifest.py, bm25.py, reader.py and vectors.py of it (no chunkers, readers or tree-sitter).
+"""

@@ -1,0 +1,311 @@
+"""Building an index directory: one run adds, updates and removes the documents of one collection,
+then publishes a new searchable generation (`publish.py`). The directory holds
+
+    manifest.json     format, version, current generation, embedding model + dimension, collections,
+                      chunking parameters, metadata fields (written last, atomically)
+    chunks.sqlite     documents, parents and chunks with their metadata (SQLite, one transaction per run)
+    gen-N/            the searchable arrays of generation N: rows.npy (chunk ids), keys.npy (text hashes),
+                      vectors.npy, faiss.index, bm25/, collection.npy, parent.npy
+
+Crash safety: a run inserts its rows tagged with the next generation and marks removed documents
+with it, commits, builds gen-N+1 in a fresh directory and only then swaps the manifest. Until the
+swap, readers use generation N, whose rows are all still present; a run killed at any point is
+rolled back by the next one (rows of generations above the manifest's are deleted, removal marks
+undone). Incremental: a document whose content hash is unchanged is not touched; vectors of chunks
+whose text was already embedded are reused, so only new text is embedded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.rag.chunk import dedupe, spans
+from llmkit.rag.chunk.sections import ChunkOptions, chunk_document
+from llmkit.rag.embed.models import EmbedOptions
+from llmkit.rag.errors import OptionError
+from llmkit.rag.index import db
+from llmkit.rag.index.manifest import FORMAT, MANIFEST, VERSION, now, read_manifest, writer_lock
+from llmkit.rag.index.vectors import HNSW_ABOVE
+from llmkit.rag.read.documents import load_file
+from llmkit.rag.read.files import ReadOptions, check_csv_meta, collect_files
+from llmkit.rag.read.types import Skipped
+
+
+@dataclass
+class StoreOptions:
+    """What the index keeps beside the chunks, and where its vectors live."""
+
+    store: str | None = None  # where vectors live: None/faiss (index directory) or a served engine URI (milvus.py)
+    index_type: str = "auto"  # auto | flat | hnsw
+    hnsw_above: int = HNSW_ABOVE
+    stem: bool = False  # Porter-stem English words for BM25 (index-wide, fixed when the index is created)
+    graph: bool = False  # keep an entity graph (index-wide once enabled)
+    graph_llm: object = None  # a LocalLLM whose listed entities are added to the extracted ones
+
+
+@dataclass
+class IndexOptions:
+    """One indexing run: which collection, the metadata added to every chunk, and the options of
+    each stage the documents pass through."""
+
+    collection: str = "default"
+    meta: dict = field(default_factory=dict)
+    read: ReadOptions = field(default_factory=ReadOptions)
+    chunk: ChunkOptions = field(default_factory=ChunkOptions)
+    embed: EmbedOptions = field(default_factory=EmbedOptions)
+    store: StoreOptions = field(default_factory=StoreOptions)
+
+
+@dataclass
+class IndexReport:
+    generation: int = 0
+    files: int = 0
+    docs_added: int = 0
+    docs_unchanged: int = 0
+    docs_removed: int = 0
+    chunks_added: int = 0
+    chunks_indexed: int = 0
+    exact_duplicates: int = 0
+    near_duplicates: int = 0
+    boilerplate_lines: int = 0
+    code_fallbacks: dict = field(default_factory=dict)  # e.g. {'syntax error': 1}: cut at lines instead
+    ignored: int = 0  # files and directories left out by .gitignore (and node_modules, __pycache__, ...)
+    graph: dict = field(default_factory=dict)  # entities and links of the entity graph
+    embedded: int = 0
+    vectors_reused: int = 0
+    embed_s: float = 0.0
+    total_s: float = 0.0
+    index_type: str = ""
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["skipped"] = [asdict(s) for s in self.skipped]
+        return d
+
+
+_OWN = re.compile(r"writer\.lock|chunks\.sqlite(-wal|-shm|-journal)?|gen-\d+|\.manifest\.json\..*\.tmp|milvus\.db|\.milvus\.db\.lock")
+
+
+def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: bytes | None = None,
+          progress: Callable[[str, int, int], None] | None = None, wait: bool = True,
+          on_wait: Callable[[str], None] | None = None) -> IndexReport:
+    """Add, update and remove documents of one collection, then publish a new searchable generation
+    (under the index's writer lock: concurrent runs queue, none loses the other's documents)."""
+    t0 = time.perf_counter()
+    opts.chunk.validate()
+    if opts.store.store is not None:
+        from llmkit.rag.index.milvus import parse_store
+
+        parse_store(opts.store.store, directory)  # a bad URI is refused before the directory exists
+    files, unsupported, ignored = collect_files(inputs, opts.read)
+    if opts.read.csv_meta:
+        check_csv_meta(files, opts.read.csv_meta)
+    with writer_lock(directory, wait, on_wait):
+        report = _build_locked(directory, files, inputs, opts, stdin_data, progress)
+    report.skipped[:0] = unsupported
+    report.ignored = ignored
+    report.total_s = time.perf_counter() - t0
+    return report
+
+
+def _read_new(files, opts: IndexOptions, stdin_data, live, report, progress):
+    """(documents that are new or changed, paths seen) of the files; unreadable files are skipped."""
+    new_docs, seen = [], set()
+    for n, path in enumerate(files):
+        if progress:
+            progress("reading", n, len(files))
+        if path == "-":
+            data = stdin_data or b""
+        else:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                report.skipped.append(Skipped(path, e.strerror or "unreadable"))
+                continue
+        r = opts.read
+        docs, skipped = load_file(path, data, text_field=r.text_field, id_field=r.id_field,
+                                  size=max(opts.chunk.sizes), code_size=r.code_size, csv_meta=r.csv_meta)
+        report.skipped.extend(skipped)
+        for doc in docs:
+            if doc.note:
+                report.code_fallbacks[doc.note] = report.code_fallbacks.get(doc.note, 0) + 1
+            seen.add(doc.path)
+            old = live.get(doc.path)
+            if old and old[1] == doc.hash:
+                report.docs_unchanged += 1
+            else:
+                new_docs.append(doc)
+    return new_docs, seen
+
+
+def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, progress) -> IndexReport:
+    from llmkit.rag.index.bm25 import tokenize
+    from llmkit.rag.index.publish import publish
+
+    manifest = _open_or_create(directory, opts)
+    gen = manifest["generation"] + 1
+    report = IndexReport(generation=gen, files=len(files))
+    con = db.connect(directory)
+    try:
+        db.rollback_unfinished(con, manifest["generation"])
+        live = {row[1]: (row[0], row[2]) for row in con.execute(
+            "SELECT id, path, hash FROM docs WHERE collection = ? AND gen_removed IS NULL", (opts.collection,))}
+        new_docs, seen = _read_new(files, opts, stdin_data, live, report, progress)
+        scopes = [os.path.abspath(p) for p in inputs if p != "-"]
+        gone = [(doc_id, p) for p, (doc_id, _) in live.items()
+                if p not in seen and (p == "-" and "-" in inputs or _in_scope(p, scopes))]
+        changed = [live[d.path][0] for d in new_docs if d.path in live]
+        drop_lines: set[str] = set()
+        if opts.chunk.boilerplate:
+            drop_lines = spans.boilerplate_lines(  # pre-cut sections (code, tables) are not prose
+                [{ln.strip() for s in d.sections if s.chunks is None for ln in s.text.split("\n")} for d in new_docs])
+            report.boilerplate_lines = len(drop_lines)
+        con.execute("BEGIN")
+        for doc_id in changed + [d for d, _ in gone]:
+            con.execute("UPDATE docs SET gen_removed = ? WHERE id = ?", (gen, doc_id))
+        report.docs_removed = len(gone)
+        for n, doc in enumerate(new_docs):
+            if progress:
+                progress("chunking", n, len(new_docs))
+            cur = con.execute("INSERT INTO docs (collection, source, path, hash, meta, gen_added) VALUES (?,?,?,?,?,?)",
+                              (opts.collection, doc.source, doc.path, doc.hash,
+                               json.dumps(doc.meta, ensure_ascii=False), gen))
+            doc_id = cur.lastrowid
+            for parent_text, chunks in chunk_document(doc, opts.chunk, opts.meta, drop_lines):
+                pid = con.execute("INSERT INTO parents (doc_id, text) VALUES (?, ?)", (doc_id, parent_text)).lastrowid
+                rows = []
+                for text, meta in chunks:
+                    meta["collection"] = opts.collection
+                    rows.append((doc_id, pid, opts.collection, text, db.text_hash(text), dedupe.text_key(text),
+                                 dedupe.minhash(tokenize(text)).tobytes(), json.dumps(meta, ensure_ascii=False)))
+                con.executemany("INSERT INTO chunks (doc_id, parent_id, collection, text, text_hash, dup_key, minhash, meta)"
+                                " VALUES (?,?,?,?,?,?,?,?)", rows)
+                report.chunks_added += len(rows)
+                if manifest.get("graph"):
+                    first = con.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1
+                    db.add_entities(con, [(first + i, r[3]) for i, r in enumerate(rows)], opts.store.graph_llm)
+            report.docs_added += 1
+        con.execute("COMMIT")
+        publish(directory, con, manifest, gen, opts, report, progress)
+    except BaseException as e:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        if not isinstance(e, KeyboardInterrupt):  # e.g. a vector store refused the write: undo it now
+            _undo_unpublished(directory, con, gen - 1)
+        raise
+    finally:
+        con.close()
+    return report
+
+
+def _undo_unpublished(directory, con, old_gen: int) -> None:
+    """A run that failed before its manifest swap leaves the index exactly as it was (best effort:
+    the next run would roll it back anyway)."""
+    try:
+        if read_manifest(directory).get("generation") == old_gen:
+            db.rollback_unfinished(con, old_gen)
+            shutil.rmtree(os.path.join(directory, f"gen-{old_gen + 1}"), ignore_errors=True)
+    except Exception:  # never hide the error that got us here
+        pass
+
+
+def _in_scope(path: str, scopes: list[str]) -> bool:
+    base = path.split("#", 1)[0]
+    return any(base == s or base.startswith(s.rstrip(os.sep) + os.sep) for s in scopes)
+
+
+def _check_compatible(directory: str, m: dict, opts: IndexOptions) -> None:
+    """Refuse options that would mix incompatible vectors or terms into an existing index."""
+    e, st = opts.embed, opts.store
+    want = e.model or None
+    have = m.get("model")
+    if want is not None and want != have and os.path.abspath(want) != have:
+        raise BadInput(f"index '{directory}' was built with the embedding model '{have}'; vectors of "
+                       f"'{want}' cannot be mixed into it. Use a new index directory.")
+    if (e.query_prompt or e.passage_prompt) and (e.query_prompt, e.passage_prompt) != (
+            m.get("query_prompt", ""), m.get("passage_prompt", "")):
+        raise OptionError("this index was built with other {query_prompt}/{passage_prompt} values; "
+                          "use a new index directory to change them.")
+    if st.stem and not m.get("stem", False):
+        raise OptionError("this index was built without {stem}; BM25 terms cannot be mixed. Use a new index "
+                          "directory.")
+    have_prec = m.get("embed_precision", "fp32")
+    if e.precision and e.precision != have_prec:
+        raise BadInput(f"index '{directory}' holds {have_prec} embeddings; {e.precision} vectors cannot be "
+                       "mixed into it. Use a new index directory.")
+    if st.store is not None:
+        from llmkit.rag.index.milvus import parse_store
+
+        want_store = parse_store(st.store, directory)
+        have_store = m.get("store")
+        if (want_store or {}).get("uri") != (have_store or {}).get("uri"):
+            raise OptionError("index '{directory}' keeps its vectors in {have}, not {want}. Drop {store} to extend "
+                              "it, or build a new index directory.", directory=directory,
+                              have=(have_store or {}).get("uri", "faiss"), want=st.store)
+
+
+def _open_or_create(directory: str, opts: IndexOptions) -> dict:
+    """The manifest to extend; a new one for an empty directory, or one holding only what a first run
+    killed before its manifest left behind (its rows are rolled back as any unfinished run's)."""
+    existing = os.listdir(directory) if os.path.isdir(directory) else []
+    if os.path.exists(os.path.join(directory, MANIFEST)) or any(not _OWN.fullmatch(n) for n in existing):
+        m = read_manifest(directory)
+        _check_compatible(directory, m, opts)
+        if opts.store.graph and not m.get("graph"):
+            m["graph"] = True  # enabled now: the chunks already indexed get their entities at publish
+        return m
+    from llmkit.rag.index.milvus import parse_store
+
+    e = opts.embed
+    spec = parse_store(opts.store.store, directory)  # checked before anything is created
+    os.makedirs(directory, exist_ok=True)
+    model = e.model
+    if model:
+        from llmkit.rag.embed.models import resolve_model
+
+        model = resolve_model(model)
+    return {"format": FORMAT, "version": VERSION, "generation": 0, "model": model or "default", "dim": None,
+            "embed_precision": e.precision or "fp32", "embed_runtime": e.runtime,
+            "query_prompt": e.query_prompt, "passage_prompt": e.passage_prompt, "created": now(),
+            "collections": {}, "fields": [], "index": None, "stem": opts.store.stem, "bm25_idents": True,
+            "graph": opts.store.graph, **({"store": spec} if spec else {})}
+
+
+def switch_model(directory: str, model: str, runtime: str = "onnx", progress=None) -> IndexReport:
+    """Re-embed every chunk of the current generation with another model (the one `rag adapt`
+    trained) and publish it as the next generation; chunks, BM25 and metadata stay as they are."""
+    from llmkit.rag.embed.models import resolve_model
+    from llmkit.rag.index.publish import publish
+
+    t0 = time.perf_counter()
+    path = resolve_model(model)
+    with writer_lock(directory):
+        manifest = read_manifest(directory)
+        gen = manifest["generation"] + 1
+        report = IndexReport(generation=gen)
+        try:
+            current = set(np.load(os.path.join(directory, f"gen-{manifest['generation']}", "rows.npy")).tolist())
+        except (OSError, ValueError) as e:
+            raise BadInput(f"index '{directory}' is damaged ({e}). Rebuild it with llmkit rag index.") from None
+        manifest.update(model=path, dim=None, embed_runtime=runtime)
+        con = db.connect(directory)
+        try:
+            db.rollback_unfinished(con, manifest["generation"])
+            opts = IndexOptions(embed=EmbedOptions(runtime=runtime),
+                                store=StoreOptions(index_type=manifest.get("index") or "auto"))
+            publish(directory, con, manifest, gen, opts, report, progress, keep_ids=current)
+        finally:
+            con.close()
+    report.total_s = time.perf_counter() - t0
+    return report

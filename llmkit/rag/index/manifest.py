@@ -1,0 +1,88 @@
+"""The index directory's manifest and its writer lock: the small part of the index that queries,
+`rag info` and `rag eval` need (so they do not import the indexing code: chunkers, document
+readers, tree-sitter).
+
+manifest.json holds the format name and version, the current generation, the embedding model,
+dimension and precision, collections, chunking parameters, metadata fields and the tuned fusion;
+it is written last and atomically, so it always names a complete generation.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from contextlib import contextmanager
+from typing import Callable
+
+from llmkit.errors import BadFileFormat, BadInput
+from llmkit.rag.errors import OptionError
+
+FORMAT, VERSION = "llmkit-rag", 1
+MANIFEST = "manifest.json"
+DB = "chunks.sqlite"
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 to the second (manifest timestamps)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_manifest(directory: str) -> dict:
+    """The index manifest, checked: an llmkit RAG index of a format this version can read."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isdir(directory):
+        raise BadInput(f"index '{directory}' does not exist. Build it first: llmkit rag index {directory} FILES...")
+    try:
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f)
+    except FileNotFoundError:
+        raise BadFileFormat(f"'{directory}' is not an llmkit RAG index (no {MANIFEST}). "
+                            f"Build one with: llmkit rag index DIR FILES...") from None
+    except (OSError, ValueError) as e:
+        raise BadFileFormat(f"'{path}' is not a readable index manifest ({e}).") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise BadFileFormat(f"'{directory}' is not an llmkit RAG index (manifest format {m.get('format') if isinstance(m, dict) else None!r}).")
+    if not isinstance(m.get("version"), int) or m["version"] > VERSION:
+        raise BadFileFormat(f"index '{directory}' has format version {m.get('version')}, newer than this llmkit "
+                            f"reads ({VERSION}). Upgrade llmkit.")
+    return m
+
+
+def write_manifest(directory: str, manifest: dict) -> None:
+    """Replace the manifest atomically (temp file + rename)."""
+    from llmkit.io import atomic_write_text
+
+    atomic_write_text(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1, ensure_ascii=False))
+
+
+LOCK = "writer.lock"
+
+
+@contextmanager
+def writer_lock(directory: str, wait: bool = True, on_wait: Callable[[str], None] | None = None):
+    """Hold the index's writer lock (flock on DIR/writer.lock) for the block. A second writer waits
+    (telling `on_wait`) or, with wait=False, fails at once; readers never take it. The kernel drops
+    the lock when its holder dies, so a killed writer leaves nothing locked."""
+    import fcntl
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, LOCK)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+            if not wait:
+                raise OptionError("index '{directory}' is being written by another process (pid {holder}). "
+                                  "Wait for it to finish, or run without {no_wait} to queue behind it.",
+                                  directory=directory, holder=holder) from None
+            if on_wait:
+                on_wait(f"index '{directory}' is being written by another process (pid {holder}); waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,267 @@
+"""Publishing one searchable generation of an index: the live chunks are deduplicated, their vectors
+reused (same text) or embedded, written to the vector store (faiss files in gen-N/, or a served
+Milvus collection), BM25 and the entity graph are built, and only then is the manifest swapped.
+Afterwards the rows and directories only older generations needed are dropped (generation N-1 is
+kept for readers that opened it just before the swap)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.rag.chunk import dedupe
+from llmkit.rag.embed.models import stored_model
+from llmkit.rag.index import db
+from llmkit.rag.index.manifest import now, write_manifest
+from llmkit.rag.index.vectors import index_kind, write_faiss
+
+
+def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set | None = None) -> None:
+    """Build gen-N (dedupe, embed new text, BM25, vectors), then swap the manifest. `keep_ids`: exactly
+    these chunks, no dedupe, every vector computed again (a model switch)."""
+    from llmkit.rag.index.bm25 import BM25Index, tokenize
+
+    rows = db.live_chunks(con, gen)
+    if keep_ids is not None:
+        rows = [r for r in rows if r[0] in keep_ids]
+    rows = _dedupe(rows, opts.chunk, report) if opts.chunk.dedupe and rows and keep_ids is None else rows
+    report.chunks_indexed = len(rows)
+    gdir = os.path.join(directory, f"gen-{gen}")
+    shutil.rmtree(gdir, ignore_errors=True)  # a half-built directory of a killed run
+    os.makedirs(gdir)
+    ids = np.array([r[0] for r in rows], np.int64)
+    keys = np.array([r[2] for r in rows], dtype="S32")
+    collections = sorted({r[5] for r in rows})
+    coll_code = {c: i for i, c in enumerate(collections)}
+    np.save(os.path.join(gdir, "rows.npy"), ids)
+    np.save(os.path.join(gdir, "keys.npy"), keys)
+    np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
+    np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
+    remote = None
+    if rows and manifest.get("store"):
+        remote, dim = _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress,
+                                      switch=keep_ids is not None)
+    elif rows:
+        vectors, dim = _vectors(directory, manifest, opts, rows, keys, report, progress, reuse=keep_ids is None)
+        np.save(os.path.join(gdir, "vectors.npy"), vectors)
+        kind = index_kind(opts.store.index_type, len(vectors), opts.store.hnsw_above)
+        report.index_type = write_faiss(os.path.join(gdir, "faiss.index"), vectors, kind)
+    if rows:
+        if progress:
+            progress("BM25", 0, 1)
+        stem = bool(manifest.get("stem", False))
+        idents = bool(manifest.get("bm25_idents", False))
+        BM25Index.build([tokenize(r[1], stem, idents) for r in rows]).save(os.path.join(gdir, "bm25"))
+        manifest["dim"] = dim
+        if manifest.get("graph"):
+            if progress:
+                progress("entity graph", 0, 1)
+            _publish_graph(con, rows, gdir, report, opts.store.graph_llm)
+    _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
+    if remote is not None:
+        _after_swap_remote(directory, manifest, gen, ids, remote)
+    db.drop_superseded(con, gen)
+    for name in os.listdir(directory):
+        m = re.fullmatch(r"gen-(\d+)", name)
+        if m and int(m.group(1)) not in (gen, gen - 1):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+def _dedupe(rows, chunk, report):
+    """The rows without exact duplicates (same dup key) and near-duplicates (MinHash) of earlier ones."""
+    keep = np.ones(len(rows), bool)
+    first: dict[str, int] = {}
+    for i, r in enumerate(rows):
+        if first.setdefault(r[3], i) != i:
+            keep[i] = False
+    report.exact_duplicates = int((~keep).sum())
+    idx = np.flatnonzero(keep)
+    sigs = np.stack([np.frombuffer(rows[i][4], np.uint32) for i in idx])
+    near = dedupe.near_duplicates(sigs, chunk.near_threshold) >= 0
+    keep[idx[near]] = False
+    report.near_duplicates = int(near.sum())
+    return [r for r, k in zip(rows, keep) if k]
+
+
+def _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection: bool) -> None:
+    """Record the generation's fields and counts in the manifest and write it: the generation is live."""
+    fields = db.live_fields(con, gen)
+    counts = db.live_doc_counts(con, gen)
+    chunk_counts = dict(zip(*np.unique([r[5] for r in rows], return_counts=True))) if rows else {}
+    colls = manifest.setdefault("collections", {})
+    if update_collection:
+        c = opts.chunk
+        colls[opts.collection] = {"chunker": c.chunker, "sizes": list(c.sizes), "overlap": c.overlap,
+                                  "parent_size": c.parent_size}
+    for name in list(colls):
+        colls[name]["docs"] = int(counts.get(name, 0))
+        colls[name]["chunks"] = int(chunk_counts.get(name, 0))
+    manifest.update(generation=gen, fields=fields, index=report.index_type or manifest.get("index"),
+                    collection_order=collections, updated=now())
+    write_manifest(directory, manifest)
+
+
+def _publish_graph(con, rows, gdir, report, llm=None) -> None:
+    """Entities for live chunks that have none yet (graph enabled on an existing index), then the
+    generation's graph arrays."""
+    from llmkit.rag.index import graph
+
+    have = {cid for (cid,) in con.execute("SELECT DISTINCT chunk_id FROM chunk_entities")}
+    missing = [(r[0], r[1]) for r in rows if r[0] not in have]
+    if missing:
+        con.execute("BEGIN")
+        db.add_entities(con, missing, llm)
+        con.execute("COMMIT")
+    row_of = {r[0]: i for i, r in enumerate(rows)}
+
+    def triples():
+        for cid, ent, tf in con.execute("SELECT chunk_id, entity, tf FROM chunk_entities"):
+            i = row_of.get(cid)
+            if i is not None:
+                yield i, ent, tf
+
+    report.graph = graph.build(triples(), len(rows), os.path.join(gdir, "graph"))
+
+
+def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress, switch: bool):
+    """Write generation `gen`'s new rows to the served vector store (milvus.py): rows already there
+    for the previous generation stay; vectors of unchanged text are read back instead of embedded.
+    A model switch fills a new collection (the old one is dropped after the swap)."""
+    from llmkit.rag.index.milvus import new_collection_name, open_store
+
+    spec = manifest["store"]
+    st = open_store(spec, directory)
+    try:
+        name = spec.get("collection")
+        if name and not switch:
+            st.delete_unfinished(name, manifest["generation"])
+        prev_ids, prev_keys = _generation_rows(directory, manifest["generation"])
+        if switch or not name:
+            old, name = (name if switch else None), new_collection_name(directory)
+            prev_ids, prev_keys = np.zeros(0, np.int64), np.zeros(0, "S32")
+        else:
+            old = None
+        need = np.flatnonzero(~np.isin(ids, prev_ids))
+        key_to_prev = dict(zip(prev_keys.tolist(), prev_ids.tolist()))
+        reuse = [i for i in need.tolist() if keys[i] in key_to_prev]
+        got = st.vectors(name, [key_to_prev[keys[i]] for i in reuse]) if reuse else {}
+        reuse = [i for i in reuse if key_to_prev[keys[i]] in got]
+        fresh = sorted(set(need.tolist()) - set(reuse))
+        dim = manifest.get("dim") if not switch else None
+        new = None
+        if fresh:
+            new, dim = _embed(manifest, opts, [rows[i][1] for i in fresh], dim, report, progress)
+        if dim is None:  # nothing new to embed: the dimension is the collection's
+            dim = st.dim_of(name)
+        vecs = np.zeros((len(need), dim or 0), np.float32)
+        pos = {r: j for j, r in enumerate(need.tolist())}
+        for j, i in enumerate(fresh):
+            vecs[pos[i]] = new[j]
+        for i in reuse:
+            vecs[pos[i]] = got[key_to_prev[keys[i]]]
+        kind = (manifest["index"] if (manifest.get("index") and not switch)
+                else index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above))
+        if dim:
+            st.create(name, dim, kind, len(rows))
+        if len(need):
+            st.upsert(name, ids[need], vecs, gen,
+                      progress=(lambda d, n: progress("writing vectors", d, n)) if progress else None)
+        report.embedded, report.vectors_reused = len(fresh), len(rows) - len(fresh)
+        report.index_type = kind
+        manifest["store"] = {**spec, "collection": name}
+    except BaseException:
+        st.close()
+        raise
+    return (st, name, old), dim
+
+
+def _generation_rows(directory, gen) -> tuple[np.ndarray, np.ndarray]:
+    """Chunk ids and text hashes of generation `gen` (empty if it has none)."""
+    try:
+        return (np.load(os.path.join(directory, f"gen-{gen}", "rows.npy")),
+                np.load(os.path.join(directory, f"gen-{gen}", "keys.npy")))
+    except (OSError, ValueError):
+        return np.zeros(0, np.int64), np.zeros(0, "S32")
+
+
+def _after_swap_remote(directory, manifest, gen, ids, remote) -> None:
+    """Generation `gen` is live: delete the store rows that only generations before it had (the
+    previous two: a run killed after its swap left its deletions to this one), drop a replaced
+    model's collection."""
+    st, name, old = remote
+    try:
+        gone = np.setdiff1d(np.union1d(_generation_rows(directory, gen - 1)[0], _generation_rows(directory, gen - 2)[0]),
+                            ids)
+        if old:
+            st.drop(old)
+        elif len(gone):
+            st.delete(name, gone)
+    except BadInput:
+        pass  # the swap is done; the next run deletes what is left (queries never see it: gen/rows filter)
+    finally:
+        st.close()
+
+
+def _embed(manifest, opts, texts, dim, report, progress):
+    """Vectors of `texts` with the index's model (on a Ray cluster when the embed options name one)."""
+    from llmkit.rag.embed.embedder import load_embedder
+
+    e = opts.embed
+    model = stored_model(manifest["model"])
+    t = time.perf_counter()
+    if e.ray:
+        from llmkit.rag.embed.ray_embed import embed_on_ray
+
+        new, got_dim = embed_on_ray(texts, model, e.runtime, manifest.get("embed_precision", "fp32"),
+                                    manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""),
+                                    address=e.ray, workers=e.ray_workers, batch_size=e.ray_batch,
+                                    progress=(lambda d, n: progress("embedding (ray)", d, n)) if progress else None)
+    else:
+        emb = load_embedder(model, e.runtime, manifest.get("embed_precision", "fp32"),
+                            manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""), progress=progress)
+        got_dim = emb.dim
+        _check_dim(got_dim, dim)  # before embedding: a wrong model is refused at once
+        new = emb.passages(texts, progress=(lambda d, n: progress("embedding", d, n)) if progress else None)
+    _check_dim(got_dim, dim)  # (Ray: known only from the vectors)
+    report.embed_s = time.perf_counter() - t
+    return new, got_dim
+
+
+def _check_dim(got: int, dim: int | None) -> None:
+    if dim and got != dim:
+        raise BadInput(f"the embedding model gives {got}-d vectors but the index holds {dim}-d ones. "
+                       "Use the model the index was built with.")
+
+
+def _vectors(directory, manifest, opts, rows, keys, report, progress, reuse: bool = True):
+    """Vectors for the live chunks: reused from the previous generation where the text is unchanged
+    (same model: a model switch passes reuse=False)."""
+    old_gen = os.path.join(directory, f"gen-{manifest['generation']}")
+    old_vecs = None
+    reuse_at: dict[bytes, int] = {}
+    if reuse:
+        try:
+            old_keys = np.load(os.path.join(old_gen, "keys.npy"))
+            old_vecs = np.load(os.path.join(old_gen, "vectors.npy"), mmap_mode="r")
+            reuse_at = {k: i for i, k in enumerate(old_keys.tolist())}
+        except (OSError, ValueError):
+            old_vecs = None
+    key_list = keys.tolist()
+    need = [i for i, k in enumerate(key_list) if k not in reuse_at]
+    have = [i for i, k in enumerate(key_list) if k in reuse_at]
+    dim = manifest.get("dim")
+    new = None
+    if need:
+        new, dim = _embed(manifest, opts, [rows[i][1] for i in need], dim, report, progress)
+    vectors = np.zeros((len(rows), dim), np.float32)
+    if need:
+        vectors[need] = new
+    if have:
+        vectors[have] = old_vecs[[reuse_at[key_list[i]] for i in have]]
+    report.embedded, report.vectors_reused = len(need), len(have)
+    return vectors, dim

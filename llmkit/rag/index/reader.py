@@ -1,0 +1,153 @@
+"""A read-only view of one generation of an index directory: its chunk rows, BM25, vectors (through
+the vector-store protocol), entity graph and embedding model, loaded lazily, so a BM25 query never
+touches faiss and no query imports the indexing code."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import numpy as np
+
+from llmkit.errors import BadInput
+from llmkit.rag.embed.models import stored_model
+from llmkit.rag.index.bm25 import BM25Index, tokenize
+from llmkit.rag.index.manifest import DB, read_manifest
+from llmkit.rag.index.vectors import FaissStore, VectorStore, rows_of_ids
+
+
+class Index:
+    """A read-only view of one generation of an index directory."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        self.manifest = read_manifest(directory)
+        gen = self.manifest["generation"]
+        self.gdir = os.path.join(directory, f"gen-{gen}")
+        try:
+            self.rows = np.load(os.path.join(self.gdir, "rows.npy"))
+            self.collection = np.load(os.path.join(self.gdir, "collection.npy"))
+            self.parent = np.load(os.path.join(self.gdir, "parent.npy"))
+        except (OSError, ValueError) as e:
+            raise BadInput(f"index '{directory}' is damaged (generation {gen}: {e}). Rebuild it with llmkit rag index.") from None
+        self.collections: list[str] = self.manifest.get("collection_order", [])
+        self.con = sqlite3.connect(f"file:{os.path.join(directory, DB)}?mode=ro", uri=True)
+        self._bm25: BM25Index | None = None
+        self._vstore = None
+        self._vectors = None
+        self._embedder = None
+        self._parent_rows = None
+        self._graph = None
+        self.stem = bool(self.manifest.get("stem", False))
+        self.idents = bool(self.manifest.get("bm25_idents", False))  # indexes before 2026-11-30: plain words
+
+    def tok(self, text: str) -> list[str]:
+        """BM25 terms of a text, tokenized as the index was (stemmed or not)."""
+        return tokenize(text, self.stem, self.idents)
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def graph_list(self, text: str, depth: int, allowed=None, override=None) -> tuple[list[int], list[float]]:
+        """(rows, graph scores) of the chunks reached from the query's entities in one or two hops."""
+        return self.graph.top(text, depth, allowed, override)
+
+    @property
+    def graph(self):
+        """The entity graph of this generation (an index built with one)."""
+        if self._graph is None:
+            if not self.has_graph or not os.path.isdir(os.path.join(self.gdir, "graph")):
+                raise BadInput(f"index '{self.dir}' has no entity graph. Build it with: llmkit rag index "
+                               f"{self.dir} FILES... --graph")
+            from llmkit.rag.index.graph import Graph
+
+            self._graph = Graph(os.path.join(self.gdir, "graph"))
+        return self._graph
+
+    @property
+    def has_graph(self) -> bool:
+        """Was the index built with an entity graph beside BM25 and vectors?"""
+        return bool(self.manifest.get("graph"))
+
+    @property
+    def bm25(self) -> BM25Index:
+        if self._bm25 is None:
+            self._bm25 = BM25Index.load(os.path.join(self.gdir, "bm25"))
+        return self._bm25
+
+    @property
+    def vstore(self):
+        """The served vector engine holding this index's vectors (indexes built with a store URI)."""
+        if self._vstore is None:
+            from llmkit.rag.index.milvus import open_store
+
+            self._vstore = open_store(self.manifest["store"], self.dir)
+        return self._vstore
+
+    @property
+    def vector_store(self) -> VectorStore:
+        """This generation's vectors: faiss files in the index directory, or the served engine."""
+        if self._vectors is None:
+            if self.manifest.get("store"):
+                from llmkit.rag.index.milvus import MilvusVectors
+
+                self._vectors = MilvusVectors(self)
+            else:
+                self._vectors = FaissStore(self.gdir, self.n)
+        return self._vectors
+
+    def vectors(self) -> np.ndarray:
+        """Every row's vector, in row order (memory-mapped; read from the engine for served stores)."""
+        return self.vector_store.vectors()
+
+    def rows_of_ids(self, ids) -> np.ndarray:
+        """Rows of these chunk ids (ids not in this generation are ignored)."""
+        return rows_of_ids(self.rows, ids)
+
+    def embedder(self, model: str | None = None, runtime: str = "onnx"):
+        """The index's embedding model at the index's precision on `runtime` (a different model must
+        give the index's dimension)."""
+        if self._embedder is None:
+            from llmkit.rag.embed.embedder import load_embedder
+
+            name = model or stored_model(self.manifest["model"])
+            precision = self.manifest.get("embed_precision", "fp32")
+            if runtime == "torch":
+                precision = "fp32"  # int8 vectors are close to fp32 ones (cosine ~0.97+): searchable either way
+            emb = load_embedder(name, runtime, precision, self.manifest.get("query_prompt", ""),
+                                self.manifest.get("passage_prompt", ""))
+            if self.manifest.get("dim") and emb.dim != self.manifest["dim"]:
+                raise BadInput(f"the embedding model '{emb.name}' gives {emb.dim}-d vectors but index '{self.dir}' "
+                               f"holds {self.manifest['dim']}-d ones. Query with the model it was built with.")
+            self._embedder = emb
+        return self._embedder
+
+    # -- retrieval ---------------------------------------------------------------------------------
+    def bm25_list(self, tokens: list[str], depth: int, allowed=None, weights=None) -> tuple[list[int], list[float]]:
+        """(rows, BM25 scores), best first."""
+        top = self.bm25.top_k(tokens, depth, allowed, weights)
+        return [d for d, _ in top], [s for _, s in top]
+
+    def dense_list(self, qvec: np.ndarray, depth: int, allowed=None) -> tuple[list[int], list[float]]:
+        """(rows, inner products with the query vector), best first; a mask is applied inside the
+        vector store's search."""
+        if self.n == 0:
+            return [], []
+        q = np.ascontiguousarray(qvec.reshape(-1), dtype=np.float32)
+        return self.vector_store.search(q, depth, allowed)
+
+    def parent_rows(self) -> np.ndarray:
+        """Row -> dense parent index (for fusing at the parent level)."""
+        if self._parent_rows is None:
+            _, self._parent_rows = np.unique(self.parent, return_inverse=True)
+        return self._parent_rows
+
+    def texts(self, rows) -> list[str]:
+        """Chunk texts of rows, in order (queried 900 ids at a time: SQLite caps bound variables)."""
+        ids = [int(self.rows[r]) for r in rows]
+        got: dict[int, str] = {}
+        for lo in range(0, len(ids), 900):
+            part = ids[lo:lo + 900]
+            got.update(self.con.execute(f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
+        return [got.get(i, "") for i in ids]

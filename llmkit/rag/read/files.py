@@ -1,0 +1,138 @@
+"""Which files an indexing run reads: explicitly named files always; directories walked in sorted
+order, honouring .gitignore files (git's rule: the deepest matching pattern decides, negations
+included), skipping hidden entries and junk directories (node_modules, __pycache__, ...), then the
+include/exclude globs and the supported suffixes. Also the reading options and the report helpers
+for what was left out."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass
+
+from llmkit.errors import BadInput
+from llmkit.rag.errors import OptionError
+from llmkit.rag.read.documents import SUFFIXES
+from llmkit.rag.read.types import Skipped
+
+# directories never worth indexing, even without a .gitignore that says so
+JUNK_DIRS = {"node_modules", "__pycache__", "venv", "site-packages", "bower_components"}
+
+
+@dataclass
+class ReadOptions:
+    """How inputs become documents."""
+
+    text_field: str = "text"  # JSONL: the field holding the text
+    id_field: str = "id"  # JSONL: the field holding the document id
+    include: tuple[str, ...] = ()  # directories: only files matching one of these globs
+    exclude: tuple[str, ...] = ()  # directories: skip files matching one of these globs
+    gitignore: bool = True  # respect .gitignore files in directories
+    code_size: int = 1500  # characters per code chunk (definitions up to this size stay whole)
+    csv_meta: tuple[str, ...] = ()  # CSV/TSV columns kept as metadata (one row per chunk then)
+
+
+def _gitignore(directory: str):
+    """The .gitignore of `directory` as a pathspec matcher, or None."""
+    path = os.path.join(directory, ".gitignore")
+    if not os.path.isfile(path):
+        return None
+    try:
+        import pathspec
+    except ImportError:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return pathspec.GitIgnoreSpec.from_lines(f.read().splitlines())
+    except (OSError, ValueError):
+        return None
+
+
+def _ignored(path: str, is_dir: bool, specs: list) -> bool:
+    """Git's rule: the deepest .gitignore with a matching pattern decides (negations included)."""
+    verdict = False
+    for base, spec in specs:
+        rel = os.path.relpath(path, base).replace(os.sep, "/") + ("/" if is_dir else "")
+        res = spec.check_file(rel)
+        if res.include is not None:
+            verdict = res.include
+    return verdict
+
+
+def collect_files(inputs: list[str], opts: ReadOptions) -> tuple[list[str], list[Skipped], int]:
+    """(files to read, files skipped for their type, files ignored by .gitignore/junk directories);
+    explicitly named files are always read."""
+    files: list[str] = []
+    skipped: list[Skipped] = []
+    ignored = 0
+    for item in inputs:
+        if item == "-":
+            files.append(item)
+        elif os.path.isdir(item):
+            specs_at: dict[str, list] = {}
+            for root, dirs, names in os.walk(item):
+                parent = specs_at.get(os.path.dirname(root), [])
+                spec = _gitignore(root) if opts.gitignore else None
+                specs = parent + [(root, spec)] if spec is not None else parent
+                specs_at[root] = specs
+                keep = []
+                for d in sorted(dirs):
+                    full = os.path.join(root, d)
+                    if d.startswith(".") or d in JUNK_DIRS or (specs and _ignored(full, True, specs)):
+                        ignored += d not in (".git",) and not d.startswith(".")
+                        continue
+                    keep.append(d)
+                dirs[:] = keep
+                for name in sorted(names):
+                    p = os.path.join(root, name)
+                    if name.startswith("."):
+                        continue
+                    if specs and _ignored(p, False, specs):
+                        ignored += 1
+                        continue
+                    if opts.include and not any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.include):
+                        continue
+                    if any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.exclude):
+                        continue
+                    if os.path.splitext(name)[1].lower() not in SUFFIXES:
+                        skipped.append(Skipped(p, "unsupported type"))
+                        continue
+                    files.append(p)
+        elif os.path.exists(item):
+            files.append(item)
+        else:
+            raise BadInput(f"input '{item}' does not exist. Check the path.")
+    return files, skipped, ignored
+
+
+def check_csv_meta(files: list[str], columns: tuple[str, ...]) -> None:
+    """Before touching the index: every csv_meta column must exist in at least one table file."""
+    from llmkit.rag.read.formats import table_header
+
+    seen: set[str] = set()
+    tables = [f for f in files if f != "-" and f.lower().endswith((".csv", ".tsv"))]
+    for f in tables:
+        try:
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                seen.update(table_header(fh.read(100000), f)[1])
+        except OSError:
+            continue
+    missing = [c for c in columns if c not in seen]
+    if missing:
+        raise OptionError("no CSV/TSV input has a column {column!r}{known}. Fix {csv_meta}.", column=missing[0],
+                          known=f" (columns: {', '.join(sorted(seen))})" if seen else " (there is no CSV/TSV input)")
+
+
+def summarize_skipped(skipped: list[Skipped], show: int = 5) -> str:
+    """'12 file(s): 8 .png (unsupported type), 3 .py (syntax error: cut at lines) ...: a.png, b.png ...'"""
+    from collections import Counter
+
+    def ext(src: str) -> str:
+        base = re.sub(r"(:\d+|#.*)$", "", src)  # a JSONL line ('docs.jsonl:7') or record ('docs.jsonl#id')
+        return os.path.splitext(base)[1].lower() or "(no suffix)"
+
+    groups = Counter((ext(s.source), s.reason.split(" (")[0]) for s in skipped)
+    head = ", ".join(f"{n} {e} ({r})" for (e, r), n in groups.most_common())
+    names = ", ".join(s.source for s in skipped[:show]) + (" ..." if len(skipped) > show else "")
+    return f"{len(skipped)} file(s): {head}: {names}"

@@ -1,0 +1,99 @@
+"""Building blocks the subword algorithms share: the vocabulary a trainer grows, one merge of a
+pair inside a word (BPE and WordPiece), and word-by-word encoding with a cache (every encoder)."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from llmkit.errors import BadInput
+
+Progress = Callable[[int, int, str], None]  # (done, total, note)
+Trace = Callable[[dict], None]  # one training step, as JSON-ready data
+
+
+def check_vocab_size(vocab_size: int, needed: int) -> None:
+    """Refuse a vocabulary too small for the alphabet and the special tokens."""
+    if vocab_size < needed:
+        raise BadInput(f"vocab size {vocab_size} is smaller than the alphabet plus special tokens ({needed}). "
+                       f"Use a vocabulary size of {needed} or more.")
+
+
+class Vocab:
+    """Tokens in id order while training; adding a known token returns its id.
+
+    >>> v = Vocab(["<unk>"]); v.add("a"), v.add("<unk>"), v.tokens
+    (1, 0, ['<unk>', 'a'])
+    """
+
+    def __init__(self, tokens: Iterable[str] = ()):
+        self.tokens: list[str] = []
+        self.ids: dict[str, int] = {}
+        for t in tokens:
+            self.add(t)
+
+    def add(self, token: str) -> int:
+        i = self.ids.get(token)
+        if i is None:
+            i = self.ids[token] = len(self.tokens)
+            self.tokens.append(token)
+        return i
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def merge_pair(w: list[int], a: int, b: int, new: int, count: int, pair_counts: dict) -> list[tuple[tuple[int, int], int]]:
+    """Replace each (a, b) in word `w` by `new`, left to right, moving the word's `count` from the
+    neighbouring pairs to the pairs they form with `new` (HF Word::merge); returns those new pairs
+    with the position of their first token, in the order they arose.
+
+    >>> from collections import defaultdict
+    >>> w, pc = [1, 2, 3], defaultdict(int, {(1, 2): 5, (2, 3): 5})
+    >>> merge_pair(w, 2, 3, 9, 5, pc), w, pc[(1, 9)]
+    ([((1, 9), 0)], [1, 9], 5)
+    """
+    made = []
+    i = 0
+    n = len(w)
+    while i < n - 1:
+        if w[i] == a and w[i + 1] == b:
+            if i > 0:
+                left = w[i - 1]
+                pair_counts[(left, a)] -= count
+                p = (left, new)
+                pair_counts[p] += count
+                made.append((p, i - 1))
+            w[i:i + 2] = (new,)
+            n -= 1
+            if i < n - 1:
+                right = w[i + 1]
+                pair_counts[(b, right)] -= count
+                p = (new, right)
+                pair_counts[p] += count
+                made.append((p, i))
+        i += 1
+    return made
+
+
+class WordEncoder:
+    """Encoding text as the concatenation of its pre-tokens' ids, each pre-token encoded once and
+    cached. Subclasses give `pre_tokenize(text)`, `encode_word(word)` and a `_cache` dict;
+    `word_symbols(piece)` maps a pre-token to what encode_word reads (e.g. GPT-2's byte symbols)."""
+
+    cache_limit: int | None = 500_000
+
+    def word_symbols(self, piece: str) -> str:
+        return piece
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        cache = self._cache
+        limit = self.cache_limit
+        for piece in self.pre_tokenize(text):
+            ids = cache.get(piece)
+            if ids is None:
+                ids = self.encode_word(self.word_symbols(piece))
+                if limit is None or len(cache) < limit:
+                    cache[piece] = ids
+            out.extend(ids)
+        return out
