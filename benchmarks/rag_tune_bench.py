@@ -47,7 +47,16 @@ def main() -> None:
     ap.add_argument("--index")
     ap.add_argument("-n", type=int, default=400, help="pseudo-queries")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mismatch", type=float, default=0.5, help="pseudo-queries: share of query words removed from "
+                    "the target")
+    ap.add_argument("--cache", help="vector cache file shared with rag_quality.py (WORK/cache/vectors.npz)")
     args = ap.parse_args()
+    cache = None
+    if args.cache:
+        from benchmarks.rag_quality import VectorCache, cached_embeddings
+
+        cache = VectorCache(args.cache)
+        cached_embeddings(cache)
 
     from llmkit.rag.evaluate import queries as Q
     from llmkit.rag.evaluate import tune as T
@@ -59,31 +68,25 @@ def main() -> None:
     if not idx:
         idx = os.path.join(tempfile.mkdtemp(prefix="tunebench-"), "idx")
         t = time.perf_counter()
-        build(idx, [os.path.join(args.collection, "docs.jsonl")], IndexOptions())
+        build(idx, [os.path.join(args.collection, "docs.jsonl")], IndexOptions())  # no auto-tune: build() only
         print(f"indexed {args.collection} in {time.perf_counter() - t:.0f} s")
     index = Index(idx)
     emb = index.embedder()
     judged = Q.judged_queries(index, load_queries(os.path.join(args.collection, "queries.jsonl")),
                               load_qrels(os.path.join(args.collection, "qrels.txt")))
-    pseudo = Q.pseudo_queries(index, args.n, args.seed)
-    configs = T.grid(graph=index.has_graph)
+    pseudo = Q.pseudo_queries(index, args.n, args.seed, mismatch=args.mismatch)
+    configs = T.grid(parents=index.unit is None, graph=index.has_graph)
     real, fake = {}, {}
     for name, qs, store in (("judged", judged, real), ("pseudo", pseudo, fake)):
         t = time.perf_counter()
         lists = T.collect(index, emb, qs, graph=index.has_graph)
         groups = index.parent_rows()
-        if name == "judged":
-            unit = Q.document_keys(index)
-            gu: dict = {}
-            for r, g in enumerate(groups.tolist()):
-                gu.setdefault(g, unit[r])
-            gunit = [gu[g] for g in range(len(gu))]
-        else:
-            unit = [int(p) for p in index.parent.tolist()]
-            gunit = [int(p) for p in np.unique(index.parent).tolist()]
+        unit, gunit, ranked_by = T.units_of(index, name)
         for c in configs:
-            store[c] = T.score_config(c, lists, qs, gunit if c.parents else unit, groups)
+            store[c] = T.score_config(c, lists, qs, gunit if c.parents else unit, groups, ranked_by)
         print(f"{name}: {len(qs)} queries, {len(configs)} configurations scored in {time.perf_counter() - t:.0f} s")
+    if cache is not None:
+        cache.save()
     r = [real[c].mean() for c in configs]
     f = [fake[c].mean() for c in configs]
     print(f"rank correlation of pseudo vs real nDCG@10 over {len(configs)} configurations: "
@@ -97,7 +100,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed + 1)
     perm = rng.permutation(len(pseudo))
     half = len(pseudo) // 2
-    chosen, kept = T.choose(fake, configs, np.sort(perm[:half]), np.sort(perm[half:]))
+    chosen, kept = T.choose(fake, configs, np.sort(perm[:half]), np.sort(perm[half:]), strict=True)
     print(f"tune on pseudo-queries -> {chosen.label()}{' (kept default)' if kept else ''}: real nDCG@10 "
           f"{real[chosen].mean():.4f} ({real[chosen].mean() - real[best_single].mean():+.4f} vs best single, "
           f"{real[chosen].mean() - real[T.DEFAULT].mean():+.4f} vs default)")

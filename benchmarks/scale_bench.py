@@ -1,198 +1,284 @@
-"""Past one machine, measured on one (not a test):
+"""Past one machine, measured on one — rows for run.py (not a test).
 
-    python benchmarks/scale_bench.py --parts store,ray,batch
+    python benchmarks/run.py --area scale [--quick]
 
-store  faiss (the anchor: the default store) vs Milvus (embedded Milvus Lite engine) on the same
-       real MiniLM vectors of kernel-doc paragraphs: insert time, in-process query latency, top-10
-       agreement of the exact (FLAT) indexes, recall@10 of the ANN indexes (faiss HNSW, Milvus
-       IVF_FLAT: Milvus Lite has no HNSW) against flat, and `llmkit rag query` wall time from a
-       fresh process on both index kinds.
-ray    embedding throughput: the local ONNX embedder (2 threads) vs Ray Data with 2 actors of 1
-       thread each on a local Ray runtime (start-up timed apart), same passages.
-batch  llama-server with a real model (SmolLM2-135M, packaged): sequential requests (the anchor:
-       one request at a time) vs `generate --batch` on a server with 1 and with 4 parallel slots.
+store  faiss (the default store, the anchor) vs Milvus Lite on the same real MiniLM vectors of
+       kernel-doc paragraphs: `llmkit rag index` of both kinds and fresh-process `llmkit rag query`
+       (whole processes); in-process insert time, query latency and recall@10 against exact search
+       for faiss flat, faiss HNSW (M 32, efSearch 64) and Milvus Lite FLAT / IVF_FLAT. Proof that the
+       IVF index is used: Milvus' own describe_index, and recall at nprobe 1 next to the nprobe llmkit
+       uses (an exact scan would give the same recall at both).
+ray    embedding passages/s: local ONNX (2 threads) vs Ray Data with 2 actors of 1 thread, same
+       passages, each in its own child process (Ray's span includes actor start-up and model loads;
+       ray.init reported apart).
+batch  llama-server with SmolLM2-135M: sequential requests (the anchor) vs `llmkit generate --batch`
+       on a server with 1 and with 4 slots; each child starts its own server (not timed).
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import BASE_ENV, PY, ROOT, Cmd, Row, cmds_of, compare, field_stat, ratio, walls  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
-sys.path.insert(0, ROOT)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ME = os.path.abspath(__file__)
 
 
 def paragraphs(n: int) -> list[str]:
     with open(os.path.join(ROOT, "tests/fixtures/kernel-docs.txt.gz"), "rb") as f:
         text = gzip.decompress(f.read()).decode("utf-8")
-    out = [p.strip() for p in text.split("\n\n") if 150 < len(p.strip()) < 1500]
-    return out[:n]
+    return [p.strip() for p in text.split("\n\n") if 150 < len(p.strip()) < 1500][:n]
 
 
-def llmkit(*args, capture=True) -> tuple[float, str]:
-    t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "llmkit", "-q", *args], check=True, capture_output=capture, text=True,
-                       env={**os.environ, "PYTHONPATH": ROOT})
-    return time.perf_counter() - t, p.stdout if capture else ""
-
-
-def part_store(work: str, n: int) -> None:
+# -- children ---------------------------------------------------------------------------------------
+def store_child(work: str, fa: str) -> None:
     import faiss
+    import numpy as np
 
+    from llmkit.rag.embed.embedder import load_embedder
     from llmkit.rag.index.milvus import MilvusStore, parse_store
 
-    paras = paragraphs(n + 200)
-    docs, queries = paras[:n], [p.split(". ")[0] for p in paras[n:n + 200]]
-    with open(os.path.join(work, "docs.jsonl"), "w") as f:
-        for i, t in enumerate(docs):
-            f.write(json.dumps({"id": i, "text": t}) + "\n")
-    fa, mv = os.path.join(work, "faiss"), os.path.join(work, "milvus")
-    t_fa, _ = llmkit("rag", "index", fa, os.path.join(work, "docs.jsonl"))
-    t_mv, _ = llmkit("rag", "index", mv, os.path.join(work, "docs.jsonl"), "--store", "milvus+local:")
-    print(f"rag index of {n} paragraphs (embedding included): faiss {t_fa:.1f} s, milvus+local {t_mv:.1f} s")
+    faiss.omp_set_num_threads(1)
     man = json.load(open(os.path.join(fa, "manifest.json")))
     vecs = np.load(os.path.join(fa, f"gen-{man['generation']}", "vectors.npy"))
-    from llmkit.rag.embed.embedder import load_embedder
-
-    q = load_embedder().queries(queries)
+    q = load_embedder().queries(json.load(open(os.path.join(work, "queries.json"))))
     flat = faiss.IndexFlatIP(vecs.shape[1])
     flat.add(vecs)
     _, truth = flat.search(q, 10)
-    hnsw = faiss.IndexHNSWFlat(vecs.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
-    hnsw.hnsw.efConstruction = 80
-    hnsw.add(vecs)
-    hnsw.hnsw.efSearch = 64
-    _, got = hnsw.search(q, 10)
-    rec_h = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(truth, got)])
+    lat = []
+    for qi in q:
+        t = time.perf_counter()
+        flat.search(qi.reshape(1, -1), 10)
+        lat.append(time.perf_counter() - t)
+    out = {"faiss_flat_ms": 1000 * statistics.median(lat)}
+    h = faiss.IndexHNSWFlat(vecs.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+    h.hnsw.efConstruction = 80
+    h.add(vecs)
+    h.hnsw.efSearch = 64
+    _, got = h.search(q, 10)
+
+    def recall(hits):
+        return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(truth, hits)]))
+
+    out["faiss_hnsw_recall"] = recall(got)
     st = MilvusStore(parse_store("milvus+local:bench.db", work), work)
     ids = np.arange(len(vecs))
-    res = {}
     for kind in ("flat", "hnsw"):
         name = f"b_{kind}"
         st.drop(name)
         engine = st.create(name, vecs.shape[1], kind, len(vecs))
         t = time.perf_counter()
         st.upsert(name, ids, vecs, 1)
-        t_ins = time.perf_counter() - t
+        ins = time.perf_counter() - t
         lat, hits = [], []
         for qi in q:
             t = time.perf_counter()
-            h, _ = st.search(name, qi, 10, 1)
+            hits.append(st.search(name, qi, 10, 1)[0])
             lat.append(time.perf_counter() - t)
-            hits.append(h)
-        rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(truth, hits)])
-        res[kind] = (engine, t_ins, statistics.median(lat), rec)
-    lat_f = []
-    for qi in q:
-        t = time.perf_counter()
-        flat.search(qi.reshape(1, -1), 10)
-        lat_f.append(time.perf_counter() - t)
+        row = {"engine": engine, "insert_s": ins, "ms": 1000 * statistics.median(lat), "recall": recall(hits),
+               "describe_index": {k: str(v) for k, v in (st.client.describe_index(name, "vec") or {}).items()}}
+        if engine == "IVF_FLAT":
+            nlist = st._index[name][1]
+            row["nlist"], row["nprobe"] = nlist, max(16, nlist // 8)
+            probe1 = []
+            for qi in q:
+                res = st.client.search(name, data=[qi.astype(np.float32).tolist()], filter="gen <= 1", limit=10,
+                                       anns_field="vec", search_params={"metric_type": "IP", "params": {"nprobe": 1}})
+                probe1.append([int(x["id"]) for x in res[0]])
+            row["recall_nprobe1"] = recall(probe1)
+        out[kind] = row
     st.close()
-    print(f"\n| store / index | insert {n} vectors | query latency (median, in-process) | recall@10 vs exact |")
-    print("|---|---|---|---|")
-    print(f"| faiss IndexFlatIP | – | {1e3 * statistics.median(lat_f):.2f} ms | 1.000 |")
-    print(f"| faiss HNSW (M 32, efSearch 64) | – | – | {rec_h:.3f} |")
-    for kind, (engine, t_ins, lat, rec) in res.items():
-        print(f"| Milvus Lite {engine} | {t_ins:.2f} s | {1e3 * lat:.2f} ms | {rec:.3f} |")
-    walls = {"faiss": [], "milvus": []}
-    for _ in range(3):
-        for name, d in (("faiss", fa), ("milvus", mv)):
-            walls[name].append(llmkit("rag", "query", d, queries[0], "-k", "5")[0])
-    print(f"\n`llmkit rag query` (hybrid, fresh process, median of 3): faiss {statistics.median(walls['faiss']):.2f} s, "
-          f"milvus+local {statistics.median(walls['milvus']):.2f} s")
+    out["n"], out["queries"] = len(vecs), len(q)
+    print(json.dumps(out))
 
 
-def part_ray(work: str, n: int) -> None:
+def ray_child(side: str, work: str) -> None:
+    texts = json.load(open(os.path.join(work, "ray_texts.json")))
+    from llmkit.rag.embed.embedder import load_embedder
+
+    if side == "local":
+        emb = load_embedder(threads=2)
+        emb.passages(texts[:16])
+        t = time.perf_counter()
+        emb.passages(texts)
+        print(json.dumps({"per_s": len(texts) / (time.perf_counter() - t)}))
+        return
     import ray
 
-    from llmkit.rag.embed.embedder import load_embedder
     from llmkit.rag.embed.ray_embed import embed_on_ray
 
-    texts = paragraphs(n)
-    emb = load_embedder(threads=2)
-    emb.passages(texts[:16])
-    t = time.perf_counter()
-    local = emb.passages(texts)
-    t_local = time.perf_counter() - t
     t = time.perf_counter()
     ray.init(include_dashboard=False, log_to_driver=False)
-    t_init = time.perf_counter() - t
+    init = time.perf_counter() - t
     try:
         t = time.perf_counter()
-        vec, _ = embed_on_ray(texts, None, "onnx", "fp32", "", "", address="auto", workers=2, batch_size=64)
-        t_ray = time.perf_counter() - t
+        embed_on_ray(texts, None, "onnx", "fp32", "", "", address="auto", workers=2, batch_size=64)
+        dt = time.perf_counter() - t
     finally:
         ray.shutdown()
-    print(f"\nembedding {n} paragraphs: local ONNX 2 threads {n / t_local:.1f} passages/s ({t_local:.1f} s); "
-          f"Ray Data 2 actors x 1 thread {n / t_ray:.1f} passages/s ({t_ray:.1f} s, actor start-up and model "
-          f"loads included) + ray.init {t_init:.1f} s; max |difference| {np.abs(vec - local).max():.2e}")
+    print(json.dumps({"per_s": len(texts) / dt, "init_s": init, "span_s": dt}))
 
 
-def part_batch(work: str, n_items: int, n_predict: int) -> None:
+def batch_child(mode: str, slots: int, work: str, n_predict: int) -> None:
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from serverutil import start_server, stop_server
 
     from llmkit.llama.runtime import default_model_path
 
-    model = default_model_path()
-    prompts = [f"Write a short note about topic number {i}: " for i in range(n_items)]
     path = os.path.join(work, "batch.jsonl")
-    with open(path, "w") as f:
-        for i, p in enumerate(prompts):
-            f.write(json.dumps({"id": i, "prompt": p}) + "\n")
-    rows = []
-    for slots in (1, 4):
-        proc, url = start_server(model, "-np", str(slots), "-c", str(512 * slots), "-t", "2")
-        try:
-            if slots == 1:  # the anchor: one request at a time, no batch tool
-                from llmkit.llama.batch import Item, Server
-
-                s = Server(url, 600)
-                t = time.perf_counter()
-                toks = 0
-                for i, p in enumerate(prompts):
-                    toks += s.run(Item(i, i, 0, p), {"n_predict": n_predict, "temperature": 0, "seed": 1})["stats"]["generated_tokens"]
-                rows.append(("sequential requests, 1 slot", toks, time.perf_counter() - t))
-            t = time.perf_counter()
-            _, out = llmkit("generate", "--server", url, "--batch", path, "-n", str(n_predict), "--temp", "0", "--seed", "1")
-            dt = time.perf_counter() - t
-            toks = sum(json.loads(x)["stats"]["generated_tokens"] for x in out.splitlines())
-            rows.append((f"llmkit generate --batch, {slots} slot(s)", toks, dt))
-        finally:
-            stop_server(proc)
-    print(f"\n{n_items} prompts x {n_predict} tokens, SmolLM2-135M on one llama-server (-t 2):")
-    print("| run | tokens | wall | tokens/s |\n|---|---|---|---|")
-    for name, toks, dt in rows:
-        print(f"| {name} | {toks} | {dt:.1f} s | {toks / dt:.1f} |")
+    proc, url = start_server(default_model_path(), "-np", str(slots), "-c", str(512 * slots), "-t", "2")
+    # both clients are whole processes timed from here (the server is already up): same span
+    client = ([PY, ME, "sequential", url, path, str(n_predict)] if mode == "sequential" else
+              [PY, "-m", "llmkit", "-q", "generate", "--server", url, "--batch", path, "-n", str(n_predict), "--temp", "0",
+               "--seed", "1"])
+    try:
+        t = time.perf_counter()
+        p = subprocess.run(client, check=True, capture_output=True, text=True, env={**os.environ, **BASE_ENV})
+        dt = time.perf_counter() - t
+    finally:
+        stop_server(proc)
+    toks = sum(json.loads(x)["stats"]["generated_tokens"] for x in p.stdout.splitlines() if x.startswith("{"))
+    print(json.dumps({"tok_s": toks / dt, "tokens": toks, "s": dt}))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--parts", default="store,ray,batch")
-    ap.add_argument("-n", type=int, default=3000, help="paragraphs for the store part")
-    ap.add_argument("--ray-n", type=int, default=600)
-    ap.add_argument("--items", type=int, default=16)
-    ap.add_argument("--n-predict", type=int, default=64)
-    args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="scale-")
-    parts = args.parts.split(",")
-    if "store" in parts:
-        part_store(work, args.n)
-    if "ray" in parts:
-        part_ray(work, args.ray_n)
-    if "batch" in parts:
-        part_batch(work, args.items, args.n_predict)
+def sequential_client(url: str, path: str, n_predict: int) -> None:
+    """The anchor: one /completion request at a time, no batching tool (a plain HTTP loop)."""
+    import urllib.request
+
+    for line in open(path):
+        item = json.loads(line)
+        body = json.dumps({"prompt": item["prompt"], "n_predict": n_predict, "temperature": 0, "seed": 1}).encode()
+        req = urllib.request.Request(url + "/completion", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            res = json.load(r)
+        n = res.get("tokens_predicted", res.get("timings", {}).get("predicted_n", 0))
+        print(json.dumps({"id": item["id"], "stats": {"generated_tokens": n}}))
+
+
+def child(argv):
+    if argv[0] == "store":
+        store_child(argv[1], argv[2])
+    elif argv[0] == "ray":
+        ray_child(argv[1], argv[2])
+    elif argv[0] == "batch":
+        batch_child(argv[1], int(argv[2]), argv[3], int(argv[4]))
+    elif argv[0] == "sequential":
+        sequential_client(argv[1], argv[2], int(argv[3]))
+    else:
+        raise SystemExit(f"unknown child {argv[0]}")
+
+
+# -- rows -------------------------------------------------------------------------------------------
+def store_rows(cfg, n: int) -> list[Row]:
+    work = cfg.tmp("scale")
+    paras = paragraphs(n + 200)
+    docs, queries = paras[:n], [" ".join(p.split(". ")[0].split()) for p in paras[n:n + 200]]
+    djson = os.path.join(work, "docs.jsonl")
+    with open(djson, "w") as f:
+        for i, t in enumerate(docs):
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    json.dump(queries, open(os.path.join(work, "queries.json"), "w"))
+    fa, mv = os.path.join(work, "faiss"), os.path.join(work, "milvus")
+    import shutil
+
+    ia = Cmd("faiss", [PY, "-m", "llmkit", "-q", "rag", "index", fa, djson])
+    ib = Cmd("milvus+local", [PY, "-m", "llmkit", "-q", "rag", "index", mv, djson, "--store", "milvus+local:"])
+    runs = compare([ia, ib], cfg, warmup=False, min_runs=cfg.pick(3, 3, 1),
+                   between=lambda lbl: shutil.rmtree(fa if lbl == "faiss" else mv, ignore_errors=True))
+    a, b = walls(runs["faiss"]), walls(runs["milvus+local"])
+    rows = [Row("scale-index", f"`rag index` of {len(docs)} paragraphs (embedding included), whole process",
+                f"faiss {a.fmt()}", f"milvus+local {b.fmt()}", f"{ratio(b.median, a.median)} faiss's time",
+                "smoke: one run each" if cfg.smoke else "",
+                cmds_of(ia, ib))]
+    qa = Cmd("faiss", [PY, "-m", "llmkit", "-q", "rag", "query", fa, queries[0], "-k", 5])
+    qb = Cmd("milvus+local", [PY, "-m", "llmkit", "-q", "rag", "query", mv, queries[0], "-k", 5])
+    runs = compare([qa, qb], cfg)
+    a, b = walls(runs["faiss"]), walls(runs["milvus+local"])
+    rows.append(Row("scale-query-process", "`rag query` hybrid, one query, fresh process", f"faiss {a.fmt()}",
+                    f"milvus+local {b.fmt()}", f"{ratio(b.median, a.median)} faiss's time", "", cmds_of(qa, qb)))
+    sc = Cmd("store", [PY, ME, "store", work, fa])
+    runs = compare([sc], cfg, warmup=False)
+    reps = [r.report for r in runs["store"]]
+    last = reps[-1]
+    flat_ms = field_stat(runs["store"], "faiss_flat_ms")
+    cmds = cmds_of(sc)
+    nq = last["queries"]
+    rows.append(Row("scale-faiss-flat", f"faiss IndexFlatIP, {last['n']} vectors, {nq} first-sentence queries: "
+                    "latency (in-process), recall@10", flat_ms.fmt("ms", 3), "–", "–", "recall 1.000 (it is the exact "
+                    "reference)", cmds))
+    rows.append(Row("scale-faiss-hnsw", "faiss HNSW M 32 efSearch 64 recall@10 vs exact (same vectors and queries)",
+                    "exact = 1.000", f"{statistics.median(r['faiss_hnsw_recall'] for r in reps):.3f}", "–",
+                    "compare rag-hnsw-recall-*: other vectors (400-character chunks)", cmds))
+    for kind in ("flat", "hnsw"):
+        k = [r[kind] for r in reps]
+        eng = k[-1]["engine"]
+        d = k[-1]["describe_index"]
+        check = f"describe_index: {d}"
+        if d.get("indexed_rows") == "0":
+            check = "indexed_rows 0: searches scan unindexed rows, the engine's index is NOT used; " + check
+        if eng == "IVF_FLAT":
+            check = (f"nlist {k[-1]['nlist']}, nprobe {k[-1]['nprobe']}; recall at nprobe 1: "
+                     f"{statistics.median(x['recall_nprobe1'] for x in k):.3f} (lower = the IVF index is used); " + check)
+        rows.append(Row(f"scale-milvus-{eng.lower()}", f"Milvus Lite {eng}: insert, latency (in-process), recall@10 vs "
+                        "exact", "–", f"insert {statistics.median(x['insert_s'] for x in k):.2f} s; "
+                        f"{statistics.median(x['ms'] for x in k):.2f} ms; recall "
+                        f"{statistics.median(x['recall'] for x in k):.3f}",
+                        f"latency {ratio(statistics.median(x['ms'] for x in k), flat_ms.median)} faiss flat's", check,
+                        cmds))
+    return rows
+
+
+def ray_rows(cfg, n: int) -> list[Row]:
+    work = cfg.tmp("scale")
+    json.dump(paragraphs(n), open(os.path.join(work, "ray_texts.json"), "w"))
+    a, b = (Cmd(s, [PY, ME, "ray", s, work]) for s in ("local", "ray"))
+    runs = compare([a, b], cfg, warmup=False)
+    la, lb = field_stat(runs["local"], "per_s"), field_stat(runs["ray"], "per_s")
+    init = field_stat(runs["ray"], "init_s")
+    return [Row("scale-ray-embed", f"embedding {n} paragraphs, passages/s (in-process span)",
+                f"local ONNX 2 threads {la.fmt('passages/s', 1)}",
+                f"Ray Data 2 actors × 1 thread {lb.fmt('passages/s', 1)} (actor start-up and model loads included); "
+                f"ray.init {init.fmt()}", f"{ratio(lb.median, la.median)} local", "", cmds_of(a, b))]
+
+
+def batch_rows(cfg, items: int, n_predict: int) -> list[Row]:
+    from harness import llama_bin
+
+    if not llama_bin("llama-server"):
+        return [Row.skipped("scale-batch", "generate --batch", "llama-server not built")]
+    work = cfg.tmp("scale")
+    with open(os.path.join(work, "batch.jsonl"), "w") as f:
+        for i in range(items):
+            f.write(json.dumps({"id": i, "prompt": f"Write a short note about topic number {i}: "}) + "\n")
+    cmds = [Cmd("sequential, 1 slot", [PY, ME, "batch", "sequential", 1, work, n_predict]),
+            Cmd("--batch, 1 slot", [PY, ME, "batch", "cli", 1, work, n_predict]),
+            Cmd("--batch, 4 slots", [PY, ME, "batch", "cli", 4, work, n_predict])]
+    runs = compare(cmds, cfg, warmup=False)
+    s = {c.label: field_stat(runs[c.label], "tok_s") for c in cmds}
+    base = s["sequential, 1 slot"]
+    return [Row("scale-batch", f"{items} prompts × {n_predict} tokens, SmolLM2-135M, one llama-server (-t 2): tok/s "
+                "(server start-up not timed)", f"sequential requests {base.fmt('tok/s', 1)}",
+                f"--batch 1 slot {s['--batch, 1 slot'].fmt('tok/s', 1)}; 4 slots {s['--batch, 4 slots'].fmt('tok/s', 1)}",
+                f"4 slots {ratio(s['--batch, 4 slots'].median, base.median)} sequential", "", cmds_of(*cmds))]
+
+
+def rows(cfg):
+    out = store_rows(cfg, cfg.pick(3000, 400, 60))
+    out += ray_rows(cfg, cfg.pick(600, 200, 40))
+    out += batch_rows(cfg, cfg.pick(16, 8, 4), cfg.pick(64, 16, 8))
+    return "Milvus Lite, Ray, llama-server batching", [
+        "paragraphs of tests/fixtures/kernel-docs.txt.gz (150–1500 characters); store queries: first sentences of "
+        "200 further paragraphs",
+        "batch: each client (a plain sequential HTTP loop, or `llmkit generate --batch`) is a whole process timed "
+        "by the child that started the server"], out
 
 
 if __name__ == "__main__":
-    main()
+    child(sys.argv[1:])

@@ -1,0 +1,125 @@
+"""Run the benchmarks and write benchmarks/RESULTS.md (not a test).
+
+    python benchmarks/run.py                       # every area, full sizes
+    python benchmarks/run.py --quick               # every area, small inputs (under 20 minutes on 2 cores)
+    python benchmarks/run.py --area quant --quick  # one area: only its section of RESULTS.md is replaced
+    python benchmarks/run.py --smoke               # tiny inputs: proves the plumbing, figures mean nothing
+
+How each figure is measured is in harness.py: whole processes timed from outside, alternating,
+median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench", "generate": "generate_bench",
+         "kv": "kv_bench", "scale": "scale_bench"}
+BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
+
+
+def section(area: str, title: str, setup: list[str], rows: list[harness.Row], took: float, load: tuple,
+            cfg: harness.Config) -> str:
+    """One area's Markdown: setup notes, the table, then every row's commands."""
+    out = [BEGIN.format(area), f"## {area}: {title}", "",
+           f"{cfg.mode} mode, {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; took "
+           f"{took:.0f} s; load average before {load[0]}, after {load[1]} (figures taken under load are not valid).",
+           ""]
+    out += [f"- {s}" for s in setup]
+    out += ["", "| row | measure | anchor | llmkit | llmkit vs anchor | check |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| `{r.id}` | {r.what} | {r.anchor} | {r.llmkit} | {r.ratio} | {r.check} |")
+    out += ["", "<details><summary>commands per row</summary>", ""]
+    for r in rows:
+        if r.commands:
+            out.append(f"- `{r.id}`")
+            out += [f"  - {c}" for c in r.commands]
+    out += ["", "</details>", END.format(area), ""]
+    return "\n".join(out).replace(cfg.work, "$WORK")
+
+
+def header(cfg: harness.Config) -> str:
+    m, v = harness.machine(), harness.versions()
+    lines = []
+    if cfg.smoke:
+        lines += ["> **SMOKE RUN — tiny inputs on a busy machine. These figures mean nothing; they only show that",
+                  "> every row's commands run end to end. Run `python benchmarks/run.py --quick` on a quiet machine.**", ""]
+    lines += ["# Benchmark results", "",
+              f"Written by `python benchmarks/run.py` ({cfg.mode} mode) on "
+              f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}. How figures are "
+              "measured: [harness.py](harness.py) (whole processes, clock outside, alternating, median of >= 3 runs, "
+              ">= 5 under a second, min–max in brackets).", "",
+              f"- machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}; Python {m['python']}",
+              "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
+              "- `$WORK` in the commands is the run's work directory (inputs and outputs; `--keep` keeps it); "
+              "each area's setup line says how its inputs were made", ""]
+    return "\n".join(lines)
+
+
+def merge(path: str, head: str, sections: dict[str, str], smoke: bool) -> str:
+    """Replace the sections just run; keep the others (unless the old file was a smoke run and this is not)."""
+    old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    if ("SMOKE RUN" in old) != smoke:
+        old = ""
+    kept = {}
+    for area in AREAS:
+        m = re.search(re.escape(BEGIN.format(area)) + r".*?" + re.escape(END.format(area)) + r"\n?", old, re.S)
+        if m:
+            kept[area] = m.group(0).rstrip("\n") + "\n"
+    kept.update(sections)
+    return head + "\n" + "\n".join(kept[a] for a in AREAS if a in kept)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--area", action="append", choices=list(AREAS), help="run only this area (repeatable)")
+    ap.add_argument("--quick", action="store_true", help="small inputs, 3 runs (5 under a second)")
+    ap.add_argument("--smoke", action="store_true", help="tiny inputs: check the plumbing, figures are meaningless")
+    ap.add_argument("-o", "--output", default=os.path.join(harness.BENCH, "RESULTS.md"))
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (inputs and outputs of every row)")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="llmkit-bench-")
+    cfg = harness.Config(quick=a.quick or a.smoke, smoke=a.smoke, work=work)
+    sections, failed = {}, []
+    t_all = time.perf_counter()
+    try:
+        for area in a.area or list(AREAS):
+            mod = importlib.import_module(AREAS[area])
+            print(f"[{area}] running ({cfg.mode})", file=sys.stderr, flush=True)
+            t0, l0 = time.perf_counter(), harness.load()
+            try:
+                title, setup, rows = mod.rows(cfg)
+            except Exception as e:  # one broken area must not lose the others' figures
+                failed.append(area)
+                traceback.print_exc()
+                title, setup, rows = "failed", [f"the area raised {type(e).__name__}: {str(e)[:300]}"], []
+            took = time.perf_counter() - t0
+            sections[area] = section(area, title, setup, rows, took, (l0, harness.load()), cfg)
+            print(f"[{area}] {len(rows)} rows in {took:.0f} s", file=sys.stderr, flush=True)
+            tmp = a.output + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(merge(a.output, header(cfg), sections, cfg.smoke))
+            os.replace(tmp, a.output)
+    finally:
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"work directory kept: {work}", file=sys.stderr)
+    print(f"wrote {a.output} in {time.perf_counter() - t_all:.0f} s", file=sys.stderr)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
