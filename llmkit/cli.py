@@ -32,7 +32,8 @@ class LazyGroup(click.Group):
         if name not in GROUPS:
             return None
         module, attr, _ = GROUPS[name]
-        return getattr(importlib.import_module(module), attr)
+        mod = importlib.import_module(module)
+        return _spell_option_errors(getattr(mod, attr), getattr(mod, "FLAGS", {}))
 
     def format_commands(self, ctx, formatter):
         rows = [(name, GROUPS[name][2]) for name in self.list_commands(ctx)]
@@ -53,6 +54,39 @@ def cli(ctx, quiet, debug):
     from llmkit.commands._common import Settings
 
     ctx.obj = Settings(quiet=quiet, debug=debug or _debug_env())
+
+
+def flag_spelling(command: click.Command, extra: dict | None = None) -> dict[str, str]:
+    """Library parameter name -> this command's flag (the long form where there is one)."""
+    names = {}
+    for p in command.params:
+        if isinstance(p, click.Option) and p.name:
+            longs = [o for o in p.opts if o.startswith("--")]
+            names[p.name] = longs[0] if longs else p.opts[0]
+    return {**names, **(extra or {})}
+
+
+def _spell_option_errors(command: click.Command, extra: dict) -> click.Command:
+    """Wrap every leaf command once so a library OptionError names the flags of the command that ran."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _spell_option_errors(sub, extra)
+        return command
+    if getattr(command, "_spells_option_errors", False):
+        return command
+    inner = command.invoke
+
+    def invoke(ctx):
+        from llmkit.errors import BadInput, OptionError
+
+        try:
+            return inner(ctx)
+        except OptionError as e:
+            raise BadInput(e.spelled(flag_spelling(command, extra))) from e
+
+    command.invoke = invoke
+    command._spells_option_errors = True
+    return command
 
 
 def _debug_env() -> bool:

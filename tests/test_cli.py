@@ -21,6 +21,40 @@ def test_help_works_for_every_command(cmd):
     assert r.exit_code == 0 and "Usage:" in r.stdout
 
 
+def test_version_is_the_package_version():
+    from llmkit import __version__
+
+    r = run_cli(["--version"])
+    assert r.exit_code == 0 and r.stdout.split()[-1] == __version__
+
+
+def test_quiet_silences_stderr_only():
+    args = ["kv", "simulate", "--requests", "20", "--budget-tokens", "20000", "--policy", "paged", "--json"]
+    loud, quiet = run_cli(args), run_cli(["--quiet", *args])
+    assert loud.exit_code == quiet.exit_code == 0 and quiet.stdout == loud.stdout
+    r = run_cli(["kv", "simulate", "--requests", "20", "--budget-tokens", "20000", "--policy", "paged"])
+    q = run_cli(["--quiet", "kv", "simulate", "--requests", "20", "--budget-tokens", "20000", "--policy", "paged"])
+    assert r.stdout == q.stdout
+    e = run_cli(["--quiet", "kv", "simulate", "--requests", "20"])
+    assert e.exit_code == 2 and "--budget-tokens" in e.stderr  # errors still reach stderr
+
+
+def test_help_lists_every_command_the_tree_has():
+    """The hand-written COMMANDS above covers the whole click tree (new commands get a --help test)."""
+    import click
+
+    from llmkit.cli import cli
+
+    def paths(cmd, path=()):
+        yield list(path)
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                yield from paths(cmd.get_command(ctx, name), path + (name,))
+
+    assert sorted(map(tuple, paths(cli))) == sorted(map(tuple, COMMANDS))
+
+
 def test_help_does_not_import_heavy_libraries():
     code = ("import sys\nfrom llmkit.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"

@@ -1,4 +1,4 @@
-"""Generation and speculative decoding: pure acceptance rule, then real llama.cpp on tiny F32 models."""
+"""Generation and speculative decoding on real llama.cpp with tiny F32 models (pure functions: test_generate_pure.py)."""
 
 import json
 
@@ -6,73 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from llmkit.llama.sampling import SamplingParams, distribution, sample
-from llmkit.llama.speculative import expected_tokens, lookup_draft, verify, verify_sample_and_match
-
-CHI2_DF5_P001 = 20.52  # chi-square critical value, 5 degrees of freedom, p = 0.001
-
-
-def _chi2(counts: np.ndarray, p: np.ndarray) -> float:
-    n = counts.sum()
-    m = p > 0
-    assert counts[~m].sum() == 0, "sampled a token of probability 0"
-    exp = n * p[m]
-    return float(((counts[m] - exp) ** 2 / exp).sum())
-
-
-def test_distribution_known_answers():
-    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
-    assert distribution(logits, SamplingParams(temp=1, top_k=0, top_p=1, min_p=0)) == pytest.approx([0.5, 0.3, 0.15, 0.05])
-    assert distribution(logits, SamplingParams(temp=1, top_k=2, top_p=1, min_p=0)) == pytest.approx([0.625, 0.375, 0, 0])
-    assert distribution(logits, SamplingParams(temp=1, top_k=0, top_p=0.75, min_p=0)) == pytest.approx([0.625, 0.375, 0, 0])
-    assert distribution(logits, SamplingParams(temp=1, top_k=0, top_p=1, min_p=0.2)) == pytest.approx([0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0])
-    assert distribution(logits, SamplingParams(temp=0)).tolist() == [1, 0, 0, 0]
-
-
-def test_rejection_sampling_preserves_target_distribution():
-    """Over many seeded draws the first emitted token follows p exactly, for any draft q and K."""
-    rng = np.random.default_rng(123)
-    p_first = np.array([0.35, 0.25, 0.2, 0.1, 0.07, 0.03])
-    for k in (1, 3):
-        counts = np.zeros(6)
-        for _ in range(20000):
-            qs = [rng.dirichlet(np.ones(6)) for _ in range(k)]  # arbitrary, changing drafts
-            ps = [p_first] + [rng.dirichlet(np.ones(6)) for _ in range(k)]
-            draft = [sample(q, rng) for q in qs]
-            n_acc, nxt = verify(draft, qs, ps, rng)
-            first = draft[0] if n_acc > 0 else nxt
-            counts[first] += 1
-        assert _chi2(counts, p_first) < CHI2_DF5_P001
-
-
-def test_rejection_sampling_accepts_more_than_sample_and_match():
-    rng = np.random.default_rng(5)
-    p = np.array([0.4, 0.3, 0.2, 0.1])
-    q = np.array([0.3, 0.4, 0.2, 0.1])
-    acc_rs = acc_sm = 0
-    for _ in range(20000):
-        x = sample(q, rng)
-        acc_rs += verify([x], [q], [p, p], rng)[0]
-        acc_sm += verify_sample_and_match([x], [p, p], rng)[0]
-    assert acc_rs / 20000 == pytest.approx(np.minimum(p, q).sum(), abs=0.02)  # 0.9
-    assert acc_sm / 20000 == pytest.approx((p * q).sum(), abs=0.02)  # 0.29
-    assert acc_rs > 2 * acc_sm
-
-
-def test_greedy_verify_is_argmax_match():
-    one = lambda i: np.eye(5)[i]  # noqa: E731
-    rng = np.random.default_rng(0)
-    assert verify([1, 2, 3], [one(1), one(2), one(3)], [one(1), one(2), one(3), one(4)], rng) == (3, 4)
-    assert verify([1, 2, 3], [one(1), one(2), one(3)], [one(1), one(0), one(3), one(4)], rng) == (1, 0)
-
-
-def test_lookup_and_expected_tokens():
-    assert lookup_draft([1, 2, 3, 4, 1, 2], 2, 2) == [3, 4]
-    assert lookup_draft([1, 2, 3], 2, 2) == []
-    assert expected_tokens(0.0, 4) == 1.0 and expected_tokens(1.0, 4) == 5.0
-
-
-# ---- real llama.cpp ------------------------------------------------------------------------
+from llmkit.llama.sampling import SamplingParams, distribution
+from test_generate_pure import CHI2_DF5_P001, _chi2
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -191,11 +126,77 @@ def test_cli_stop_string_and_grammar(models):
     assert text and text.isdigit()
 
 
+def test_cli_repeat_penalty_reaches_the_sampler(models):
+    """--repeat-penalty: the CLI's greedy text equals the library's with the same penalty, and the
+    penalty changes what a looping tiny model says."""
+    from llmkit.llama.generate import Generator
+
+    def cli(*extra):
+        r = run_cli(["generate", "-m", models["target"], "--temp", "0", "-n", "40", "--ignore-eos", "--json", *extra, PROMPT])
+        assert r.exit_code == 0, r.stderr
+        return json.loads(r.stdout)["text"]
+
+    target = _open(models["target"])
+    lib, _ = Generator(target, SamplingParams(temp=0, repeat_penalty=1.5), ignore_eos=True).run(
+        target.tokenize(PROMPT.encode(), add_bos=False), 40)
+    assert cli("--repeat-penalty", "1.5") == lib != cli()
+
+
+def test_cli_loading_flags_leave_the_output_unchanged(models):
+    """--mlock, --no-mmap, -ngl 0, -b and --ctv only change how llama.cpp holds the model (a failed mlock
+    is a warning): the greedy text is the same."""
+    def text(*extra):
+        r = run_cli(["generate", "-m", models["target"], "--temp", "0", "-n", "16", "--ignore-eos", "--json", *extra, PROMPT])
+        assert r.exit_code == 0, r.stderr
+        return json.loads(r.stdout)["text"]
+
+    assert text("--mlock", "--no-mmap", "--n-gpu-layers", "0", "-b", "64", "--ctv", "f16") == text()
+
+
+def test_cli_json_schema_output_parses_and_matches(models, tmp_path):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}},
+              "required": ["ok", "n"]}
+    for seed in (1, 2):
+        r = run_cli(["generate", "-m", models["target"], "-n", "64", "--seed", str(seed), "--json-schema", json.dumps(schema),
+                     "--json", "Answer as JSON:"])
+        assert r.exit_code == 0, r.stderr
+        d = json.loads(json.loads(r.stdout)["text"])
+        assert set(d) == {"ok", "n"} and isinstance(d["ok"], bool) and isinstance(d["n"], int)
+    (tmp_path / "g.gbnf").write_text('root ::= "yes" | "no"\n')
+    r = run_cli(["generate", "-m", models["target"], "-n", "8", "--seed", "3", "--grammar-file", str(tmp_path / "g.gbnf"),
+                 "--json", "Answer:"])
+    assert json.loads(r.stdout)["text"] in ("yes", "no")
+    r = run_cli(["generate", "-m", models["target"], "--json-schema", "{not json", "hi"])
+    assert r.exit_code == 1 and "grammar/schema" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_cli_chat_template(models):
     r = run_cli(["generate", "-m", models["chat"], "--chat", "--system", "be brief", "--temp", "0", "-n", "5", "--json", "hi"])
     assert r.exit_code == 0, r.stderr
     r2 = run_cli(["generate", "-m", models["target"], "--chat", "-n", "5", "hi"])
     assert r2.exit_code == 1 and "no chat template" in r2.stderr
+
+
+def test_chat_template_renders_exact_prompt(models, tmp_path):
+    """The rendered prompt, byte for byte, and the CLI feeds exactly its tokens to the model."""
+    from ggufmake import write_tiny_llama
+    from llmkit.llama.chat import chat_prompt
+
+    model = _open(models["chat"])
+    assert chat_prompt(model, "hi", "be brief") == "<|system|>be brief\n<|user|>hi\n<|assistant|>"
+    assert chat_prompt(model, "hi") == "<|user|>hi\n<|assistant|>"
+    special = str(write_tiny_llama(tmp_path / "bos.gguf", seed=1, chat_template=(
+        "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}{{ eos_token }}{% endfor %}"
+        "{% if add_generation_prompt %}[assistant] {% endif %}")))
+    assert chat_prompt(_open(special), "hi", "sys") == "<s>[system] sys</s>[user] hi</s>[assistant] "
+    expected = "<|system|>be brief\n<|user|>hi\n<|assistant|>"
+    r = run_cli(["generate", "-m", models["chat"], "--chat", "--system", "be brief", "--temp", "0", "-n", "5", "--json", "hi"])
+    n_expected = len(model.tokenize(expected.encode(), add_bos=False, special=True))
+    assert json.loads(r.stdout)["stats"]["prompt_tokens"] == n_expected
+    plain = run_cli(["generate", "-m", models["chat"], "--temp", "0", "-n", "5", "--ignore-eos", "--json", expected])
+    chat = run_cli(["generate", "-m", models["chat"], "--chat", "--system", "be brief", "--temp", "0", "-n", "5",
+                    "--ignore-eos", "--json", "hi"])
+    assert json.loads(chat.stdout)["text"] == json.loads(plain.stdout)["text"]  # same tokens in, same greedy text out
 
 
 def test_cli_context_overflow_and_shift(models):

@@ -112,7 +112,7 @@ def test_server_killed_mid_batch_loses_and_duplicates_nothing(model, tmp_path):
         items = [{"id": i, "prompt": f"{PROMPTS[i % 5]} {i}"} for i in range(40)]
         out = tmp_path / "out.jsonl"
         proc = subprocess.Popen([sys.executable, "-m", "llmkit", "generate", "--server", f"{a[1]},{b[1]}", "--batch",
-                                 _batch_file(tmp_path, items), "-o", str(out), "-n", "120", "--temp", "0"],
+                                 _batch_file(tmp_path, items), "-o", str(out), "-n", "400", "--temp", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
         deadline = time.time() + 60
         while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
@@ -126,3 +126,10 @@ def test_server_killed_mid_batch_loses_and_duplicates_nothing(model, tmp_path):
     finally:
         stop_server(a[0])
         stop_server(b[0])
+
+
+def test_retries_must_be_positive(tmp_path):
+    f = tmp_path / "b.jsonl"
+    f.write_text('{"id": 1, "prompt": "hi"}\n')
+    r = run_cli(["generate", "--server", f"http://127.0.0.1:{free_port()}", "--batch", str(f), "--retries", "0"])
+    assert r.exit_code == 1 and "--retries must be positive" in r.stderr

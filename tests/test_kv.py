@@ -151,3 +151,28 @@ def test_cache_reuse_shifts_later_chunks_exactly_on_one_layer(tmp_path):
     assert reused["text"] == fresh["text"]
     plain = _gen_json(["-m", model, "--slot", str(slot), new])  # without --cache-reuse only the prefix is kept
     assert plain["stats"]["shifted"] == 0 and plain["text"] == fresh["text"]
+
+
+def test_quantized_v_cache_plan_save_restore(gqa_model, tmp_path):
+    """--ctv through plan (3 layers x 2 KV heads x 32 dims per token for K and for V; f16 = 2 bytes a
+    value, q8_0 = 34 bytes per 32), save (header), restore (same continuation) and the refusal."""
+    a = gqa_model  # head size 32: q8_0 blocks of 32 fit a head (the 16-wide heads of the smaller model do not)
+    rows = {tv: json.loads(run_cli(["kv", "plan", "-m", a, "-c", "1024", "--ctv", tv, "--json"]).stdout)[0]
+            for tv in ("f16", "q8_0")}
+    assert rows["f16"]["kv_bytes"] == 1024 * 3 * (128 + 128)
+    assert rows["q8_0"]["kv_bytes"] == 1024 * 3 * (128 + 68)
+    q8 = ["--flash-attn", "--ctk", "q8_0", "--ctv", "q8_0"]  # llama.cpp quantizes V only with flash attention
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text(PROMPT)
+    slot = tmp_path / "q8.slot"
+    r = run_cli(["kv", "save", "-m", a, *q8, "-o", str(slot), "--prompt-file", str(prompt_file)])
+    assert r.exit_code == 0, r.stderr
+    hdr = json.loads(run_cli(["kv", "show", "--json", str(slot)]).stdout)
+    assert (hdr["cache_type_k"], hdr["cache_type_v"], hdr["text"]) == ("q8_0", "q8_0", PROMPT)
+    restored = run_cli(["kv", "restore", "-m", a, *q8, str(slot), "Question: why?", "-n", "12", "--json"])
+    assert restored.exit_code == 0, restored.stderr
+    fresh = _gen_json(["-m", a, *q8, PROMPT + "Question: why?"])
+    got = json.loads(restored.stdout)
+    assert got["text"] == fresh["text"] and got["stats"]["prefill_reused"] >= len(hdr["tokens"]) - 2
+    r = run_cli(["kv", "restore", "-m", a, "--flash-attn", "--ctk", "q8_0", str(slot), "x"])
+    assert r.exit_code == 1 and "--ctk q8_0 --ctv q8_0" in r.stderr

@@ -78,3 +78,53 @@ def test_slot_files_interchange_with_embedded_mode(server):
     assert r.exit_code == 0, r.stderr
     r = run_cli(["kv", "restore", "--server", url, "--slot", "0", "from_llmkit.bin"])
     assert r.exit_code == 0 and "restored" in r.stderr
+
+
+def _server_gen(url, prompt, *args):
+    r = run_cli(["generate", "--server", url, "--slot-id", "0", "--json", *args, prompt])
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_restored_slot_continues_exactly_as_without_save_restore(server):
+    """Greedy on an F32 model: the continuation after save -> erase -> other prompt -> restore equals the
+    continuation computed from scratch, and the restored KV was used (few prompt tokens evaluated)."""
+    url = server["url"]
+    question = PROMPT + "Q: the"
+    assert run_cli(["kv", "erase", "--server", url, "--slot", "0"]).exit_code == 0
+    fresh = _server_gen(url, question, "-n", "24", "--temp", "0", "--ignore-eos")
+    _server_gen(url, PROMPT, "-n", "1", "--temp", "0")
+    assert run_cli(["kv", "save", "--server", url, "--slot", "0", "cont.bin"]).exit_code == 0
+    assert run_cli(["kv", "erase", "--server", url, "--slot", "0"]).exit_code == 0
+    _server_gen(url, "something else entirely, " * 6, "-n", "4", "--temp", "0")  # the slot now holds other KV
+    r = run_cli(["kv", "restore", "--server", url, "--slot", "0", "cont.bin"])
+    assert r.exit_code == 0 and "restored" in r.stderr, r.stderr
+    again = _server_gen(url, question, "-n", "24", "--temp", "0", "--ignore-eos")
+    assert again["text"] == fresh["text"] and len(fresh["text"]) > 0
+    assert again["stats"]["prompt_tokens"] < fresh["stats"]["prompt_tokens"] / 4  # the prefix came from the file
+
+
+def test_generate_on_server_passes_sampling_settings_and_stop(server):
+    """--top-k 1 makes temperature irrelevant (equals greedy); --stop cuts the server's text."""
+    url = server["url"]
+    greedy = _server_gen(url, PROMPT, "-n", "24", "--temp", "0", "--ignore-eos")["text"]
+    top1 = [_server_gen(url, PROMPT, "-n", "24", "--temp", "5", "--top-k", "1", "--seed", str(s), "--ignore-eos")["text"]
+            for s in (1, 2)]
+    assert top1 == [greedy, greedy]
+    hot = {_server_gen(url, PROMPT, "-n", "24", "--temp", "5", "--top-k", "0", "--top-p", "1", "--min-p", "0",
+                       "--seed", str(s), "--ignore-eos")["text"] for s in (1, 2)}
+    assert greedy not in hot  # without top-k 1 the same temperature samples other text
+    stop = next(c for c in greedy[1:] if c.isascii() and c.isprintable() and c != " ")
+    cut = _server_gen(url, PROMPT, "-n", "24", "--temp", "0", "--ignore-eos", "--stop", stop)["text"]
+    assert cut == greedy[: greedy.index(stop)]
+
+
+def test_generate_on_server_passes_grammar_and_schema(server, tmp_path):
+    url = server["url"]
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    d = json.loads(_server_gen(url, "Answer as JSON:", "-n", "128", "--seed", "1", "--json-schema", json.dumps(schema))["text"])
+    assert set(d) == {"ok"} and isinstance(d["ok"], bool)
+    (tmp_path / "g.gbnf").write_text('root ::= "yes" | "no"\n')
+    assert _server_gen(url, "Answer:", "-n", "8", "--seed", "1", "--grammar-file", str(tmp_path / "g.gbnf"))["text"] in ("yes", "no")
+    r = run_cli(["generate", "--server", url, "--json-schema", "{not json", "hi"])
+    assert r.exit_code == 1 and "--json-schema is not JSON" in r.stderr

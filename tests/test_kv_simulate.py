@@ -65,3 +65,46 @@ def test_cli_simulate_trace_file_json_and_plot(tmp_path):
     bad.write_text('{"prompt_tokens": 5, "output_tokens": 0}\n')
     r = run_cli(["kv", "simulate", str(bad), "--budget-tokens", "4000"])
     assert r.exit_code == 1 and ("zero length" in r.stderr or "negative or zero" in r.stderr), r.stderr
+
+
+def test_budget_from_model_bytes_and_gpu_memory(tmp_path):
+    """-m tiny.gguf: 2 layers x (K + V) x 2 KV heads x 16 dims x 2 bytes (f16) = 256 bytes per token;
+    --gpu-gb leaves GPU memory minus the weights (the F32 tensors' bytes, read here with gguf-py)."""
+    import gguf
+
+    from ggufmake import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf", seed=1)
+    weights = sum(int(t.n_bytes) for t in gguf.GGUFReader(str(model)).tensors)
+    assert weights == 429824
+    small = ["--requests", "20", "--max-len", "64", "--prompt-mean", "16", "--output-mean", "16"]
+    r = run_cli(["kv", "simulate", *small, "-m", str(model), "--budget-bytes", "25600", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["budget_tokens"] == 100
+    r = run_cli(["kv", "simulate", *small, "-m", str(model), "--gpu-gb", "0.001", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["budget_tokens"] == (10**6 - weights) // 256 == 2227
+    r = run_cli(["kv", "simulate", "--requests", "20", "-m", str(model), "--gpu-gb", "0.0001"])
+    assert r.exit_code == 1 and "do not fit in 0.0001 GB" in r.stderr
+    r = run_cli(["kv", "simulate", "--requests", "20", "--gpu-gb", "24"])
+    assert r.exit_code == 2 and "-m MODEL" in r.stderr
+
+
+def test_cli_trace_and_policy_flags_reach_the_simulator():
+    """Every built-in-trace and policy flag: the CLI's JSON equals the library run with the same values."""
+    from llmkit.kv.simulate import compare
+
+    args = {"--requests": 60, "--rate": 8.0, "--prompt-mean": 120, "--output-mean": 90, "--shared-prefix": 32,
+            "--samples": 2, "--seed": 5, "--max-len": 512, "--block-size": 32, "--step-ms": 10.0}
+    cli_args = [x for k, v in args.items() for x in (k, str(v))]
+    r = run_cli(["kv", "simulate", *cli_args, "--budget-tokens", "1500", "--policy", "paged", "--policy", "pow2",
+                 "--preempt", "swap", "--json"])
+    assert r.exit_code == 0, r.stderr
+    got = json.loads(r.stdout)
+    reqs = synthetic_trace(60, 8.0, 5, 120, 90, 32, 2, 512)
+    want = compare(reqs, ["paged", "pow2"], 1500, 32, 512, "swap", 0.01)
+    assert got["requests"] == len(reqs) and got["results"] == json.loads(json.dumps([w.to_dict() for w in want]))
+    assert any(x["preemptions"] for x in got["results"])  # the budget is tight enough for --preempt to matter
+    other = json.loads(run_cli(["kv", "simulate", *cli_args, "--budget-tokens", "1500", "--policy", "paged",
+                                "--policy", "pow2", "--preempt", "recompute", "--json"]).stdout)
+    assert other["results"] != got["results"]

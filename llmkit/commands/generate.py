@@ -78,7 +78,19 @@ def command(prompt, model_path, opts, n_predict, temp, top_k, top_p, min_p, repe
     if n_predict <= 0:
         raise BadInput(f"-n must be a positive number of tokens, got {n_predict}.")
     if server:
-        _generate_on_server(server, slot_id, prompt, n_predict, temp, seed, as_json, out)
+        import json
+
+        try:
+            schema = json.loads(json_schema) if json_schema else None
+        except ValueError as e:
+            raise BadInput(f"--json-schema is not JSON ({e}). Check its syntax.") from None
+        if grammar_file:
+            from llmkit.io import read_text
+
+            grammar = read_text(grammar_file)
+        _generate_on_server(server, slot_id, prompt, n_predict, as_json, out, temperature=temp, seed=seed, top_k=top_k,
+                            top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, stop=list(stop) or None,
+                            ignore_eos=ignore_eos or None, grammar=grammar, json_schema=schema)
         return
     constrained = grammar or grammar_file or json_schema
     if constrained and (draft_path or lookup):
@@ -202,12 +214,13 @@ def _batch(server, batch_path, output_path, on_error, retries, defaults, out) ->
              f"on {sum(d['slots'].values())} slots{lost}")
 
 
-def _generate_on_server(url, slot_id, prompt, n_predict, temp, seed, as_json, out) -> None:
+def _generate_on_server(url, slot_id, prompt, n_predict, as_json, out, **sampling) -> None:
+    """One completion on a llama-server with the same sampling settings, stop strings and grammar."""
     from llmkit.llama.server import LlamaServer
 
     stream = stdout_stream(not as_json)
     with server_errors():
-        r = LlamaServer(url).completion(prompt, n_predict, slot_id, temperature=temp, seed=seed, on_text=stream)
+        r = LlamaServer(url).completion(prompt, n_predict, slot_id, on_text=stream, **sampling)
     t = r.get("timings", {})
     stats = {"prompt_tokens": t.get("prompt_n"), "cached_tokens": r.get("tokens_cached"), "prefill_ms": t.get("prompt_ms"),
              "generated_tokens": t.get("predicted_n"), "tokens_per_s": t.get("predicted_per_second"), "slot": r.get("id_slot")}

@@ -1,7 +1,8 @@
 """Sampling as pure numpy functions: logits + parameters -> a probability distribution.
 
 Speculative decoding needs the *distributions* (not just a sampled token) of both models, so the
-same processing (repeat penalty, temperature, top-k, top-p, min-p) runs for target and draft.
+same processing runs for target and draft, in llama.cpp's default order: repeat penalty, top-k,
+top-p, min-p, temperature (tested against llama.cpp's sampler chain).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class SamplingParams:
 
 
 def distribution(logits: np.ndarray, params: SamplingParams, history=()) -> np.ndarray:
-    """The probability of every token after penalties, temperature and truncation.
+    """The probability of every token after the repeat penalty, top-k, top-p, min-p and temperature.
 
     >>> distribution(np.array([1.0, 3.0, 2.0]), SamplingParams(temp=0)).tolist()
     [0.0, 1.0, 0.0]
@@ -55,23 +56,27 @@ def distribution(logits: np.ndarray, params: SamplingParams, history=()) -> np.n
         p = np.zeros_like(x)
         p[int(np.argmax(x))] = 1.0
         return p
-    x = x / params.temp
+    # llama.cpp's chain order (llama-server, llama-cli, llama-cpp-python): top-k, top-p and min-p
+    # choose the candidates on the untempered logits, then temperature reshapes the survivors
     keep = np.ones(len(x), dtype=bool)
     if 0 < params.top_k < len(x):
         kth = np.partition(x, -params.top_k)[-params.top_k]
         keep &= x >= kth
-    x = np.where(keep, x, -np.inf)
-    p = np.exp(x - x.max())
-    p /= p.sum()
     if params.top_p < 1.0:
+        p = _softmax(np.where(keep, x, -np.inf))
         order = np.argsort(-p, kind="stable")
         cum = np.cumsum(p[order])
         cut = int(np.searchsorted(cum, params.top_p)) + 1  # smallest prefix with mass >= top_p
         mask = np.zeros(len(p), dtype=bool)
         mask[order[:cut]] = True
-        p = np.where(mask, p, 0.0)
+        keep &= mask
     if params.min_p > 0.0:
-        p = np.where(p >= params.min_p * p.max(), p, 0.0)
+        keep &= x >= x[keep].max() + np.log(params.min_p)  # p >= min_p * p_max
+    return _softmax(np.where(keep, x / params.temp, -np.inf))
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    p = np.exp(x - x.max())
     return p / p.sum()
 
 

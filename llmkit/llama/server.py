@@ -105,10 +105,13 @@ class LlamaServer:
         return self.request("POST", f"/slots/{slot_id}?action={action}", body)
 
     def completion(self, prompt: str, n_predict: int, slot_id: int | None = None, temperature: float = 0.0,
-                   seed: int | None = None, on_text: Callable[[str], None] | None = None) -> dict:
-        """Stream a completion with cache_prompt on; returns the final message (timings, tokens_cached)."""
+                   seed: int | None = None, on_text: Callable[[str], None] | None = None, **options) -> dict:
+        """Stream a completion with cache_prompt on; returns the final message (timings, tokens_cached).
+
+        `options` are further /completion fields (top_k, top_p, min_p, repeat_penalty, stop, ignore_eos,
+        grammar, json_schema); None values are left out."""
         body = {"prompt": prompt, "n_predict": n_predict, "cache_prompt": True, "temperature": temperature,
-                "stream": True}
+                "stream": True, **{k: v for k, v in options.items() if v is not None}}
         if slot_id is not None:
             body["id_slot"] = slot_id
         if seed is not None:

@@ -1,0 +1,69 @@
+"""Pure sampling and speculative-decoding functions (numpy only: runs without llama_cpp)."""
+
+import numpy as np
+import pytest
+
+from llmkit.llama.sampling import SamplingParams, distribution, sample
+from llmkit.llama.speculative import expected_tokens, lookup_draft, verify, verify_sample_and_match
+
+CHI2_DF5_P001 = 20.52  # chi-square critical value, 5 degrees of freedom, p = 0.001
+
+
+def _chi2(counts: np.ndarray, p: np.ndarray) -> float:
+    n = counts.sum()
+    m = p > 0
+    assert counts[~m].sum() == 0, "sampled a token of probability 0"
+    exp = n * p[m]
+    return float(((counts[m] - exp) ** 2 / exp).sum())
+
+
+def test_distribution_known_answers():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    assert distribution(logits, SamplingParams(temp=1, top_k=0, top_p=1, min_p=0)) == pytest.approx([0.5, 0.3, 0.15, 0.05])
+    assert distribution(logits, SamplingParams(temp=1, top_k=2, top_p=1, min_p=0)) == pytest.approx([0.625, 0.375, 0, 0])
+    assert distribution(logits, SamplingParams(temp=1, top_k=0, top_p=0.75, min_p=0)) == pytest.approx([0.625, 0.375, 0, 0])
+    assert distribution(logits, SamplingParams(temp=1, top_k=0, top_p=1, min_p=0.2)) == pytest.approx([0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0])
+    assert distribution(logits, SamplingParams(temp=0)).tolist() == [1, 0, 0, 0]
+
+
+def test_rejection_sampling_preserves_target_distribution():
+    """Over many seeded draws the first emitted token follows p exactly, for any draft q and K."""
+    rng = np.random.default_rng(123)
+    p_first = np.array([0.35, 0.25, 0.2, 0.1, 0.07, 0.03])
+    for k in (1, 3):
+        counts = np.zeros(6)
+        for _ in range(20000):
+            qs = [rng.dirichlet(np.ones(6)) for _ in range(k)]  # arbitrary, changing drafts
+            ps = [p_first] + [rng.dirichlet(np.ones(6)) for _ in range(k)]
+            draft = [sample(q, rng) for q in qs]
+            n_acc, nxt = verify(draft, qs, ps, rng)
+            first = draft[0] if n_acc > 0 else nxt
+            counts[first] += 1
+        assert _chi2(counts, p_first) < CHI2_DF5_P001
+
+
+def test_rejection_sampling_accepts_more_than_sample_and_match():
+    rng = np.random.default_rng(5)
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    q = np.array([0.3, 0.4, 0.2, 0.1])
+    acc_rs = acc_sm = 0
+    for _ in range(20000):
+        x = sample(q, rng)
+        acc_rs += verify([x], [q], [p, p], rng)[0]
+        acc_sm += verify_sample_and_match([x], [p, p], rng)[0]
+    assert acc_rs / 20000 == pytest.approx(np.minimum(p, q).sum(), abs=0.02)  # 0.9
+    assert acc_sm / 20000 == pytest.approx((p * q).sum(), abs=0.02)  # 0.29
+    assert acc_rs > 2 * acc_sm
+
+
+def test_greedy_verify_is_argmax_match():
+    one = lambda i: np.eye(5)[i]  # noqa: E731
+    rng = np.random.default_rng(0)
+    assert verify([1, 2, 3], [one(1), one(2), one(3)], [one(1), one(2), one(3), one(4)], rng) == (3, 4)
+    assert verify([1, 2, 3], [one(1), one(2), one(3)], [one(1), one(0), one(3), one(4)], rng) == (1, 0)
+
+
+def test_lookup_and_expected_tokens():
+    assert lookup_draft([1, 2, 3, 4, 1, 2], 2, 2) == [3, 4]
+    assert lookup_draft([1, 2, 3], 2, 2) == []
+    assert expected_tokens(0.0, 4) == 1.0 and expected_tokens(1.0, 4) == 5.0
