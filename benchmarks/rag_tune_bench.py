@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--index")
     ap.add_argument("-n", type=int, default=400, help="pseudo-queries")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mismatch", type=float, default=0.5, help="pseudo-queries: share of query words removed from "
+    ap.add_argument("--mismatch", type=float, default=0.7, help="pseudo-queries: share of query words removed from "
                     "the target")
     ap.add_argument("--cache", help="vector cache file shared with rag_quality.py (WORK/cache/vectors.npz)")
     args = ap.parse_args()

@@ -114,12 +114,12 @@ def test_global_answer_with_local_model(gidx, tmp_path):
     assert (idx / "gen-1" / "graph" / "communities.json").exists()
 
 
-def test_graph_flag_gives_the_graph_list_weight_one_in_the_library(gidx):
-    from llmkit.rag.retrieve.options import FusionRequest, QueryRequest, build_pipeline
+def test_graph_flag_reranks_the_fused_candidates_unless_the_list_has_a_weight(gidx):
+    from llmkit.rag.retrieve.options import GRAPH_RERANK, FusionRequest, QueryRequest, build_pipeline
 
     _, idx = gidx
     pipe, _ = build_pipeline(str(idx), 5, QueryRequest(fusion=FusionRequest(graph=True)))
-    assert pipe.opts.weights == {"bm25": 1.0, "dense": 1.0, "graph": 1.0}
+    assert pipe.opts.weights == {"bm25": 1.0, "dense": 1.0} and pipe.opts.graph_rerank == GRAPH_RERANK
     pipe, _ = build_pipeline(str(idx), 5, QueryRequest(fusion=FusionRequest(graph=True, weights="graph=0.3")))
     assert pipe.opts.weights["graph"] == 0.3
 

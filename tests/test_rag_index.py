@@ -94,18 +94,18 @@ def test_hybrid_query_finds_the_right_chunk_with_both_ranks(built):
 
 def test_bm25_mode_equals_rank_bm25(built):
     rank_bm25 = pytest.importorskip("rank_bm25")
-    from llmkit.rag.index.bm25 import tokenize
+    from llmkit.rag.index.analysis import doc_terms
     from llmkit.rag.index.reader import Index
 
     _, idx, _, _ = built
     ix = Index(str(idx))
     texts = ix.texts(range(ix.n))
-    assert ix.idents and ix.tok("parse_config") == tokenize("parse_config", idents=True)
-    ref = rank_bm25.BM25Okapi([ix.tok(t) for t in texts])
+    assert ix.idents and ix.tok_doc("parse_config") == doc_terms("parse_config", "english", idents=True)
+    ref = rank_bm25.BM25Okapi([ix.tok_doc(t) for t in texts])
     for q in ("memory pages allocator", "scheduler tasks", "mount filesystem noatime", "parseConfig kmalloc()"):
         theirs = ref.get_scores(ix.tok(q))
         np.testing.assert_allclose(ix.bm25.scores(ix.tok(q)), theirs, rtol=1e-12)
-        hits, _ = query(idx, q, "--mode", "bm25", "-k", "3")
+        hits, _ = query(idx, q, "--mode", "bm25", "-k", "3", "--chunks")
         want = [d for d in sorted(range(len(theirs)), key=lambda d: (-theirs[d], d))[:3] if theirs[d] > 0]
         assert [h["chunk_id"] for h in hits] == [int(ix.rows[d]) for d in want]
 
@@ -343,4 +343,4 @@ def test_stemmed_bm25_index(tmp_path):
     r = run_cli(["rag", "index", str(tmp_path / "plain"), str(corpus / "articles")])
     assert r.exit_code == 0
     r = run_cli(["rag", "index", str(tmp_path / "plain"), str(corpus / "code"), "--stem"])
-    assert r.exit_code == 1 and "without --stem" in r.stderr
+    assert r.exit_code == 1 and "analyses BM25 terms as english, not porter" in r.stderr

@@ -155,8 +155,6 @@ def test_compress_keeps_the_relevant_sentence(env):
     assert re.search(r"compressed 19 -> 8 tokens", err)
 
 
-@pytest.mark.xfail(strict=True, reason="rag query loads no LLM for --compress-to -m MODEL (it counts MiniLM pieces "
-                   "and drops no tokens): build_pipeline needs need_llm=bool(compress_to and -m)")
 def test_compress_with_llm_counts_llm_tokens_and_drops_tokens(env, tiny_gguf):
     """README: `--compress-to N -m model.gguf` = sentence selection + surprisal token dropping, counted
     in the LLM's tokens; what is left is the original text with tokens taken out."""
@@ -174,8 +172,6 @@ def test_compress_with_llm_counts_llm_tokens_and_drops_tokens(env, tiny_gguf):
     assert any(h["compressed_text"] not in h["text"] for h in kept)  # tokens dropped inside a sentence
 
 
-@pytest.mark.xfail(strict=True, reason="compress._drop_tokens protects only a token that is a whole query word: "
-                   "the pieces of a word split into several tokens are dropped")
 def test_compress_never_drops_query_words(tiny_gguf):
     pytest.importorskip("llama_cpp")
     from llmkit.rag.answer.compress import compress

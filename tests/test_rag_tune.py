@@ -75,7 +75,7 @@ def test_pseudo_queries_are_deterministic(corpus):
     assert [q.text for q in a] != [q.text for q in c]
     for q in a:  # the query sentence is not in what is matched; about half its words are gone too
         if q.kind == "sentence":
-            assert q.text not in q.remainder and q.relevant == {int(ix.parent[q.row]): 1}
+            assert q.text not in q.remainder and q.relevant == {int(ix.unit[q.row]): 1}
 
 
 def test_tune_with_judged_queries_finds_the_useful_retriever(corpus):

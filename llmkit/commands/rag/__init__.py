@@ -10,8 +10,9 @@ local model; evaluate and tune.
                       flag spellings of library option names
     query_options.py  the query option decorators (fusion, filters, LLM steps)
 
-Library errors that name an option are spelled with this CLI's flags here, in one place; the
-libraries' log records below ERROR (their advice and chatter on the root logger) are not shown.
+Library errors that name an option are spelled as flags by llmkit.cli (this package's `FLAGS` add the
+names that are not one command's own flags); the libraries' log records below ERROR (their advice
+and chatter on the root logger) are not shown.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import click
 from llmkit.commands.rag.answer import answer_cmd, ask_global_cmd
 from llmkit.commands.rag.evaluate import cranfield_cmd, eval_cmd
 from llmkit.commands.rag.index import index_cmd, info_cmd
-from llmkit.commands.rag.options import FLAGS
+from llmkit.commands.rag.options import FLAGS  # noqa: F401 -- read by llmkit.cli to spell option errors
 from llmkit.commands.rag.query import query_cmd
 from llmkit.commands.rag.tune import adapt_cmd, tune_cmd, tune_reset_cmd
 
@@ -42,17 +43,12 @@ def _library_logging():
 
 
 class RagGroup(click.Group):
-    """Runs a rag command with the library's option errors spelled as flags."""
+    """Runs a rag command with library log records below ERROR hidden. (Option errors are spelled
+    by the root CLI, with `FLAGS` for the names that are not one command's own flags.)"""
 
     def invoke(self, ctx):
-        from llmkit.errors import BadInput
-        from llmkit.rag.errors import OptionError
-
-        try:
-            with _library_logging():
-                return super().invoke(ctx)
-        except OptionError as e:
-            raise BadInput(e.spelled(FLAGS)) from e
+        with _library_logging():
+            return super().invoke(ctx)
 
 
 @click.group("rag", cls=RagGroup)

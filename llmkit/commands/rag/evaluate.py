@@ -28,7 +28,9 @@ def parse_config(spec: str, llm_path: str | None = None):
         elif name == "norm" and val:
             f.norm = val
         elif name == "graph":
-            f.graph = True
+            f.graph = float(val) if val else True
+        elif name == "chunks":
+            f.chunks = True
         elif name == "expand":
             f.expand = int(val or 10)
         elif name == "rerank" and val:
@@ -60,7 +62,7 @@ def parse_config(spec: str, llm_path: str | None = None):
                qrels_help="TREC qrels: query 0 doc relevance.")
 @click.option("-c", "--config", "configs", multiple=True,
               help="MODE[:bm25=W,dense=W[,graph=W]][+fusion=rrf|cc][+norm=N][+rrf-k=K][+expand[=N]][+parents]"
-                   "[+graph][+rerank=SPEC][+hyde][+rewrite=N]; MODE is bm25, dense, hybrid (built-in fusion) or "
+                   "[+graph[=W]][+chunks][+rerank=SPEC][+hyde][+rewrite=N]; MODE is bm25, dense, hybrid (built-in fusion) or "
                    "tuned (the index's `rag tune` choice); repeatable (default: bm25, dense, hybrid, and tuned "
                    "when the index has one).")
 @click.option("--recall-k", default=100, show_default=True, type=int)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from llmkit.commands._common import Output, progress_bar
+from llmkit.io import read_bounded
 from llmkit.commands.rag.options import chunk_options, embed_options, meta_option, read_options, store_options
 
 
@@ -19,9 +18,10 @@ from llmkit.commands.rag.options import chunk_options, embed_options, meta_optio
 @embed_options
 @read_options
 @store_options
+@click.option("--no-tune", is_flag=True, help="Do not tune the fusion on pseudo-queries at the end of the run.")
 @click.option("--no-wait", is_flag=True, help="Fail at once if another process is writing this index (default: wait).")
 @click.option("--json", "as_json", is_flag=True, help="Print the indexing report as JSON on stdout.")
-def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no_wait, as_json):
+def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no_tune, no_wait, as_json):
     """Add INPUTS (files, directories, '-') to INDEX_DIR, updating only what changed.
 
     \b
@@ -30,7 +30,8 @@ def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no
     .rs .java .c .cpp .cs .rb .php .swift .scala .kt .sh .sql .lua: chunks at definitions,
     with symbol and line numbers). Directories honour .gitignore; files of other types
     are listed as skipped. Re-running updates changed files (content hash), removes files
-    that disappeared under the given paths, and embeds only new text.
+    that disappeared under the given paths, and embeds only new text. At the end the
+    fusion is tuned on pseudo-queries (enough chunks, changed by > 20 %; --no-tune).
     \b
     llmkit rag index idx docs/ --collection articles
     llmkit rag index idx src/ --include '*.md' --collection code --meta team=infra
@@ -42,11 +43,24 @@ def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no
     out = Output()
     inputs = resolve_inputs(inputs, "documents")
     opts = IndexOptions(collection=collection, meta=meta, read=read, chunk=chunk, embed=embed, store=store)
-    stdin_data = sys.stdin.buffer.read() if "-" in inputs else None
+    stdin_data = read_bounded("-", "LLMKIT_MAX_PDF_BYTES") if "-" in inputs else None  # stdin may be a PDF
     with progress_bar("indexing") as bar:
         report = build(index_dir, list(inputs), opts, stdin_data=stdin_data,
                        progress=lambda stage, done, total: bar(done, total, stage), wait=not no_wait,
                        on_wait=lambda msg: out.info(msg + " ..."))
+        tuned = None
+        if not no_tune:
+            from llmkit.rag.evaluate.tune import auto_tune
+
+            tuned = auto_tune(index_dir, report, lambda stage, done, total: bar(done, total, stage))
+    if report.changes:
+        out.info(f"collection '{collection}': chunking changed: " + "; ".join(report.changes))
+    if report.over_window:
+        out.warn(f"{report.over_window} chunk(s) are longer than the embedding model's window ({report.window} "
+                 "tokens): their ends are not embedded (BM25 reads them whole).")
+    if tuned:
+        out.info(tuned["why"] + (f" ({tuned['seconds']:.1f} s, {tuned['seconds'] / max(report.total_s, 1e-9):.0%} "
+                                 "of the indexing time)" if tuned["done"] else ""))
     if report.skipped:
         from llmkit.rag.read.files import summarize_skipped
 
@@ -55,7 +69,7 @@ def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no
         out.warn("code cut at line boundaries instead of definitions: " + ", ".join(
             f"{n} file(s) ({why})" for why, n in report.code_fallbacks.items()))
     if as_json:
-        out.json(report.to_dict())
+        out.json({**report.to_dict(), "tune": tuned})
         return
     r = report
     out.info(f"{index_dir}: generation {r.generation}, {r.files} file(s): {r.docs_added} document(s) added/changed, "
@@ -85,13 +99,19 @@ def info_cmd(index_dir, as_json):
              + (f"{m['store']['uri']} collection {m['store'].get('collection')} ({m.get('index')})" if m.get("store")
                 else f"faiss {m.get('index')}"))
     for name, c in m.get("collections", {}).items():
-        out.data(f"  {name}: {c.get('docs', 0)} documents, {c.get('chunks', 0)} chunks; {c.get('chunker')} "
-                 f"sizes {c.get('sizes')} overlap {c.get('overlap')} parents {c.get('parent_size')}")
+        size = (f"{c.get('tokens')} model tokens" if c.get("unit") == "tokens" else f"sizes {c.get('sizes')} characters")
+        out.data(f"  {name}: {c.get('docs', 0)} documents, {c.get('chunks', 0)} chunks; {c.get('chunker')} {size}, "
+                 f"overlap {c.get('overlap')}, parents {c.get('parent_size')}")
+    from llmkit.rag.index.analysis import analysis_of
+
+    out.data(f"  BM25 analysis: {analysis_of(m)}; hits are " + ("documents (code: definitions)" if m.get("ranking")
+                                                                == "documents" else "chunks (index made before 2026-12)"))
     out.data(f"  fields: {', '.join(m.get('fields', []))}")
     f = m.get("fusion")
     if f:
         t = f.get("tuned", {})
-        out.data(f"  fusion (rag tune, {t.get('source', '?')} queries, {t.get('date', '?')}): {t.get('label', '?')}; "
+        how = "rag index, auto" if t.get("chunks") else "rag tune"
+        out.data(f"  fusion ({how}, {t.get('source', '?')} queries, {t.get('date', '?')}): {t.get('label', '?')}; "
                  f"nDCG@10 held-out {t.get('heldout', '?')} vs default {t.get('default_heldout', '?')}")
     else:
         out.data("  fusion: built-in RRF 1:1, k 60 (not tuned: llmkit rag tune)")

@@ -17,7 +17,8 @@ FLAGS = {"parent_size": "--parent-size", "csv_meta": "--csv-meta", "model": "--m
          "passage_prompt": "--passage-prompt", "stem": "--stem", "weights": "--weights", "k": "-k",
          "depth": "--depth", "rewrite": "--rewrite", "subqueries": "--subqueries", "hyde": "--hyde", "llm": "-m",
          "mode": "--mode", "rrf_k": "--rrf-k", "rerank": "--rerank", "compress_to": "--compress-to",
-         "queries": "--queries", "qrels": "--qrels", "batch_size": "--batch-size"}
+         "queries": "--queries", "qrels": "--qrels", "batch_size": "--batch-size", "tokens": "--tokens",
+         "analysis": "--analysis"}
 RUNTIMES = ("onnx", "torch")
 
 
@@ -46,29 +47,34 @@ def bundle(name: str, options: list, build):
 
 # -- rag index ---------------------------------------------------------------------------------------
 
-def _sizes(ctx, param, value: str) -> tuple[int, ...]:
+def _sizes(ctx, param, value: str | None) -> tuple[int, ...]:
     try:
-        return tuple(int(s) for s in value.split(",") if s.strip())
+        return tuple(int(s) for s in (value or "").split(",") if s.strip())
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a comma-separated list of sizes.", param_hint="--size") from None
 
 
-def _chunk(chunker, sizes, overlap, parent_size, no_dedupe, near_dup, no_boilerplate):
+def _chunk(chunker, sizes, tokens, overlap, parent_size, no_dedupe, near_dup, no_boilerplate):
     from llmkit.rag.chunk.sections import ChunkOptions
 
-    return ChunkOptions(chunker=chunker, sizes=sizes, overlap=overlap, parent_size=parent_size, dedupe=not no_dedupe,
-                        near_threshold=near_dup, boilerplate=not no_boilerplate)
+    return ChunkOptions(chunker=chunker, sizes=sizes, tokens=tokens, overlap=overlap, parent_size=parent_size,
+                        dedupe=not no_dedupe, near_threshold=near_dup, boilerplate=not no_boilerplate)
 
 
 chunk_options = bundle("chunk", [
     click.option("--chunker", type=click.Choice(["recursive", "window"]), default="recursive", show_default=True,
                  help="recursive: paragraph > line > sentence > word boundaries (sizes in characters); "
                       "window: fixed windows of words/CJK characters."),
-    click.option("--size", "sizes", default="800", show_default=True, callback=_sizes,
-                 help="Chunk size; several comma-separated sizes index every text at each size (e.g. 300,1200)."),
-    click.option("--overlap", default=100, show_default=True, type=int,
-                 help="Overlap between consecutive chunks (recursive: at most this many characters, whole sentences "
-                      "else whole words; window: exactly this many units)."),
+    click.option("--size", "sizes", default=None, callback=_sizes,
+                 help="Chunk size in characters; several comma-separated sizes index every text at each size (e.g. "
+                      "300,1200). Default: chunks sized in the embedding model's tokens (--tokens)."),
+    click.option("--tokens", default=0, type=int,
+                 help="Chunk size in the embedding model's tokens (default: its window, 254 for all-MiniLM-L6-v2); "
+                      "a section that fits is one chunk. An existing collection keeps its recorded chunking."),
+    click.option("--overlap", default=None, type=int,
+                 help="Overlap between consecutive chunks: tokens (default an eighth of the size), or with --size "
+                      "characters (default 100; recursive: at most this many, whole sentences else whole words; "
+                      "window: exactly this many units)."),
     click.option("--parent-size", default=3000, show_default=True, type=int,
                  help="Small-to-big: chunks are searched, their parent window (this many characters, 0 = whole "
                       "section) is returned with --parents."),
@@ -122,14 +128,15 @@ read_options = bundle("read", [
     click.option("--id-field", default="id", show_default=True, help="JSONL: the field holding the document id."),
     click.option("--include", multiple=True, help="Directories: only files matching this glob (repeatable)."),
     click.option("--exclude", multiple=True, help="Directories: skip files matching this glob (repeatable)."),
-    click.option("--code-size", default=1500, show_default=True, type=int,
-                 help="Characters per source-code chunk (a definition up to this size stays whole)."),
+    click.option("--code-size", default=0, type=int,
+                 help="Characters per source-code chunk (a definition up to this size stays whole). Default: the "
+                      "embedding model's window in its tokens (with --size: 1500 characters)."),
     click.option("--csv-meta", default="", help="CSV/TSV: comma-separated columns kept as metadata (one row per chunk)."),
     click.option("--no-gitignore", is_flag=True, help="Index files that .gitignore files exclude."),
 ], _read)
 
 
-def _store(stem, index_type, graph, graph_llm, store):
+def _store(analysis, stem, index_type, graph, graph_llm, store):
     from llmkit.rag.index.build import StoreOptions
 
     llm = None
@@ -137,11 +144,16 @@ def _store(stem, index_type, graph, graph_llm, store):
         from llmkit.rag.llm import LocalLLM
 
         llm = LocalLLM(graph_llm)
-    return StoreOptions(store=store, index_type=index_type, stem=stem, graph=graph or bool(graph_llm), graph_llm=llm)
+    return StoreOptions(store=store, index_type=index_type, stem=stem, analysis=analysis, graph=graph or bool(graph_llm),
+                        graph_llm=llm)
 
 
 store_options = bundle("store", [
-    click.option("--stem", is_flag=True, help="Porter-stem English words for BM25 (chosen when the index is created)."),
+    click.option("--analysis", type=click.Choice(["english", "plain", "porter"]), default=None,
+                 help="BM25 analysis, chosen when the index is created: english (default: English chunks stemmed, "
+                      "stop words dropped, other languages plain), plain (lower-cased words, CJK bigrams), porter "
+                      "(every word Porter-stemmed)."),
+    click.option("--stem", is_flag=True, help="Same as --analysis porter."),
     click.option("--index-type", type=click.Choice(["auto", "flat", "hnsw"]), default="auto", show_default=True,
                  help="faiss index: exact flat search up to 100k chunks, HNSW beyond (auto)."),
     click.option("--graph", is_flag=True, help="Keep an entity graph for `rag query --graph` and `rag ask-global` "

@@ -56,7 +56,8 @@ def query_cmd(index_dir, query, k, req, queries_file, compress_to, explain, json
     from llmkit.rag.retrieve.options import build_pipeline
 
     out = Output(jsonl=jsonl)
-    pipe, llm = build_pipeline(index_dir, k, req)
+    # compression counts and drops the model's own tokens when a model is given (-m)
+    pipe, llm = build_pipeline(index_dir, k, req, need_llm=bool(compress_to and req.steps.llm_path))
     if explain:
         out.info(f"fusion ({pipe.opts.source}): {describe(pipe.opts)}")
     for qid, text in iter_queries(query, queries_file):

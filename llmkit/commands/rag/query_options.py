@@ -11,11 +11,11 @@ import click
 from llmkit.commands.rag.options import RUNTIMES, bundle
 
 
-def _fusion(mode, weights, fusion, norm, rrf_k, graph, depth, expand, parents):
+def _fusion(mode, weights, fusion, norm, rrf_k, graph, chunks, depth, expand, parents):
     from llmkit.rag.retrieve.options import FusionRequest
 
     return FusionRequest(mode=mode, weights=weights, method=fusion, norm=norm, rrf_k=rrf_k, graph=graph, depth=depth,
-                         expand=expand, parents=parents)
+                         expand=expand, parents=parents, chunks=chunks)
 
 
 fusion_options = bundle("fusion", [
@@ -28,7 +28,10 @@ fusion_options = bundle("fusion", [
     click.option("--norm", type=click.Choice(["minmax", "z", "dbsf", "tmm"]), default=None,
                  help="Score normalisation for --fusion cc (default: tuned, else minmax)."),
     click.option("--rrf-k", default=None, type=int, help="RRF constant k in w / (k + rank) (default: tuned, else 60)."),
-    click.option("--graph", is_flag=True, help="Add the entity-graph list (index built with --graph)."),
+    click.option("--graph", is_flag=True, help="Use the entity-graph list (index built with --graph): at the weight "
+                 "`rag tune` chose for it, else only re-ranking inside the fused candidates."),
+    click.option("--chunks", is_flag=True, help="Raw chunk hits instead of one hit per document (code: per "
+                 "definition)."),
     click.option("--depth", default=100, show_default=True, type=int, help="Candidates per retriever before fusion."),
     click.option("--expand", default=None, type=int, help="Add N pseudo-relevance-feedback terms to the BM25 query "
                  "(default: tuned, else 0)."),

@@ -74,15 +74,28 @@ def compress(query: str, texts: list[str], budget: int, count_tokens, embedder=N
     return Compressed(out, before, after)
 
 
+def _protected(llm, text: str, toks: list[int], qwords: set[str]) -> list[int]:
+    """Indices of the tokens that overlap a query word of `text` (a word the model splits into
+    several tokens is protected whole, not only a token that happens to be the whole word)."""
+    spans = [m.span() for m in re.finditer(r"\w+", text) if set(tokenize(m.group())) & qwords]
+    if not spans:
+        return []
+    ends = [len(llm.detokenize(toks[:i + 1])) for i in range(len(toks))]
+    out, start = [], 0
+    for i, end in enumerate(ends):
+        if any(a < end and start < b for a, b in spans):
+            out.append(i)
+        start = end
+    return out
+
+
 def _drop_tokens(query: str, texts: list[str], budget: int, llm) -> list[str]:
     qwords = set(tokenize(query))
     per = []
     for t in texts:
         toks, surprisal = llm.surprisal(t) if t else ([], np.zeros(0))
         s = surprisal.copy()
-        for i, tok in enumerate(toks):  # never drop pieces of the query's own words
-            if set(tokenize(llm.detokenize([tok]))) & qwords:
-                s[i] = np.inf
+        s[_protected(llm, t, toks, qwords)] = np.inf  # never drop pieces of the query's own words
         per.append((toks, s))
     total = sum(len(t) for t, _ in per)
     drop = total - budget

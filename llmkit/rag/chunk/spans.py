@@ -64,31 +64,52 @@ def boundaries(text: str) -> tuple[np.ndarray, np.ndarray]:
     return pos, np.fromiter((found[p] for p in pos.tolist()), np.int8, len(pos))
 
 
-def recursive_spans(text: str, size: int, overlap: int = 0) -> list[Span]:
-    """Cut text into chunks of at most `size` characters at the strongest boundaries (module doc)."""
-    check_size(size, overlap)
+def recursive_spans(text: str, size: int, overlap: int = 0, starts: np.ndarray | None = None) -> list[Span]:
+    """Cut text into chunks of at most `size` characters at the strongest boundaries (module doc).
+    With `starts` (the sorted start offsets of the text's model tokens), `size` and `overlap` count
+    model tokens instead: a chunk holds at most `size` tokens.
+
+    >>> [s.text for s in recursive_spans("One two. Three four five.", 3, 0, np.array([0, 4, 9, 15, 20]))]
+    ['One two.', 'Three four five.']
+    """
+    if starts is None:
+        check_size(size, overlap)
+    elif size < 1 or not 0 <= overlap <= size // 2:
+        raise BadInput(f"a chunk of {size} tokens cannot overlap by {overlap}; use 0 to half the size.")
     n = len(text)
     pos, lvl = boundaries(text)
     spans: list[Span] = []
     s = _skip_space(text, 0)
     while s < n:
-        if n - s <= size:
+        if starts is None:
+            half, limit = s + size // 2, s + size
+        else:  # the first character of token size // 2 and of the first token past the size
+            i = int(np.searchsorted(starts, s, "left"))
+            fill = size // 2
+            half = int(starts[i + fill]) if i + fill < len(starts) else n
+            limit = int(starts[i + size]) if i + size < len(starts) else n
+        if limit >= n:
             e = n
         else:
-            lo, hi = np.searchsorted(pos, s + size // 2, "right"), np.searchsorted(pos, s + size, "right")
+            lo, hi = np.searchsorted(pos, half, "right"), np.searchsorted(pos, limit, "right")
             if hi > lo:
                 window = lvl[lo:hi]
                 best = np.flatnonzero(window == window.max())[-1]
                 e = int(pos[lo + best])
             else:
-                e = s + size
+                e = limit
         piece = text[s:e]
         if piece.strip():
             a = s + len(piece) - len(piece.lstrip())
             spans.append(Span(a, a + len(piece.strip()), piece.strip()))
         if e >= n:
             break
-        s = _overlap_start(pos, lvl, s, e, overlap) if overlap else e
+        if overlap and starts is not None:  # the overlap's first character, counted in tokens
+            j = int(np.searchsorted(starts, e, "left"))
+            back = int(starts[max(j - overlap, 0)])
+            s = _overlap_start(pos, lvl, s, e, e - back)
+        else:
+            s = _overlap_start(pos, lvl, s, e, overlap) if overlap else e
         s = _skip_space(text, s)
     return spans
 

@@ -64,6 +64,17 @@ class Embedder:
     def count_tokens(self, text: str) -> int:
         return len(self.token_ids(text))
 
+    def token_starts(self, text: str) -> np.ndarray:
+        """Start offsets (characters) of the text's word pieces."""
+        raise NotImplementedError
+
+    @property
+    def window(self) -> int:
+        """Word pieces of a passage the model reads: its maximum sequence length less the special
+        tokens and the passage prompt (256 - 2 for all-MiniLM-L6-v2). Longer text is cut off."""
+        prompt = len(self.token_ids(self.passage_prompt)) if self.passage_prompt else 0
+        return self.max_seq_length - self.n_special - prompt
+
 
 class OnnxEmbedder(Embedder):
     runtime = "onnx"
@@ -88,6 +99,8 @@ class OnnxEmbedder(Embedder):
             _LOADED[(self.key, precision, threads)] = cached
         self.encoder = cached
         self.dim = cached.dim
+        self.max_seq_length = cached.spec.max_seq_length
+        self.n_special = cached.special_tokens()
         self.unk_id = cached.spec.unk_id
         self._set_prompts(cached.spec.prompts)
 
@@ -98,6 +111,9 @@ class OnnxEmbedder(Embedder):
 
     def token_ids(self, text):
         return self.encoder.token_ids(text)
+
+    def token_starts(self, text):
+        return self.encoder.token_starts(text)
 
 
 class TorchEmbedder(Embedder):
@@ -117,6 +133,8 @@ class TorchEmbedder(Embedder):
         dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dim())
         self.unk_id = getattr(self.model.tokenizer, "unk_token_id", None)
+        self.max_seq_length = int(self.model.max_seq_length)
+        self.n_special = len(self.model.tokenizer("")["input_ids"])
         self._set_prompts(dict(getattr(self.model, "prompts", {}) or {}))
 
     def encode(self, texts, prompt="", progress=None):
@@ -133,6 +151,10 @@ class TorchEmbedder(Embedder):
 
     def token_ids(self, text):
         return self.model.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def token_starts(self, text):
+        got = self.model.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        return np.fromiter((a for a, _ in got), np.int64, len(got))
 
 
 def load_embedder(name: str | None = None, runtime: str = "onnx", precision: str = "fp32", query_prompt: str = "",

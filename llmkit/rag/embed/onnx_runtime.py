@@ -282,6 +282,19 @@ class OnnxEncoder:
                 progress(done, len(texts))
         return out
 
+    def token_starts(self, text: str) -> np.ndarray:
+        """Start offsets (characters of `text`) of its word pieces, untruncated, no special tokens."""
+        self.tokenizer.no_truncation()
+        try:
+            enc = self.tokenizer.encode(text.lower() if self.spec.do_lower_case else text, add_special_tokens=False)
+        finally:
+            self.tokenizer.enable_truncation(max_length=self.spec.max_seq_length, strategy="longest_first")
+        return np.fromiter((a for a, _ in enc.offsets), np.int64, len(enc.offsets))
+
+    def special_tokens(self) -> int:
+        """Tokens the model adds around every text ([CLS] and [SEP] for BERT)."""
+        return len(self.tokenizer.encode("").ids)
+
     def token_ids(self, text: str) -> list[int]:
         """Word-piece ids of a text without special tokens (untruncated)."""
         self.tokenizer.no_truncation()

@@ -91,12 +91,12 @@ def _negatives(index: Index, queries, emb, progress=None) -> list[int]:
             progress("mining negatives", i, len(queries))
         bm = [d for d, _ in index.bm25.top_k(index.tok(q.text), 10)]
         dn = np.argsort(-(vecs @ qv[i]))[:10].tolist()
-        pos_sig = minhash(index.tok(q.remainder or index.texts([q.row])[0]))
+        pos_sig = minhash(index.tok_doc(q.remainder or index.texts([q.row])[0]))
         pick = -1
         for r in [x for pair in zip(bm, dn) for x in pair] + bm[len(dn):] + dn[len(bm):]:
             if r == q.row or row_doc[r] == row_doc[q.row] or index.parent[r] == index.parent[q.row]:
                 continue
-            if (minhash(index.tok(index.texts([r])[0])) == pos_sig).mean() >= 0.7:
+            if (minhash(index.tok_doc(index.texts([r])[0])) == pos_sig).mean() >= 0.7:
                 continue
             pick = r
             break
@@ -150,7 +150,8 @@ def adapt(directory: str, opts: AdaptOptions, llm=None, runtime: str = "onnx",
     m = index.manifest
     base_path = resolve_model(stored_model(m["model"]))
     emb = index.embedder(None, runtime)
-    queries = pseudo_queries(index, opts.pairs, opts.seed, llm, progress, mismatch=opts.mismatch)
+    # the model learns to find passages: its pairs and held-out queries are judged per parent chunk
+    queries = pseudo_queries(index, opts.pairs, opts.seed, llm, progress, mismatch=opts.mismatch, by_unit=False)
     perm = np.random.default_rng(opts.seed + 11).permutation(len(queries))
     n_hold = max(10, len(queries) // 5)
     hold = [queries[i] for i in sorted(perm[:n_hold])]

@@ -8,6 +8,7 @@ import os
 import re
 
 from llmkit.errors import BadInput
+from llmkit.io import load_json_line
 
 
 def load_queries(path: str) -> list[tuple[str, str]]:
@@ -32,7 +33,7 @@ def parse_query_line(line: str, n: int, where: str = "input") -> tuple[str, str]
     s = line.strip()
     if s.startswith("{"):
         try:
-            rec = json.loads(s)
+            rec = load_json_line(s, f"{where}:{n}")
         except json.JSONDecodeError as e:
             raise BadInput(f"{where}:{n}: invalid JSON ({e.msg}).") from None
         text = rec.get("text", rec.get("query"))

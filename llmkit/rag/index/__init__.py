@@ -5,6 +5,7 @@
     build.py        IndexOptions / StoreOptions, `build` (add, update, remove documents), `switch_model`
     publish.py      one searchable generation: dedupe, vectors, BM25, graph; then the manifest swap
     bm25.py         BM25 (Okapi) over an inverted index, equal to rank-bm25; the tokenizer
+    analysis.py     how chunks and queries become BM25 terms (English: stemmed, stop words dropped)
     stem.py         the Porter stemmer
     graph.py        the entity graph (extraction, co-occurrence matrices, communities)
     vectors.py      the vector-store protocol and the faiss store (files in the index directory)
@@ -12,5 +13,5 @@
     reader.py       `Index`: one generation opened for queries
 
 May import: read/, chunk/, embed/, llmkit.io, llmkit.errors, llmkit.rag.errors. Queries import only
-manifest.py, bm25.py, reader.py and vectors.py of it (no chunkers, readers or tree-sitter).
+manifest.py, analysis.py, bm25.py, reader.py and vectors.py of it (no chunkers, readers or tree-sitter).
 """

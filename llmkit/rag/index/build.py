@@ -22,21 +22,22 @@ import os
 import re
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.rag.chunk import dedupe, spans
-from llmkit.rag.chunk.sections import ChunkOptions, chunk_document
+from llmkit.rag.chunk.sections import ChunkOptions, chunk_document, chunking_of
 from llmkit.rag.embed.models import EmbedOptions
 from llmkit.rag.errors import OptionError
 from llmkit.rag.index import db
+from llmkit.rag.index.analysis import ANALYSES, analysis_of
 from llmkit.rag.index.manifest import FORMAT, MANIFEST, VERSION, now, read_manifest, writer_lock
 from llmkit.rag.index.vectors import HNSW_ABOVE
 from llmkit.rag.read.documents import load_file
-from llmkit.rag.read.files import ReadOptions, check_csv_meta, collect_files
+from llmkit.rag.read.files import ReadOptions, check_csv_meta, collect_files, read_input
 from llmkit.rag.read.types import Skipped
 
 
@@ -47,7 +48,8 @@ class StoreOptions:
     store: str | None = None  # where vectors live: None/faiss (index directory) or a served engine URI (milvus.py)
     index_type: str = "auto"  # auto | flat | hnsw
     hnsw_above: int = HNSW_ABOVE
-    stem: bool = False  # Porter-stem English words for BM25 (index-wide, fixed when the index is created)
+    stem: bool = False  # Porter-stem every word for BM25 (= analysis "porter"; fixed when the index is created)
+    analysis: str | None = None  # BM25 analysis of a new index (analysis.py); None: english (porter with stem)
     graph: bool = False  # keep an entity graph (index-wide once enabled)
     graph_llm: object = None  # a LocalLLM whose listed entities are added to the extracted ones
 
@@ -81,6 +83,9 @@ class IndexReport:
     ignored: int = 0  # files and directories left out by .gitignore (and node_modules, __pycache__, ...)
     graph: dict = field(default_factory=dict)  # entities and links of the entity graph
     embedded: int = 0
+    over_window: int = 0  # embedded chunks longer than the model's window: their ends are not embedded
+    window: int = 0  # the model's window in its tokens
+    changes: list[str] = field(default_factory=list)  # chunking that differs from the collection's recorded one
     vectors_reused: int = 0
     embed_s: float = 0.0
     total_s: float = 0.0
@@ -103,6 +108,8 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
     (under the index's writer lock: concurrent runs queue, none loses the other's documents)."""
     t0 = time.perf_counter()
     opts.chunk.validate()
+    if opts.store.analysis is not None and opts.store.analysis not in ANALYSES:
+        raise BadInput(f"unknown BM25 analysis {opts.store.analysis!r}; use {', '.join(ANALYSES)}.")
     if opts.store.store is not None:
         from llmkit.rag.index.milvus import parse_store
 
@@ -118,8 +125,13 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
     return report
 
 
-def _read_new(files, opts: IndexOptions, stdin_data, live, report, progress):
-    """(documents that are new or changed, paths seen) of the files; unreadable files are skipped."""
+def _read_new(files, opts: IndexOptions, stdin_data, live, report, progress, embedder=None):
+    """(documents that are new or changed, paths seen) of the files; unreadable files are skipped.
+    With token-sized chunks, code definitions up to the model's window stay whole."""
+    r = opts.read
+    code_size, measure = r.code_size or 1500, len
+    if not r.code_size and not opts.chunk.sizes:
+        code_size, measure = opts.chunk.tokens, embedder.count_tokens
     new_docs, seen = [], set()
     for n, path in enumerate(files):
         if progress:
@@ -127,15 +139,13 @@ def _read_new(files, opts: IndexOptions, stdin_data, live, report, progress):
         if path == "-":
             data = stdin_data or b""
         else:
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError as e:
-                report.skipped.append(Skipped(path, e.strerror or "unreadable"))
+            data, skip = read_input(path)  # bounded: a named pipe or device cannot fill memory
+            if skip:
+                report.skipped.append(skip)
                 continue
-        r = opts.read
         docs, skipped = load_file(path, data, text_field=r.text_field, id_field=r.id_field,
-                                  size=max(opts.chunk.sizes), code_size=r.code_size, csv_meta=r.csv_meta)
+                                  size=max(opts.chunk.sizes or (800,)), code_size=code_size, csv_meta=r.csv_meta,
+                                  measure=measure)
         report.skipped.extend(skipped)
         for doc in docs:
             if doc.note:
@@ -151,17 +161,20 @@ def _read_new(files, opts: IndexOptions, stdin_data, live, report, progress):
 
 def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, progress) -> IndexReport:
     from llmkit.rag.index.bm25 import tokenize
-    from llmkit.rag.index.publish import publish
+    from llmkit.rag.index.publish import load_index_embedder, publish
 
     manifest = _open_or_create(directory, opts)
     gen = manifest["generation"] + 1
     report = IndexReport(generation=gen, files=len(files))
+    model = ModelTokens(lambda: load_index_embedder(manifest, opts.embed))
+    opts = replace(opts, chunk=chunking_of(manifest, opts.collection, opts.chunk, model.window, report.changes))
+    emb = None if opts.chunk.sizes else model
     con = db.connect(directory)
     try:
         db.rollback_unfinished(con, manifest["generation"])
         live = {row[1]: (row[0], row[2]) for row in con.execute(
             "SELECT id, path, hash FROM docs WHERE collection = ? AND gen_removed IS NULL", (opts.collection,))}
-        new_docs, seen = _read_new(files, opts, stdin_data, live, report, progress)
+        new_docs, seen = _read_new(files, opts, stdin_data, live, report, progress, emb)
         scopes = [os.path.abspath(p) for p in inputs if p != "-"]
         gone = [(doc_id, p) for p, (doc_id, _) in live.items()
                 if p not in seen and (p == "-" and "-" in inputs or _in_scope(p, scopes))]
@@ -182,7 +195,8 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
                               (opts.collection, doc.source, doc.path, doc.hash,
                                json.dumps(doc.meta, ensure_ascii=False), gen))
             doc_id = cur.lastrowid
-            for parent_text, chunks in chunk_document(doc, opts.chunk, opts.meta, drop_lines):
+            for parent_text, chunks in chunk_document(doc, opts.chunk, opts.meta, drop_lines,
+                                                      emb.token_starts if emb else None):
                 pid = con.execute("INSERT INTO parents (doc_id, text) VALUES (?, ?)", (doc_id, parent_text)).lastrowid
                 rows = []
                 for text, meta in chunks:
@@ -207,6 +221,28 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     finally:
         con.close()
     return report
+
+
+class ModelTokens:
+    """The index's embedding model as a tokenizer, loaded on first use (a run that cuts no text into
+    token-sized chunks never loads it)."""
+
+    def __init__(self, load):
+        self._load, self._emb = load, None
+
+    def _get(self):
+        if self._emb is None:
+            self._emb = self._load()
+        return self._emb
+
+    def window(self) -> int:
+        return self._get().window
+
+    def token_starts(self, text: str):
+        return self._get().token_starts(text)
+
+    def count_tokens(self, text: str) -> int:
+        return self._get().count_tokens(text)
 
 
 def _undo_unpublished(directory, con, old_gen: int) -> None:
@@ -237,9 +273,10 @@ def _check_compatible(directory: str, m: dict, opts: IndexOptions) -> None:
             m.get("query_prompt", ""), m.get("passage_prompt", "")):
         raise OptionError("this index was built with other {query_prompt}/{passage_prompt} values; "
                           "use a new index directory to change them.")
-    if st.stem and not m.get("stem", False):
-        raise OptionError("this index was built without {stem}; BM25 terms cannot be mixed. Use a new index "
-                          "directory.")
+    have_an, want_an = analysis_of(m), st.analysis or ("porter" if st.stem else None)
+    if want_an and want_an != have_an:
+        raise OptionError("this index analyses BM25 terms as {have}, not {want}; BM25 terms cannot be mixed. Use a "
+                          "new index directory.", have=have_an, want=want_an)
     have_prec = m.get("embed_precision", "fp32")
     if e.precision and e.precision != have_prec:
         raise BadInput(f"index '{directory}' holds {have_prec} embeddings; {e.precision} vectors cannot be "
@@ -279,6 +316,7 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
             "embed_precision": e.precision or "fp32", "embed_runtime": e.runtime,
             "query_prompt": e.query_prompt, "passage_prompt": e.passage_prompt, "created": now(),
             "collections": {}, "fields": [], "index": None, "stem": opts.store.stem, "bm25_idents": True,
+            "analysis": opts.store.analysis or ("porter" if opts.store.stem else "english"), "ranking": "documents",
             "graph": opts.store.graph, **({"store": spec} if spec else {})}
 
 

@@ -65,9 +65,13 @@ def drop_superseded(con: sqlite3.Connection, gen: int) -> None:
 
 
 def live_chunks(con: sqlite3.Connection, gen: int):
-    """(id, text, text_hash, dup_key, minhash, collection, parent_id) of generation `gen`'s chunks."""
+    """(id, text, text_hash, dup_key, minhash, collection, parent_id, doc_id, a unit of its own) of
+    generation `gen`'s chunks; a unit of its own: a section the reader cut itself (a code definition,
+    with line numbers; table rows, with row numbers), which results rank apart from its file's others."""
     return con.execute(
-        "SELECT c.id, c.text, c.text_hash, c.dup_key, c.minhash, c.collection, c.parent_id FROM chunks c "
+        "SELECT c.id, c.text, c.text_hash, c.dup_key, c.minhash, c.collection, c.parent_id, c.doc_id, "
+        "json_extract(c.meta, '$.line_start') IS NOT NULL OR json_extract(c.meta, '$.row_start') IS NOT NULL "
+        "FROM chunks c "
         f"JOIN docs d ON d.id = c.doc_id WHERE {LIVE} ORDER BY c.id", (gen, gen)).fetchall()
 
 

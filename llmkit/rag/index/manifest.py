@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Callable
 
 from llmkit.errors import BadFileFormat, BadInput
+from llmkit.io import load_json
 from llmkit.rag.errors import OptionError
 
 FORMAT, VERSION = "llmkit-rag", 1
@@ -35,7 +36,7 @@ def read_manifest(directory: str) -> dict:
         raise BadInput(f"index '{directory}' does not exist. Build it first: llmkit rag index {directory} FILES...")
     try:
         with open(path, encoding="utf-8") as f:
-            m = json.load(f)
+            m = load_json(f.read(), f"'{path}'")
     except FileNotFoundError:
         raise BadFileFormat(f"'{directory}' is not an llmkit RAG index (no {MANIFEST}). "
                             f"Build one with: llmkit rag index DIR FILES...") from None

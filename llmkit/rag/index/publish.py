@@ -24,7 +24,8 @@ from llmkit.rag.index.vectors import index_kind, write_faiss
 def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set | None = None) -> None:
     """Build gen-N (dedupe, embed new text, BM25, vectors), then swap the manifest. `keep_ids`: exactly
     these chunks, no dedupe, every vector computed again (a model switch)."""
-    from llmkit.rag.index.bm25 import BM25Index, tokenize
+    from llmkit.rag.index.analysis import analysis_of, doc_terms
+    from llmkit.rag.index.bm25 import BM25Index
 
     rows = db.live_chunks(con, gen)
     if keep_ids is not None:
@@ -54,9 +55,11 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     if rows:
         if progress:
             progress("BM25", 0, 1)
-        stem = bool(manifest.get("stem", False))
-        idents = bool(manifest.get("bm25_idents", False))
-        BM25Index.build([tokenize(r[1], stem, idents) for r in rows]).save(os.path.join(gdir, "bm25"))
+        how, idents = analysis_of(manifest), bool(manifest.get("bm25_idents", False))
+        BM25Index.build([doc_terms(r[1], how, idents) for r in rows]).save(os.path.join(gdir, "bm25"))
+        if manifest.get("ranking") == "documents":  # the unit a hit stands for: a document, a code definition
+            _, unit = np.unique([(1, r[6]) if r[8] else (0, r[7]) for r in rows], axis=0, return_inverse=True)
+            np.save(os.path.join(gdir, "unit.npy"), unit.reshape(-1).astype(np.int64))
         manifest["dim"] = dim
         if manifest.get("graph"):
             if progress:
@@ -95,9 +98,9 @@ def _swap(directory, con, manifest, gen, opts, report, rows, collections, update
     chunk_counts = dict(zip(*np.unique([r[5] for r in rows], return_counts=True))) if rows else {}
     colls = manifest.setdefault("collections", {})
     if update_collection:
-        c = opts.chunk
-        colls[opts.collection] = {"chunker": c.chunker, "sizes": list(c.sizes), "overlap": c.overlap,
-                                  "parent_size": c.parent_size}
+        from llmkit.rag.chunk.sections import chunking_record
+
+        colls[opts.collection] = chunking_record(opts.chunk)
     for name in list(colls):
         colls[name]["docs"] = int(counts.get(name, 0))
         colls[name]["chunks"] = int(chunk_counts.get(name, 0))
@@ -207,10 +210,16 @@ def _after_swap_remote(directory, manifest, gen, ids, remote) -> None:
         st.close()
 
 
-def _embed(manifest, opts, texts, dim, report, progress):
-    """Vectors of `texts` with the index's model (on a Ray cluster when the embed options name one)."""
+def load_index_embedder(manifest, e, progress=None):
+    """The index's embedding model, loaded here (`e`: the run's EmbedOptions, for the runtime)."""
     from llmkit.rag.embed.embedder import load_embedder
 
+    return load_embedder(stored_model(manifest["model"]), e.runtime, manifest.get("embed_precision", "fp32"),
+                         manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""), progress=progress)
+
+
+def _embed(manifest, opts, texts, dim, report, progress):
+    """Vectors of `texts` with the index's model (on a Ray cluster when the embed options name one)."""
     e = opts.embed
     model = stored_model(manifest["model"])
     t = time.perf_counter()
@@ -222,10 +231,11 @@ def _embed(manifest, opts, texts, dim, report, progress):
                                     address=e.ray, workers=e.ray_workers, batch_size=e.ray_batch,
                                     progress=(lambda d, n: progress("embedding (ray)", d, n)) if progress else None)
     else:
-        emb = load_embedder(model, e.runtime, manifest.get("embed_precision", "fp32"),
-                            manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""), progress=progress)
+        emb = load_index_embedder(manifest, e, progress)
         got_dim = emb.dim
         _check_dim(got_dim, dim)  # before embedding: a wrong model is refused at once
+        report.window = emb.window
+        report.over_window = sum(1 for t in texts if emb.count_tokens(t) > emb.window)
         new = emb.passages(texts, progress=(lambda d, n: progress("embedding", d, n)) if progress else None)
     _check_dim(got_dim, dim)  # (Ray: known only from the vectors)
     report.embed_s = time.perf_counter() - t

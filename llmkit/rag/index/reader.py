@@ -11,7 +11,8 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.rag.embed.models import stored_model
-from llmkit.rag.index.bm25 import BM25Index, tokenize
+from llmkit.rag.index.analysis import analysis_of, doc_terms, query_groups, query_terms
+from llmkit.rag.index.bm25 import BM25Index
 from llmkit.rag.index.manifest import DB, read_manifest
 from llmkit.rag.index.vectors import FaissStore, VectorStore, rows_of_ids
 
@@ -38,12 +39,29 @@ class Index:
         self._embedder = None
         self._parent_rows = None
         self._graph = None
-        self.stem = bool(self.manifest.get("stem", False))
+        self.analysis = analysis_of(self.manifest)
         self.idents = bool(self.manifest.get("bm25_idents", False))  # indexes before 2026-11-30: plain words
+        self._unit = None
 
     def tok(self, text: str) -> list[str]:
-        """BM25 terms of a text, tokenized as the index was (stemmed or not)."""
-        return tokenize(text, self.stem, self.idents)
+        """BM25 terms of a query, analysed as the index's chunks were (`analysis.py`)."""
+        return query_terms(text, self.analysis, self.idents)
+
+    def tok_doc(self, text: str) -> list[str]:
+        """BM25 terms of a chunk's text, as the index holds them."""
+        return doc_terms(text, self.analysis, self.idents)
+
+    def tok_groups(self, text: str) -> list[tuple[str, ...]]:
+        """A query's words as groups of alternative terms (a word is present when any of them is)."""
+        return query_groups(text, self.analysis, self.idents)
+
+    @property
+    def unit(self) -> np.ndarray | None:
+        """Row -> the unit results are ranked as (a document; a code definition), or None for an
+        index that ranks chunks (made before 2026-12)."""
+        if self._unit is None and os.path.exists(os.path.join(self.gdir, "unit.npy")):
+            self._unit = np.load(os.path.join(self.gdir, "unit.npy"))
+        return self._unit
 
     @property
     def n(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 # extension -> language
 LANGUAGES = {
@@ -101,37 +102,42 @@ def minified(text: str) -> bool:
     return len(text) / lines > 300 and max(len(ln) for ln in text.split("\n")) > 2000
 
 
-def chunk_code(text: str, lang: str, size: int) -> tuple[list[CodeChunk], str]:
-    """(chunks, how): how is 'parsed', 'syntax error' or 'no grammar' (the last two cut at lines)."""
+def chunk_code(text: str, lang: str, size: int, measure: Callable[[str], int] = len) -> tuple[list[CodeChunk], str]:
+    """(chunks, how): how is 'parsed', 'syntax error' or 'no grammar' (the last two cut at lines).
+    `size` is in the unit `measure` counts: characters (len), or an embedding model's tokens."""
     lines = text.split("\n")
     parser = parser_for(lang)
     if parser is None:
-        return split_lines(lines, 0, len(lines) - 1, size, "", "lines"), "no grammar"
+        return split_lines(lines, 0, len(lines) - 1, size, "", "lines", measure), "no grammar"
     tree = parser.parse(text.encode("utf-8"))
     if tree.root_node.has_error:
-        return split_lines(lines, 0, len(lines) - 1, size, "", "lines"), "syntax error"
+        return split_lines(lines, 0, len(lines) - 1, size, "", "lines", measure), "syntax error"
     out: list[CodeChunk] = []
-    _units(tree.root_node.named_children, lines, size, "", out)
+    _units(tree.root_node.named_children, lines, size, "", out, measure=measure)
     return [c for c in out if c.text.strip()], "parsed"
 
 
-def split_lines(lines: list[str], a: int, b: int, size: int, symbol: str, kind: str) -> list[CodeChunk]:
-    """Rows a..b (0-based, inclusive) cut into chunks of whole lines of at most `size` characters
-    (a single longer line is cut into pieces)."""
+def split_lines(lines: list[str], a: int, b: int, size: int, symbol: str, kind: str,
+                measure: Callable[[str], int] = len) -> list[CodeChunk]:
+    """Rows a..b (0-based, inclusive) cut into chunks of whole lines of at most `size` (characters,
+    or what `measure` counts; a single longer line is cut into pieces)."""
     out: list[CodeChunk] = []
     start, buf, n = a, [], 0
+    sep = 1 if measure is len else 0  # a line break is a character, not a token
     for r in range(a, b + 1):
         line = lines[r]
-        if buf and n + len(line) + 1 > size:
+        cost = measure(line)
+        if buf and n + cost + sep > size:
             out.append(CodeChunk("\n".join(buf), start + 1, r, symbol, kind))
             start, buf, n = r, [], 0
-        if len(line) > size:
-            for i in range(0, len(line), size):
-                out.append(CodeChunk(line[i:i + size], r + 1, r + 1, symbol, kind))
+        if cost > size:
+            step = max(1, len(line) * size // cost)
+            for i in range(0, len(line), step):
+                out.append(CodeChunk(line[i:i + step], r + 1, r + 1, symbol, kind))
             start = r + 1
             continue
         buf.append(line)
-        n += len(line) + 1
+        n += cost + sep
     if buf and "".join(buf).strip():
         out.append(CodeChunk("\n".join(buf), start + 1, b + 1, symbol, kind))
     return out
@@ -221,7 +227,7 @@ def _text(lines, a, b) -> str:
 _TYPES = {"class", "struct", "impl", "trait", "interface", "object", "record", "enum"}
 
 
-def _units(children, lines, size, prefix, out, glue_symbol: str = "", glue_kind: str = "module") -> None:
+def _units(children, lines, size, prefix, out, glue_symbol: str = "", glue_kind: str = "module", measure=len) -> None:
     """Emit the chunks of a run of sibling nodes: definitions, and the glue between them."""
     glue: list = []
 
@@ -229,7 +235,7 @@ def _units(children, lines, size, prefix, out, glue_symbol: str = "", glue_kind:
         if glue:
             a, b = _row(glue[0].start_point), _end_row(glue[-1])
             if not _TRIVIAL.match(_text(lines, a, b)):
-                out.extend(split_lines(lines, a, b, size, glue_symbol, glue_kind))
+                out.extend(split_lines(lines, a, b, size, glue_symbol, glue_kind, measure))
             glue.clear()
 
     for child in children:
@@ -251,12 +257,12 @@ def _units(children, lines, size, prefix, out, glue_symbol: str = "", glue_kind:
         a = _row((lead[0] if lead else child).start_point)
         b = _end_row(child)
         body = _text(lines, a, b)
-        if len(body) <= size:
+        if measure(body) <= size:
             out.append(CodeChunk(body, a + 1, b + 1, symbol, kind))
             continue
         inner = _nested(named)
         if not inner:
-            out.extend(split_lines(lines, a, b, size, symbol, kind))
+            out.extend(split_lines(lines, a, b, size, symbol, kind, measure))
             continue
         # a large container: its header, then its members (methods, fields, nested types) as units
         block = named.child_by_field_name("body")
@@ -271,9 +277,9 @@ def _units(children, lines, size, prefix, out, glue_symbol: str = "", glue_kind:
         members = members[first:]
         head_end = _row(members[0].start_point) - 1
         if head_end >= a:
-            out.extend(split_lines(lines, a, head_end, size, symbol, kind))
-        _units(members, lines, size, symbol + ".", out, symbol, kind)
+            out.extend(split_lines(lines, a, head_end, size, symbol, kind, measure))
+        _units(members, lines, size, symbol + ".", out, symbol, kind, measure)
         tail_a = _end_row(members[-1]) + 1
         if tail_a <= b and not _TRIVIAL.match(_text(lines, tail_a, b)):
-            out.extend(split_lines(lines, tail_a, b, size, symbol, kind))
+            out.extend(split_lines(lines, tail_a, b, size, symbol, kind, measure))
     flush_glue()

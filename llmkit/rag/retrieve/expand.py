@@ -49,7 +49,7 @@ def prf_terms(index, tokens: list[str], n_terms: int, allowed=None, n_docs: int 
     acc: Counter = Counter()
     texts = texts if texts is not None else index.texts([r for r, _ in top])
     for (row, _), w, text in zip(top, weights, texts):
-        toks = index.tok(text)
+        toks = index.tok_doc(text)
         if not toks:
             continue
         for t, c in Counter(toks).items():

@@ -103,17 +103,17 @@ def must_mask(index, terms: list[str]) -> np.ndarray | None:
         return None
     mask = np.ones(index.n, bool)
     for term in terms:
-        toks = index.tok(term)
-        if not toks:
+        groups = index.tok_groups(term)  # a word is present when any of its terms is (stem or plain form)
+        if not groups:
             continue
         m = np.zeros(index.n, bool)
         cand = None
-        for t in set(toks):
-            p = index.bm25.postings(t)
+        for g in set(groups):
+            p = np.unique(np.concatenate([index.bm25.postings(t) for t in g]))
             cand = p if cand is None else np.intersect1d(cand, p, assume_unique=True)
         m[cand] = True
         m &= mask
-        if len(toks) > 1 or not re.fullmatch(r"[\w]+", term):
+        if len(groups) > 1 or not re.fullmatch(r"[\w]+", term):
             needle = term.lower()
             rows = np.flatnonzero(m)
             for r, text in zip(rows.tolist(), index.texts(rows)):

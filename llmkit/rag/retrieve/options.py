@@ -4,14 +4,23 @@ A `QueryRequest` bundles the fusion (`FusionRequest`: mode, weights, method, exp
 graph list), the restrictions (`FilterOptions`) and the LLM steps (`LLMSteps`: rewriting, sub-queries,
 HyDE, re-ranking). Fusion values left as None come from the index's tuned choice (when `tuned`),
 else from the built-in default (`settings.py`). Retrieval policy lives here, not in a front end:
-asking for the graph list without naming its weight gives it weight 1.0.
+asking for the graph list without a weight (none given, none tuned) lets it only re-rank inside the
+fused candidates at RRF weight GRAPH_RERANK.
+
+GRAPH_RERANK, measured (benchmarks/rag_quality.py; Cranfield / WordNet->Webster hybrid nDCG@10 vs
+without the graph): 0.01 +0.000 / +0.000 (a tie-breaker), 0.02 +0.004 / -0.005, 0.05 +0.006 /
+-0.018, 0.25 -0.022 / -0.078. The graph list helps Cranfield a little and hurts the dictionary at
+every weight above 0.01, so without a tuned weight it only breaks ties. Before, the flag added the
+list at weight 1.0 to whatever fusion was in use; on a tuned score fusion (bm25 0.5 / dense 0.5)
+the min-max-normalised graph list then decided the order (a library-science collection: 0.434 ->
+0.210).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-GRAPH_WEIGHT = 1.0  # the graph list's weight when it is asked for without one
+GRAPH_RERANK = 0.01  # the graph list's RRF weight re-ranking the fused candidates when it has no weight
 
 
 @dataclass
@@ -25,7 +34,8 @@ class FusionRequest:
     rrf_k: int | None = None
     expand: int | None = None  # pseudo-relevance-feedback terms
     parents: bool | None = None  # return parent windows (small-to-big)
-    graph: bool = False  # add the entity-graph list
+    graph: bool | float = False  # use the entity-graph list (a float: its re-ranking weight, for measurements)
+    chunks: bool = False  # raw chunk hits instead of one per document
     depth: int = 100  # candidates per retriever before fusion
     tuned: bool = True  # fill what is not given from the index's tuned choice
 
@@ -76,14 +86,17 @@ def build_pipeline(index_dir: str, k: int, req: QueryRequest, need_llm: bool = F
     w = parse_weights(f.weights) if f.weights else None
     settings, source = fusion_settings(index.manifest if f.tuned else {}, method=f.method, k=f.rrf_k, weights=w,
                                        norm=f.norm, expand=f.expand, parents=f.parents)
-    if f.graph and "graph" not in settings["weights"]:
-        settings["weights"] = {**settings["weights"], "graph": GRAPH_WEIGHT}
+    graph_rerank = 0.0
+    if f.graph and "graph" not in settings["weights"]:  # no tuned or given weight: re-rank only
+        graph_rerank = GRAPH_RERANK if f.graph is True else float(f.graph)
+        index.graph  # noqa: B018 -- an index without a graph says how to build one
     qo = QueryOptions(mode=f.mode, k=k, weights=settings["weights"], rrf_k=settings["k"], fusion=settings["method"],
                       norm=settings["norm"], depth=max(f.depth, k), filters=list(flt.filters),
                       collections=list(flt.collections), route=flt.route, must=list(flt.must),
                       auto_must=flt.auto_must, synonyms=load_synonyms(flt.synonyms) if flt.synonyms else None,
                       expand=settings["expand"], rewrite=st.rewrite, subqueries=st.subqueries, hyde=st.hyde,
-                      parents=settings["parents"], rerank_depth=st.rerank_depth)
+                      parents=settings["parents"], rerank_depth=st.rerank_depth, chunks=f.chunks,
+                      graph_rerank=graph_rerank)
     qo.validate()
     qo.source = source
     cache = {}
