@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from llmkit.errors import BadFileFormat, BadInput
+from llmkit.io import load_json
 
 MAGIC = b"LLMKSLOT"
 VERSION = 1
@@ -92,11 +93,30 @@ def read_header(path: str) -> tuple[SlotHeader, int]:
     except OSError as e:
         raise BadInput(f"cannot read slot '{path}': {e.strerror}. Check the path.") from None
     try:
-        d = json.loads(raw)
+        d = load_json(raw, f"the header of '{path}'")
         hdr = SlotHeader(**{k: d[k] for k in SlotHeader.__dataclass_fields__ if k in d})
     except (ValueError, TypeError, KeyError) as e:
-        raise BadFileFormat(f"'{path}' has a corrupt header ({e}).") from None
+        raise BadFileFormat(f"'{path}' has a corrupt header ({str(e)[:80]}).") from None
+    problem = _header_problem(hdr)
+    if problem:
+        raise BadFileFormat(f"'{path}' has a corrupt header ({problem}). Save the slot again.")
     return hdr, 16 + n
+
+
+_FIELD_TYPES = {"format": str, "model_fingerprint": str, "model_path": str, "n_ctx": int, "cache_type_k": str,
+                "cache_type_v": str, "flash_attn": bool, "created": str, "text": str}
+
+
+def _header_problem(hdr: SlotHeader) -> str:
+    """What is wrong with a parsed header's field types ('' when nothing): checked before any
+    field reaches llama.cpp (an id it does not know aborts the process)."""
+    for name, kind in _FIELD_TYPES.items():
+        v = getattr(hdr, name)
+        if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+            return f"{name} is {type(v).__name__}, not {kind.__name__}"
+    if not isinstance(hdr.tokens, list) or not all(type(t) is int and 0 <= t < 1 << 31 for t in hdr.tokens):
+        return "tokens is not a list of token ids"
+    return ""
 
 
 def check_compatible(hdr: SlotHeader, path: str, model, model_path: str, opts) -> None:
@@ -113,6 +133,8 @@ def check_compatible(hdr: SlotHeader, path: str, model, model_path: str, opts) -
                        "use the same setting to restore it.")
     if hdr.n_tokens >= model.n_ctx():
         raise BadInput(f"slot '{path}' holds {hdr.n_tokens} tokens, more than the context ({model.n_ctx()}). Use a larger context.")
+    if hdr.tokens and max(hdr.tokens) >= model.n_vocab():
+        raise BadInput(f"slot '{path}' contains token ids outside this model's vocabulary; it was saved with another model.")
 
 
 def restore_slot(model, path: str, model_path: str, opts, seq_id: int = 0) -> SlotHeader:

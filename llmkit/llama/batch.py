@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from llmkit.errors import BadInput
+from llmkit.errors import BadFileFormat, BadInput
+from llmkit.io import LimitExceeded, json_limits, load_json_line
 from llmkit.llama.server import RETRY_CODES, LlamaServer, RequestFailed, ServerDown
 
 OPTION_KEYS = {"n_predict": "n_predict", "max_tokens": "n_predict", "n": "n_predict", "temperature": "temperature",
@@ -46,12 +47,15 @@ class BadLine:
 
 def parse_items(lines: Iterable[str]) -> tuple[list[Item], list[BadLine]]:
     """Items of a JSONL batch and the lines that are not valid items (with their line numbers)."""
-    items, bad, seen = [], [], set()
+    items, bad, seen, caps = [], [], set(), json_limits()
     for no, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
+            obj = load_json_line(raw, f"line {no}", caps)
+        except LimitExceeded as e:
+            bad.append(BadLine(no, e.reason))
+            continue
         except ValueError as e:
             bad.append(BadLine(no, f"not JSON ({e.msg})"))
             continue
@@ -303,8 +307,8 @@ def open_resumable(path: str) -> tuple[int, set]:
             if not raw.strip():
                 continue
             try:
-                done.add(json.dumps(json.loads(raw)["id"]))
-            except (ValueError, KeyError, TypeError):
+                done.add(json.dumps(load_json_line(raw, f"line {no} of '{path}'")["id"]))
+            except (ValueError, KeyError, TypeError, BadFileFormat):
                 raise NotAnOutputFile(path, no) from None
         os.lseek(fd, 0, os.SEEK_END)
     except BaseException:

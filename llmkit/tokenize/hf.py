@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from pathlib import Path
 
-from llmkit.errors import BadFileFormat
+from llmkit.errors import BadFileFormat, BadInput
+from llmkit.io import LimitExceeded, load_json, read_bounded
 from llmkit.tokenize import pretok
 from llmkit.tokenize.bpe import BPE
 from llmkit.tokenize.hf_write import SUPPORTED_VERSIONS
@@ -18,17 +18,20 @@ from llmkit.tokenize.wordpiece import WordPiece
 def load_hf_json(path: str) -> Tokenizer:
     """Load a tokenizer.json written by llmkit or HF tokenizers."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = read_bounded(path, "LLMKIT_MAX_JSON_BYTES", f"'{path}'")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise BadFileFormat(f"'{path}' is not a tokenizer.json (not UTF-8 text). Pass a tokenizer.json or a .gguf model.") from None
-    except OSError as e:
-        raise BadFileFormat(f"cannot read '{path}': {e.strerror}. Check the path.") from None
+    except BadInput as e:
+        raise BadFileFormat(str(e)) from None
     try:
-        d = json.loads(text)
+        d = load_json(text, f"'{path}'")
     except json.JSONDecodeError as e:
         raise BadFileFormat(f"'{path}' is not valid JSON ({e.msg} at line {e.lineno}). Pass an intact tokenizer.json.") from None
     try:
         return from_hf_json(d)
+    except LimitExceeded:
+        raise
     except BadFileFormat as e:
         raise BadFileFormat(f"'{path}': {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
@@ -44,10 +47,11 @@ def from_hf_json(d: dict) -> Tokenizer:
     m = d["model"]
     mtype = m.get("type") or _guess_type(m)
     norm = _normalizer(d.get("normalizer"))
-    added = [AddedToken(t["content"], int(t["id"]), bool(t.get("special", True))) for t in d.get("added_tokens") or []]
+    added = [AddedToken(str(t["content"]), token_id(t["id"], "added_tokens"), bool(t.get("special", True)))
+             for t in d.get("added_tokens") or []]
     if mtype == "BPE":
-        vocab = {str(k): int(v) for k, v in m["vocab"].items()}
-        merges = [tuple(x.split(" ", 1)) if isinstance(x, str) else tuple(x) for x in m.get("merges", [])]
+        vocab = {str(k): token_id(v, "model.vocab") for k, v in m["vocab"].items()}
+        merges = [_merge(x, n) for n, x in enumerate(m.get("merges", []), 1)]
         pre = d.get("pre_tokenizer")
         byte_level, pattern, prefix_space, split = _bpe_pretokenizer(pre)
         model = BPE(vocab, merges, byte_level=byte_level, pattern=pattern, add_prefix_space=prefix_space,
@@ -57,7 +61,7 @@ def from_hf_json(d: dict) -> Tokenizer:
         if norm is not None:
             model = _Normalized(model, norm)
     elif mtype == "WordPiece":
-        vocab = {str(k): int(v) for k, v in m["vocab"].items()}
+        vocab = {str(k): token_id(v, "model.vocab") for k, v in m["vocab"].items()}
         n = d.get("normalizer") or None
         bert = isinstance(n, dict) and n.get("type") == "BertNormalizer"
         lower = bool(n and (n.get("lowercase") if bert else n.get("type") == "Lowercase"))
@@ -72,14 +76,39 @@ def from_hf_json(d: dict) -> Tokenizer:
                 model = _Normalized(model, norm)
     elif mtype == "Unigram":
         pieces = [(str(p), float(s)) for p, s in m["vocab"]]
+        unk_id = m.get("unk_id")
+        if unk_id is not None and not (isinstance(unk_id, int) and 0 <= unk_id < len(pieces)):
+            raise BadFileFormat(f"model.unk_id {unk_id!r} is not an id of the {len(pieces)} pieces")
         pre = d.get("pre_tokenizer") or {}
         prepend = _metaspace_prepend(pre)
-        model = Unigram(pieces, m.get("unk_id"), prepend_space=prepend, byte_fallback=bool(m.get("byte_fallback")))
+        model = Unigram(pieces, unk_id, prepend_space=prepend, byte_fallback=bool(m.get("byte_fallback")))
         if norm is not None:
             model = _Normalized(model, norm)
     else:
         raise BadFileFormat(f"model type '{mtype}' is not supported (llmkit reads BPE, WordPiece and Unigram)")
     return Tokenizer(model, added, source="tokenizer.json", template=_template(d.get("post_processor")))
+
+
+MAX_ID = (1 << 32) - 1  # HF and llama.cpp ids are 32-bit
+
+
+def token_id(v, where: str) -> int:
+    """A token id as HF reads it: an integer in 0 .. 2^32-1 (a float, a string or 5e9 is refused).
+
+    >>> token_id(7, "model.vocab")
+    7
+    """
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_ID:
+        raise BadFileFormat(f"{where} has the id {str(v)[:40]!r}; token ids are integers from 0 to {MAX_ID}")
+    return v
+
+
+def _merge(x, n: int) -> tuple[str, str]:
+    """One BPE merge: "a b" or ["a", "b"]; HF refuses any other number of parts."""
+    parts = x.split(" ") if isinstance(x, str) else x
+    if not isinstance(parts, (list, tuple)) or len(parts) != 2 or not all(isinstance(p, str) for p in parts):
+        raise BadFileFormat(f"merge {n} ({json.dumps(x)[:60]}) is not two tokens; each merge is \"a b\" or [\"a\", \"b\"]")
+    return parts[0], parts[1]
 
 
 def _template(pp) -> tuple[list[int], list[int]]:
@@ -88,7 +117,7 @@ def _template(pp) -> tuple[list[int], list[int]]:
         return [], []
     t = pp.get("type")
     if t in ("BertProcessing", "RobertaProcessing"):
-        return [int(pp["cls"][1])], [int(pp["sep"][1])]
+        return [token_id(pp["cls"][1], "post_processor.cls")], [token_id(pp["sep"][1], "post_processor.sep")]
     if t == "TemplateProcessing":
         specials = pp.get("special_tokens", {})
         pre, post, seen_seq = [], [], False
@@ -96,7 +125,7 @@ def _template(pp) -> tuple[list[int], list[int]]:
             if "Sequence" in piece:
                 seen_seq = True
             elif "SpecialToken" in piece:
-                ids = [int(i) for i in specials[piece["SpecialToken"]["id"]]["ids"]]
+                ids = [token_id(i, "post_processor") for i in specials[piece["SpecialToken"]["id"]]["ids"]]
                 (post if seen_seq else pre).extend(ids)
         return pre, post
     if t == "Sequence":

@@ -13,10 +13,12 @@ import hashlib
 import json
 import os
 import re
+import time
 
-from llmkit.io import looks_binary
+from llmkit.io import LimitExceeded, json_limits, limit, load_json_line
 from llmkit.rag.read import formats
 from llmkit.rag.read.code import LANGUAGES, MAX_BYTES, minified
+from llmkit.rag.read.decode import NotText, decode_text
 from llmkit.rag.read.markup import front_matter, html_sections, markdown_sections
 from llmkit.rag.read.types import Document, Section, Skipped
 
@@ -27,7 +29,6 @@ PLAIN = {".txt", ".text", ".toml", ".yaml", ".yml", ".ini", ".cfg", ".conf", ".j
          ".ex", ".exs", ".erl", ".dart", ".zig", ".nim", ".v", ".sv", ".vhd", ""}
 SUFFIXES = PLAIN | set(LANGUAGES) | {".md", ".markdown", ".rst", ".html", ".htm", ".jsonl", ".pdf", ".docx",
                                      ".csv", ".tsv", ".ipynb", ".epub"}
-MAX_TEXT_BYTES = 32 << 20  # larger files are skipped (dumps, logs): say so rather than stall
 
 
 def file_date(path: str) -> str:
@@ -35,20 +36,42 @@ def file_date(path: str) -> str:
     return _dt.datetime.fromtimestamp(os.path.getmtime(path), _dt.timezone.utc).date().isoformat()
 
 
+def size_cap(path: str) -> tuple[int, str]:
+    """(bytes, limit name) a file of this name may have: PDFs have their own limit."""
+    name = "LLMKIT_MAX_PDF_BYTES" if path.lower().endswith(".pdf") else "LLMKIT_MAX_FILE_BYTES"
+    return limit(name), name
+
+
 def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str = "id",
               display: str | None = None, size: int = 800, code_size: int = 1500,
-              csv_meta: tuple[str, ...] = ()) -> tuple[list[Document], list[Skipped]]:
+              csv_meta: tuple[str, ...] = (), measure=len) -> tuple[list[Document], list[Skipped]]:
     """Parse one file's bytes into documents (JSONL: one per line). `size` groups CSV rows,
-    `code_size` bounds code chunks, `csv_meta` names CSV columns to keep as metadata."""
+    `code_size` bounds code chunks (in what `measure` counts: characters, or an embedding model's
+    tokens), `csv_meta` names CSV columns to keep as metadata. Never raises
+    for the file's content: whatever goes wrong with it becomes a `Skipped` with the reason."""
     display = display or ("<stdin>" if path == "-" else path)
+    try:
+        return _load(path, data, display, text_field, id_field, size, code_size, csv_meta, measure)
+    except LimitExceeded as e:
+        return [], [Skipped(display, e.reason)]
+    except Exception as e:  # MemoryError and RecursionError included: one bad file must not stop the run
+        detail = (str(e).splitlines() or [""])[0][:80]
+        return [], [Skipped(display, f"unreadable ({type(e).__name__}{': ' + detail if detail else ''})")]
+
+
+def _load(path, data, display, text_field, id_field, size, code_size, csv_meta, measure=len):
     abspath = "-" if path == "-" else os.path.abspath(path)
     suffix = "" if path == "-" else os.path.splitext(path)[1].lower()
     if suffix == ".pdf" or data[:5] == b"%PDF-":
+        if len(data) > limit("LLMKIT_MAX_PDF_BYTES"):
+            raise LimitExceeded(f"'{display}'", "LLMKIT_MAX_PDF_BYTES")
         return _load_pdf(display, abspath, data)
     if not data.strip():
         return [], [Skipped(display, "empty")]
-    if len(data) > MAX_TEXT_BYTES:
-        return [], [Skipped(display, f"too large ({len(data) >> 20} MB; the cap is {MAX_TEXT_BYTES >> 20} MB)")]
+    cap = limit("LLMKIT_MAX_FILE_BYTES")
+    if len(data) > cap:
+        return [], [Skipped(display, f"too large ({len(data) >> 20} MB; the cap is {cap >> 20} MB, "
+                                     "raise it with LLMKIT_MAX_FILE_BYTES)")]  # files.too_large's words
     if path != "-" and formats.is_lock_file(path):
         return [], [Skipped(display, "lock file")]
     meta: dict = {}
@@ -56,18 +79,19 @@ def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str
     digest = hashlib.sha256(data).hexdigest()
     if suffix in (".docx", ".epub"):
         try:
-            sections, meta, note = (formats.docx_sections(data) if suffix == ".docx" else formats.epub_sections(data))
+            sections, meta, note = (formats.docx_sections(data, display) if suffix == ".docx"
+                                    else formats.epub_sections(data, display))
         except ImportError as e:
             return [], [Skipped(display, f"{suffix} needs {e.name} (pip install 'llmkit[rag]')")]
+        except LimitExceeded:
+            raise
         except Exception as e:  # damaged archives raise many types; one bad file must not stop the run
             return [], [Skipped(display, f"unreadable {suffix} ({type(e).__name__})")]
         return _finish(path, display, abspath, digest, sections, meta, note)
-    if looks_binary(data[:8192]):
-        return [], [Skipped(display, "binary")]
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return [], [Skipped(display, f"not UTF-8 (byte {e.start})")]
+        text, _encoding = decode_text(data)
+    except NotText as e:
+        return [], [Skipped(display, str(e))]
     text = text.lstrip("\ufeff")
     if suffix == ".jsonl":
         return _load_jsonl(display, abspath, text, text_field, id_field)
@@ -76,12 +100,12 @@ def load_file(path: str, data: bytes, *, text_field: str = "text", id_field: str
             return [], [Skipped(display, f"too large for code ({len(data) >> 10} kB; the cap is {MAX_BYTES >> 10} kB)")]
         if minified(text):
             return [], [Skipped(display, "minified")]
-        sections, meta, note = formats.code_sections(text, path, code_size)
+        sections, meta, note = formats.code_sections(text, path, code_size, measure)
     elif suffix in (".csv", ".tsv"):
         sections, meta, note = formats.table_sections(text, path, size, csv_meta)
     elif suffix == ".ipynb":
         try:
-            sections, meta, note = formats.notebook_sections(text, code_size)
+            sections, meta, note = formats.notebook_sections(text, code_size, f"'{display}'", measure)
         except (ValueError, TypeError, AttributeError) as e:
             return [], [Skipped(display, f"not a notebook ({str(e).splitlines()[0][:60]})")]
     elif suffix == ".rst":
@@ -113,15 +137,18 @@ def _finish(path, display, abspath, digest, sections, meta, note):
 
 
 def _load_jsonl(display: str, abspath: str, text: str, text_field: str, id_field: str):
-    docs, skipped = [], []
+    docs, skipped, caps = [], [], json_limits()
     for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         where = f"{display}:{n}"
         try:
-            rec = json.loads(line)
+            rec = load_json_line(line, f"line {n} of '{display}'", caps)
         except json.JSONDecodeError as e:
             skipped.append(Skipped(where, f"invalid JSON ({e.msg})"))
+            continue
+        except LimitExceeded as e:
+            skipped.append(Skipped(where, e.reason))
             continue
         if not isinstance(rec, dict):
             skipped.append(Skipped(where, "not a JSON object"))
@@ -148,10 +175,17 @@ def _load_pdf(display: str, abspath: str, data: bytes):
     import logging
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)
+    deadline = time.monotonic() + limit("LLMKIT_MAX_PDF_SECONDS")
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
-        pages = [Section("", page.extract_text() or "", page=i + 1) for i, page in enumerate(reader.pages)]
+        pages = []
+        for i, page in enumerate(reader.pages):
+            if time.monotonic() > deadline:  # checked between pages: pypdf cannot be interrupted inside one
+                raise LimitExceeded(f"'{display}'", "LLMKIT_MAX_PDF_SECONDS", f"stopped at page {i + 1}")
+            pages.append(Section("", page.extract_text() or "", page=i + 1))
         title = (reader.metadata or {}).get("/Title") or ""
+    except LimitExceeded:
+        raise
     except Exception as e:  # pypdf raises many types on damaged files; one bad PDF must not stop the run
         return [], [Skipped(display, f"unreadable PDF ({type(e).__name__})")]
     pages = [p for p in pages if p.text.strip()]

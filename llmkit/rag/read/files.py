@@ -9,11 +9,12 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 from llmkit.errors import BadInput
 from llmkit.rag.errors import OptionError
-from llmkit.rag.read.documents import SUFFIXES
+from llmkit.rag.read.documents import SUFFIXES, size_cap
 from llmkit.rag.read.types import Skipped
 
 # directories never worth indexing, even without a .gitignore that says so
@@ -29,7 +30,8 @@ class ReadOptions:
     include: tuple[str, ...] = ()  # directories: only files matching one of these globs
     exclude: tuple[str, ...] = ()  # directories: skip files matching one of these globs
     gitignore: bool = True  # respect .gitignore files in directories
-    code_size: int = 1500  # characters per code chunk (definitions up to this size stay whole)
+    code_size: int = 0  # characters per code chunk (definitions up to this size stay whole); 0: the
+    # embedding model's window in its tokens when chunks are token-sized, else 1500 characters
     csv_meta: tuple[str, ...] = ()  # CSV/TSV columns kept as metadata (one row per chunk then)
 
 
@@ -98,6 +100,10 @@ def collect_files(inputs: list[str], opts: ReadOptions) -> tuple[list[str], list
                     if os.path.splitext(name)[1].lower() not in SUFFIXES:
                         skipped.append(Skipped(p, "unsupported type"))
                         continue
+                    problem = _not_readable(p)
+                    if problem:
+                        skipped.append(Skipped(p, problem))
+                        continue
                     files.append(p)
         elif os.path.exists(item):
             files.append(item)
@@ -106,18 +112,57 @@ def collect_files(inputs: list[str], opts: ReadOptions) -> tuple[list[str], list
     return files, skipped, ignored
 
 
+def _not_readable(path: str) -> str:
+    """Why a file found in a directory is not read ('' when it is): a dangling link or a link loop,
+    a named pipe or a device (a FIFO blocks a reader forever, /dev/zero never ends), a size over
+    the limit."""
+    try:
+        st = os.stat(path)  # follows links
+    except OSError as e:
+        return e.strerror or "unreadable"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    cap, name = size_cap(path)
+    return too_large(st.st_size, cap, name) if st.st_size > cap else ""
+
+
+def too_large(size: int, cap: int, name: str) -> str:
+    """The reason for a file over a size limit."""
+    return f"too large ({size >> 20} MB; the cap is {cap >> 20} MB, raise it with {name})"
+
+
+def read_input(path: str) -> tuple[bytes, Skipped | None]:
+    """(bytes, None) of one input file, or (b"", the reason it is skipped): unreadable, or more
+    bytes than its size limit allows (read no further than that: a named pipe or /dev/zero too)."""
+    cap, name = size_cap(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(cap + 1)
+    except OSError as e:
+        return b"", Skipped(path, e.strerror or "unreadable")
+    if len(data) > cap:
+        return b"", Skipped(path, too_large(len(data), cap, name))
+    return data, None
+
+
 def check_csv_meta(files: list[str], columns: tuple[str, ...]) -> None:
     """Before touching the index: every csv_meta column must exist in at least one table file."""
+    from llmkit.rag.read.decode import NotText, decode_text
     from llmkit.rag.read.formats import table_header
 
     seen: set[str] = set()
     tables = [f for f in files if f != "-" and f.lower().endswith((".csv", ".tsv"))]
     for f in tables:
         try:
-            with open(f, encoding="utf-8", errors="replace") as fh:
-                seen.update(table_header(fh.read(100000), f)[1])
+            with open(f, "rb") as fh:
+                head = fh.read(100000)
         except OSError:
             continue
+        try:
+            text = decode_text(head)[0]  # the same reading as indexing (a Latin-1 header included)
+        except NotText:
+            text = head.decode("utf-8", "replace")
+        seen.update(table_header(text, f)[1])
     missing = [c for c in columns if c not in seen]
     if missing:
         raise OptionError("no CSV/TSV input has a column {column!r}{known}. Fix {csv_meta}.", column=missing[0],

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import re
 
-from llmkit.rag.read.code import chunk_code, language_of
+from llmkit.io import check_archive, limit, load_json
+
+from llmkit.rag.read.code import MAX_BYTES, chunk_code, language_of
 from llmkit.rag.read.markup import html_sections, markdown_sections
 from llmkit.rag.read.types import Section
 
@@ -25,10 +26,11 @@ RST_ADORN = r"[=\-`:'\"~^_*+#<>.]"
 _RST_HEADING = re.compile(rf"^(?:({RST_ADORN})\1{{2,}}[ \t]*\n)?([^\s\n][^\n]*)\n({RST_ADORN})\3{{2,}}[ \t]*$", re.M)
 
 
-def code_sections(text: str, path: str, size: int):
-    """One section per definition chunk, with language/symbol/kind/line metadata."""
+def code_sections(text: str, path: str, size: int, measure=len):
+    """One section per definition chunk, with language/symbol/kind/line metadata (`size` in what
+    `measure` counts: characters, or model tokens)."""
     lang = language_of(path) or "text"
-    chunks, how = chunk_code(text, lang, size)
+    chunks, how = chunk_code(text, lang, size, measure)
     sections = [Section(c.symbol, c.text, chunks=[(c.text, {"language": lang, "symbol": c.symbol, "kind": c.kind,
                                                              "line_start": c.line_start, "line_end": c.line_end})])
                 for c in chunks]
@@ -54,11 +56,12 @@ def rst_sections(text: str):
     return sections, {}, ""
 
 
-def docx_sections(data: bytes):
+def docx_sections(data: bytes, what: str = "the .docx"):
     """Paragraphs and tables of a Word file in body order; Heading/Title paragraphs start sections."""
     import docx
     from docx.table import Table
 
+    check_archive(data, what)  # python-docx unpacks every part into memory: refuse zip bombs first
     d = docx.Document(io.BytesIO(data))
     sections, heading, parts = [], "", []
     for block in d.iter_inner_content():
@@ -95,8 +98,14 @@ def _cell(v: str):
         return v
 
 
+def _field_limit() -> None:
+    """csv's default field limit (128 kB) would refuse a long cell; files are bounded anyway."""
+    csv.field_size_limit(max(csv.field_size_limit(), limit("LLMKIT_MAX_LINE_BYTES")))
+
+
 def table_header(text: str, path: str) -> tuple[str, list[str]]:
     """(delimiter, column names) of a CSV/TSV text (TSV by suffix, else sniffed among , ; | tab)."""
+    _field_limit()
     delim = "\t" if path.lower().endswith(".tsv") else None
     if delim is None:
         try:
@@ -109,42 +118,45 @@ def table_header(text: str, path: str) -> tuple[str, list[str]]:
 
 def table_sections(text: str, path: str, size: int, meta_columns: tuple[str, ...] = ()):
     """Rows of a CSV/TSV file: groups of rows up to `size` characters, each chunk starting with the
-    header line; with `meta_columns`, one row per chunk and those columns as its metadata."""
+    header line; with `meta_columns`, one row per chunk and those columns as its metadata. Rows are
+    streamed: only the current group is held."""
     delim, _ = table_header(text, path)
-    rows = list(csv.reader(io.StringIO(text), delimiter=delim))
-    rows = [r for r in rows if any(c.strip() for c in r)]
-    if not rows:
+    rows = ((i, r) for i, r in enumerate(csv.reader(io.StringIO(text), delimiter=delim), 1)
+            if any(c.strip() for c in r))
+    first_row = next(rows, None)
+    if first_row is None:
         return [], {}, ""
-    header, body = rows[0], rows[1:]
+    header = first_row[1]
     meta_columns = tuple(c for c in meta_columns if c in header)  # another table may have the others
     head = delim.join(header)
-    sections, group, n, first = [], [], len(head), 2
+    sections, group, n, first, first_values, last = [], [], len(head), 2, None, 1
 
     def flush(last_row):
         if group:
             body_text = head + "\n" + "\n".join(group)
             meta = {"row_start": first, "row_end": last_row}
             if meta_columns:
-                values = dict(zip(header, rows_by_line[first]))
+                values = dict(zip(header, first_values))
                 meta.update({c: _cell(values.get(c, "")) for c in meta_columns})
             sections.append(Section("", body_text, chunks=[(body_text, meta)]))
 
-    rows_by_line = {}
-    for i, r in enumerate(body, 2):  # line 1 is the header
-        rows_by_line[i] = r
+    for k, (_, r) in enumerate(rows, 2):  # line 1 is the header; numbered among non-empty rows
         line = delim.join(r)
         if group and (meta_columns or n + len(line) + 1 > size):
-            flush(i - 1)
-            group, n, first = [], len(head), i
+            flush(k - 1)
+            group, n, first = [], len(head), k
+        if not group:
+            first_values = r
         group.append(line)
         n += len(line) + 1
-    flush(len(body) + 1)
+        last = k
+    flush(last)
     return sections, {"columns": delim.join(header)}, ""
 
 
-def notebook_sections(text: str, size: int):
+def notebook_sections(text: str, size: int, what: str = "the notebook", measure=len):
     """Markdown and code cells of a Jupyter notebook (outputs dropped); code cells as code chunks."""
-    nb = json.loads(text)
+    nb = load_json(text, what)
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise ValueError("no 'cells' list")
     lang = ((nb.get("metadata") or {}).get("language_info") or {}).get("name") or \
@@ -163,7 +175,8 @@ def notebook_sections(text: str, size: int):
                 heading = s.heading or heading
                 sections.append(Section(heading, s.text))
         elif cell.get("cell_type") == "code":
-            chunks, _ = chunk_code(src, language_of("x" + ext) or "text", size)
+            big = len(src) > MAX_BYTES  # as for code files: no parse tree for a generated blob, only lines
+            chunks, _ = chunk_code(src, "text" if big else language_of("x" + ext) or "text", size, measure)
             for c in chunks:
                 sections.append(Section(heading, c.text, chunks=[(c.text, {
                     "language": str(lang).lower(), "cell": i, "symbol": c.symbol, "kind": c.kind,
@@ -171,12 +184,13 @@ def notebook_sections(text: str, size: int):
     return sections, {}, ""
 
 
-def epub_sections(data: bytes):
+def epub_sections(data: bytes, what: str = "the .epub"):
     """Chapters of an EPUB in reading (spine) order, as HTML sections."""
     import warnings
 
     from ebooklib import ITEM_DOCUMENT, epub
 
+    check_archive(data, what)  # ebooklib reads every item into memory: refuse zip bombs first
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         book = epub.read_epub(io.BytesIO(data), {"ignore_ncx": True})

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import html.parser
 import re
+import time
+from bisect import bisect_right
+
+from llmkit.io import LimitExceeded, limit
 
 from llmkit.rag.read.types import Section
 
@@ -26,15 +30,43 @@ def front_matter(text: str) -> tuple[dict, str]:
     return meta, text[m.end():]
 
 
+_FENCE_LINE = re.compile(r"^(```|~~~)(.*)$", re.M)
+
+
+def fenced_blocks(text: str) -> list[tuple[int, int]]:
+    """(start, end) offsets of fenced code blocks: an opening ``` or ~~~ line up to the next line that
+    is the same marker alone; an opener never closed is no block. One pass (a regex that searched on
+    from every unclosed opener took quadratic time on a file of them).
+
+    >>> fenced_blocks("a\\n```py\\n# x\\n```\\nb")
+    [(2, 15)]
+    """
+    lines = [(m.start(), m.end(), m.group(1), not m.group(2).strip(" \t")) for m in _FENCE_LINE.finditer(text)]
+    closers = {mark: [i for i, (_, _, mk, alone) in enumerate(lines) if mk == mark and alone] for mark in ("```", "~~~")}
+    out, i = [], 0
+    while i < len(lines):
+        start, _, mark, _ = lines[i]
+        cl = closers[mark]
+        j = bisect_right(cl, i)
+        if j == len(cl):
+            i += 1  # never closed: the next fence line may open a block
+            continue
+        out.append((start, lines[cl[j]][1]))
+        i = cl[j] + 1
+    return out
+
+
 _MD_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$|^(.+)\n(=+|-+)[ \t]*$", re.M)
 
 
 def markdown_sections(text: str) -> list[Section]:
     """Split Markdown at ATX (`# h`) and setext (underlined) headings, outside fenced code blocks."""
-    fences = [(m.start(), m.end()) for m in re.finditer(r"^(```|~~~).*?^\1[ \t]*$", text, re.M | re.S)]
+    fences = fenced_blocks(text)
     sections, start, heading = [], 0, ""
+    starts = [a for a, _ in fences]
     for m in _MD_HEADING.finditer(text):
-        if any(a <= m.start() < b for a, b in fences):
+        k = bisect_right(starts, m.start()) - 1  # the last block opening at or before the heading
+        if k >= 0 and m.start() < fences[k][1]:
             continue
         title = (m.group(2) or m.group(3) or "").strip()
         if m.group(3) is not None and (not title or title.startswith(("-", "*", "|")) or "  " in title[:2]):
@@ -88,15 +120,29 @@ class _HTMLText(html.parser.HTMLParser):
             self.sections[-1][1].append(data)
 
 
-def html_sections(text: str) -> tuple[str, list[Section]]:
+_STRAY_LT = re.compile(r"<(?![A-Za-z/!?])")
+_LT = "\ufdd0"
+
+
+def html_sections(text: str, what: str = "the HTML") -> tuple[str, list[Section]]:
     """(page title, sections) of an HTML document; markup, scripts and styles dropped."""
+    # html.parser handles a '<' that opens no tag one character at a time (~6 us each), and searches
+    # to the end of the text again for every unclosed '<!' or '<![CDATA[' (quadratic): stand a
+    # noncharacter in for the first (put back below), and end the text with a '>' (in an empty
+    # comment) so each search stops there
+    text = _STRAY_LT.sub(_LT, text.replace(_LT, "")) + "<!---->"
+    deadline = time.monotonic() + limit("LLMKIT_MAX_PARSE_SECONDS")
     p = _HTMLText()
-    p.feed(text)
+    for i in range(0, len(text), 1 << 20):
+        if time.monotonic() > deadline:
+            raise LimitExceeded(what, "LLMKIT_MAX_PARSE_SECONDS", f"stopped at {i >> 20} MB")
+        p.feed(text[i:i + (1 << 20)])
     p.close()
     sections = []
     for heading, parts in p.sections:
-        body = re.sub(r"[ \t\r\f\v]+", " ", "".join(parts))
+        body = re.sub(r"[ \t\r\f\v]+", " ", "".join(parts).replace(_LT, "<"))
+        heading = heading.replace(_LT, "<")
         body = re.sub(r" *\n *", "\n", body)
         body = re.sub(r"\n{3,}", "\n\n", body).strip()
         sections.append(Section(heading, body))
-    return " ".join(p.title.split()), sections
+    return " ".join(p.title.replace(_LT, "<").split()), sections
