@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmkit.errors import BadFileFormat, BadInput
+from llmkit.errors import BadFileFormat, BadInput, OptionError
 
 # cache type -> (block size, bytes per block)
 CACHE_TYPES = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20),
@@ -100,7 +100,7 @@ def plan(path: str, n_ctx: int | None = None, n_seq: int = 1, cache_type_k: str 
     from llmkit.gguf.reader import read_gguf
 
     if n_seq < 1:
-        raise BadInput(f"the number of parallel sequences must be at least 1, got {n_seq}.")
+        raise OptionError("{parallel} must be at least 1, got {value}.", value=n_seq)
     g = read_gguf(path)
     arch = g.get("general.architecture")
     if not arch:

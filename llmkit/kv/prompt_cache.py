@@ -7,7 +7,7 @@ import hashlib
 import os
 import time
 
-from llmkit.errors import BadInput
+from llmkit.errors import OptionError
 from llmkit.kv.slots import list_slots, model_fingerprint, restore_slot, save_raw, save_slot
 from llmkit.llama import runtime
 from llmkit.llama.cache import common_prefix, eval_no_logits
@@ -45,8 +45,8 @@ def save_prompt(model_path: str | None, opts, text: str, output: str, raw: bool 
     model = runtime.open_model(path, opts, logits_all=False)
     tokens = model.tokenize(text.encode("utf-8"), add_bos=True, special=True)
     if len(tokens) >= model.n_ctx():
-        raise BadInput(f"the prompt has {len(tokens)} tokens but the context holds {model.n_ctx()}. "
-                       "Use a larger context.")
+        raise OptionError("the prompt has {n} tokens but the context holds {ctx}. Raise {n_ctx}.",
+                          n=len(tokens), ctx=model.n_ctx())
     t = time.perf_counter()
     eval_no_logits(model, tokens)
     dt = time.perf_counter() - t

@@ -24,7 +24,7 @@ from typing import Iterable
 
 import numpy as np
 
-from llmkit.errors import BadInput
+from llmkit.errors import BadInput, OptionError
 
 POLICIES = ("max", "pow2", "oracle", "paged")
 
@@ -275,8 +275,8 @@ def simulate(reqs: list[Request], policy: str, budget_tokens: int, block_size: i
                 if st not in running:
                     continue
                 if need > free_blocks:
-                    raise BadInput(f"request {st['req'].id} alone needs more KV blocks than the budget holds. "
-                                   "Give a larger budget or a shorter maximum length.")
+                    raise OptionError("request {req} alone needs more KV blocks than the budget holds. "
+                                      "Give a larger budget or a shorter {max_len}.", req=st["req"].id)
                 free_blocks -= need
                 st["blocks"] += need
             st["generated"] += 1

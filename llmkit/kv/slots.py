@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from llmkit.errors import BadFileFormat, BadInput
+from llmkit.errors import BadFileFormat, BadInput, OptionError
 from llmkit.io import load_json
 
 MAGIC = b"LLMKSLOT"
@@ -129,10 +129,11 @@ def check_compatible(hdr: SlotHeader, path: str, model, model_path: str, opts) -
         raise BadInput(f"slot '{path}' has KV cache types {hdr.cache_type_k}/{hdr.cache_type_v}; "
                        f"pass --ctk {hdr.cache_type_k} --ctv {hdr.cache_type_v}.")
     if bool(hdr.flash_attn) != bool(opts.flash_attn):
-        raise BadInput(f"slot '{path}' was saved {'with' if hdr.flash_attn else 'without'} flash attention; "
-                       "use the same setting to restore it.")
+        raise OptionError("slot '{path}' was saved {how} {flash_attn}; use the same setting to restore it.",
+                          path=path, how="with" if hdr.flash_attn else "without")
     if hdr.n_tokens >= model.n_ctx():
-        raise BadInput(f"slot '{path}' holds {hdr.n_tokens} tokens, more than the context ({model.n_ctx()}). Use a larger context.")
+        raise OptionError("slot '{path}' holds {n} tokens, more than the context ({ctx}). Raise {n_ctx}.",
+                          path=path, n=hdr.n_tokens, ctx=model.n_ctx())
     if hdr.tokens and max(hdr.tokens) >= model.n_vocab():
         raise BadInput(f"slot '{path}' contains token ids outside this model's vocabulary; it was saved with another model.")
 
@@ -217,7 +218,8 @@ def read_raw_tokens(path: str, n_vocab: int, n_ctx: int) -> list[int]:
             raise BadFileFormat(f"'{path}' is a truncated llama.cpp state file.")
         _, _version, n = struct.unpack("<III", head)
         if n >= n_ctx + 8:
-            raise BadInput(f"'{path}' holds {n} tokens, more than the context ({n_ctx}). Use a larger context.")
+            raise OptionError("'{path}' holds {n} tokens, more than the context ({ctx}). Raise {n_ctx}.",
+                              path=path, n=n, ctx=n_ctx)
         if 12 + 4 * n > size:
             raise BadFileFormat(f"'{path}' is a truncated llama.cpp state file ({n} tokens declared).")
         toks = np.array(server_tokens_decode(np.frombuffer(f.read(4 * n), dtype="<i4").tolist()), dtype=np.int64)

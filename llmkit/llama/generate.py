@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from llmkit.errors import BadInput
+from llmkit.errors import BadInput, OptionError
 from llmkit.llama.cache import common_prefix, eval_no_logits, reuse_chunks, shift_context
 from llmkit.llama.draft import DraftLengthChooser, ModelDrafter, check_vocab_compatible
 from llmkit.llama.sampling import History, SamplingParams, distribution, sample
@@ -68,7 +68,7 @@ class Generator:
             raise BadInput(f"unknown acceptance rule {acceptance_rule!r}; use 'rejection' or 'match'.")
         self.acceptance_rule = acceptance_rule
         if draft is not None and lookup:
-            raise BadInput("use either a draft model or prompt lookup, not both.")
+            raise OptionError("use either {draft_path} or {lookup}, not both.")
         if draft_max < 1 or draft_min < 0 or draft_min > draft_max:
             raise BadInput(f"need 0 <= --draft-min <= --draft-max and --draft-max >= 1 (got {draft_min}, {draft_max}).")
         self.target, self.draft, self.lookup = target, draft, lookup

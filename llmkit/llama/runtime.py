@@ -8,7 +8,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from llmkit.errors import BadFileFormat, BadInput, MissingDependency
+from llmkit.errors import BadFileFormat, BadInput, MissingDependency, OptionError
 
 
 def load_llama_cpp():
@@ -103,9 +103,10 @@ def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = T
     """Load a model with llama-cpp-python (in-process, quiet unless opts.verbose)."""
     opts = opts or ModelOptions()
     llama_cpp = load_llama_cpp()
-    for name, t in (("K", opts.cache_type_k), ("V", opts.cache_type_v)):
+    for name, t in (("cache_type_k", opts.cache_type_k), ("cache_type_v", opts.cache_type_v)):
         if t not in KV_TYPES:
-            raise BadInput(f"{t!r} (for {name}) is not a KV cache type. Use one of: {', '.join(KV_TYPES)}.")
+            raise OptionError("{value!r} is not a KV cache type (" + "{" + name + "}). Use one of: {types}.",
+                              value=t, types=", ".join(KV_TYPES))
     g = check_model_file(path)
     n_ctx = opts.n_ctx
     if n_ctx is None:
@@ -113,7 +114,7 @@ def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = T
         train_ctx = g.get(f"{arch}.context_length")
         n_ctx = min(2048, int(train_ctx)) if isinstance(train_ctx, int) and train_ctx > 0 else 2048
     if n_ctx < 8:
-        raise BadInput(f"context size {n_ctx} is too small. Use a context of 256 tokens or more.")
+        raise OptionError("context size {value} is too small. Use {n_ctx} 256 or more.", value=n_ctx)
     if not opts.verbose:
         _silence_llama_log()
     threads = opts.n_threads or default_threads()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmkit.errors import BadInput
+from llmkit.errors import BadInput, OptionError
 
 
 @dataclass
@@ -28,13 +28,13 @@ class SamplingParams:
         if self.temp < 0:
             raise BadInput(f"--temp must be >= 0, got {self.temp}.")
         if self.top_k < 0:
-            raise BadInput(f"top-k must be >= 0 (0 = off), got {self.top_k}.")
+            raise OptionError("{top_k} must be >= 0 (0 = off), got {value}.", value=self.top_k)
         if not 0.0 < self.top_p <= 1.0:
             raise BadInput(f"--top-p must be in (0, 1], got {self.top_p}.")
         if not 0.0 <= self.min_p < 1.0:
-            raise BadInput(f"min-p must be in [0, 1), got {self.min_p}.")
+            raise OptionError("{min_p} must be in [0, 1), got {value}.", value=self.min_p)
         if self.repeat_penalty <= 0:
-            raise BadInput(f"the repeat penalty must be > 0, got {self.repeat_penalty}.")
+            raise OptionError("{repeat_penalty} must be > 0, got {value}.", value=self.repeat_penalty)
 
     @property
     def greedy(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from llmkit.errors import BadInput
+from llmkit.errors import OptionError
 
 Progress = Callable[[int, int, str], None]  # (done, total, note)
 Trace = Callable[[dict], None]  # one training step, as JSON-ready data
@@ -14,8 +14,8 @@ Trace = Callable[[dict], None]  # one training step, as JSON-ready data
 def check_vocab_size(vocab_size: int, needed: int) -> None:
     """Refuse a vocabulary too small for the alphabet and the special tokens."""
     if vocab_size < needed:
-        raise BadInput(f"vocab size {vocab_size} is smaller than the alphabet plus special tokens ({needed}). "
-                       f"Use a vocabulary size of {needed} or more.")
+        raise OptionError("vocab size {size} is smaller than the alphabet plus special tokens ({needed}). "
+                          "Use {vocab_size} {needed} or more.", size=vocab_size, needed=needed)
 
 
 class Vocab:

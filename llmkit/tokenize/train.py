@@ -7,7 +7,7 @@ from typing import Iterable
 
 import regex
 
-from llmkit.errors import BadInput
+from llmkit.errors import BadInput, OptionError
 from llmkit.tokenize import pretok
 from llmkit.tokenize.bpe import BPE, train_bpe
 from llmkit.tokenize.pieces import Progress, Trace
@@ -70,7 +70,7 @@ def train(
     if algorithm not in ALGORITHMS:
         raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
     if vocab_size < 1:
-        raise BadInput(f"vocab size must be positive, got {vocab_size}. Ask for a vocabulary of 1 token or more.")
+        raise OptionError("vocab size must be positive, got {value}. Pass {vocab_size} N with N > 0.", value=vocab_size)
     specials = list(DEFAULT_SPECIALS[algorithm] if special_tokens is None else special_tokens)
     seen_text = False
 
