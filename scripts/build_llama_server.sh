@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-server, llama-perplexity and llama-quantize from the llama-cpp-python source
-# distribution (same llama.cpp version as the Python binding), once, into a cache outside the checkout:
-#   ${LLMKIT_CACHE:-~/.cache/llmkit}/llama-server-<version>/{llama-server,llama-perplexity,llama-quantize}
-# (llama-server for the --server modes; llama-perplexity and llama-quantize as references in tests
-# and benchmarks). Prints the llama-server path.
+# Build llama.cpp's llama-server, llama-perplexity, llama-quantize and llama-imatrix from the
+# llama-cpp-python source distribution (same llama.cpp version as the Python binding), once, into a
+# cache outside the checkout:
+#   ${LLMKIT_CACHE:-~/.cache/llmkit}/llama-server-<version>/{llama-server,llama-perplexity,llama-quantize,llama-imatrix}
+# (llama-server for the --server modes; the others as references in tests and benchmarks). A cache
+# that lacks some of them (made by an older version of this script) is completed: only the missing
+# tools are built. Prints the llama-server path.
 # The web UI download and curl are turned off (no network at build time); AVX2 instead of
 # -march=native for the same AMX reason as the README's install command.
 set -euo pipefail
 py=${PYTHON:-python3}
 ver=$($py -c 'import llama_cpp; print(llama_cpp.__version__)')
 cache=${LLMKIT_CACHE:-$HOME/.cache/llmkit}/llama-server-$ver
-tools="llama-server llama-perplexity llama-quantize"
-have=1
-for t in $tools; do [ -x "$cache/$t" ] || have=0; done
-if [ $have = 1 ]; then echo "$cache/llama-server"; exit 0; fi
+tools=""
+for t in llama-server llama-perplexity llama-quantize llama-imatrix; do
+  [ -x "$cache/$t" ] || tools="$tools $t"
+done
+if [ -z "$tools" ]; then echo "$cache/llama-server"; exit 0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # only the sdist (its metadata step needs scikit-build-core; without isolation no build deps are built)

@@ -56,7 +56,34 @@ def reference(src, dst, ftype, imatrix=None, pure=False, output_type=None, embd_
         arr[len(imatrix)].name = None
         keep.append(arr)
         p.imatrix = ctypes.cast(arr, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
+        keep.append(_imatrix_overrides(p, imatrix))
     assert llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(p)) == 0
+
+
+def _imatrix_overrides(p, imatrix):
+    """The kv-overrides tools/quantize/quantize.cpp adds for an imatrix read from a file (the library
+    call writes no imatrix keys by itself): path, first dataset, entry count, chunk count."""
+    if getattr(imatrix, "source", None) is None:
+        return None
+    kv = []
+    def put(key, tag, value):
+        o = llama_cpp.llama_model_kv_override()
+        o.key, o.tag = key.encode(), tag
+        if tag == llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR:
+            o.value.val_str = value.encode()[:127]
+        else:
+            o.value.val_i64 = value
+        kv.append(o)
+    put("quantize.imatrix.file", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR, imatrix.source)
+    if imatrix.datasets:
+        put("quantize.imatrix.dataset", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR, imatrix.datasets[0])
+    put("quantize.imatrix.entries_count", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, len(imatrix))
+    if imatrix.chunk_count > 0:
+        put("quantize.imatrix.chunks_count", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, imatrix.chunk_count)
+    arr = (llama_cpp.llama_model_kv_override * (len(kv) + 1))(*kv)
+    arr[len(kv)].key = b""
+    p.kv_overrides = ctypes.cast(arr, ctypes.POINTER(llama_cpp.llama_model_kv_override))
+    return arr
 
 
 @pytest.fixture(scope="module")

@@ -65,7 +65,9 @@ def test_target_bpw_meets_the_budget_and_loads(model, tmp_path, bpw):
 
     recipe = json.loads(read_gguf(str(out)).get("llmkit.quantize.recipe"))
     assert recipe["target_bpw"] == bpw and recipe["method"] == "rtn"
-    llm = llama_cpp.Llama(str(out), n_ctx=64, verbose=False)
+    # logits_all: otherwise only the last row of scores is written and rows 0-1 are uninitialized
+    # memory (this test failed by chance in a full run)
+    llm = llama_cpp.Llama(str(out), n_ctx=64, verbose=False, logits_all=True)
     llm.eval(llm.tokenize(b"the kernel", add_bos=False))
     assert np.isfinite(np.asarray(llm.scores[:2])).all()
 
@@ -188,3 +190,47 @@ def test_imatrix_of_another_model_is_refused(model, tmp_path):
                  {"blk.0.something_else.weight": np.ones(1)}, 1, 128, "x")
     r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--imatrix", str(imx), "-o", str(tmp_path / "q.gguf")])
     assert r.exit_code == 1 and "another model" in r.stderr
+
+
+def test_budget_below_the_smallest_file_refused_at_once(model, tmp_path, monkeypatch):
+    """One line giving the minimum, before any error is measured (measuring takes minutes on real models)."""
+    from llmkit.gguf.reader import read_gguf
+    from llmkit.gguf.types import tensor_bytes
+    from llmkit.quant.budget import allocate as alloc
+
+    d, m = model
+    monkeypatch.setattr(alloc, "measure", lambda *a, **k: pytest.fail("measured before refusing the budget"))
+    g = read_gguf(str(m))
+    # the smallest type per tensor: Q2_K where rows allow (all 256/512 wide here), norms stay F32; each
+    # tensor's data padded to 32 bytes (the vocabulary's 261 rows of Q2_K are not)
+    sizes = [tensor_bytes("Q2_K" if len(t.shape) > 1 else t.type_name, t.shape) for t in g.tensors]
+    least = sum(b + (-b % 32) for b in sizes)
+    head = alloc.header_bytes(str(m), alloc.shape_items(g, 32))
+    out = tmp_path / "x.gguf"
+    r = run_cli(["quant", str(m), "--target-size", "100K", "-o", str(out)])
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"smallest possible model: {least + head:,} bytes" in r.stderr and "102,400 bytes" in r.stderr
+    assert not out.exists()
+    n = sum(int(np.prod(t.shape)) for t in g.tensors)
+    r = run_cli(["quant", str(m), "--target-bpw", "2.0", "-o", str(out)])
+    assert r.exit_code == 1 and f"{8 * least / n:.3f} bits per weight" in r.stderr
+
+
+def test_imatrix_lacking_a_planned_tensor_named(model, tmp_path):
+    """An imatrix that covers some of the model's matrices but not one the plan quantizes with it."""
+    from llmkit.quant.calibration.imatrix import load_imatrix, save_imatrix
+
+    d, m = model
+    full = tmp_path / "full.gguf"
+    assert run_cli(["quant", "imatrix", "-m", str(m), "--text", str(d / "calib.txt"), "-o", str(full), "-c", "128",
+                    "--chunks", "2"]).exit_code == 0
+    imx = load_imatrix(str(full))
+    del imx["blk.2.ffn_down.weight"]
+    cut = tmp_path / "cut.gguf"
+    save_imatrix(str(cut), {k: v * 2 for k, v in imx.items()}, {k: np.full(1, 2) for k in imx}, 2, 128, "x")
+    for args in (["-t", "Q4_K_M"], ["--target-bpw", "4.5"]):
+        out = tmp_path / "q.gguf"
+        r = run_cli(["quant", str(m), *args, "--imatrix", str(cut), "-o", str(out)])
+        assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "no entry for 'blk.2.ffn_down.weight'" in r.stderr and not out.exists()
+    assert run_cli(["quant", str(m), "-t", "Q4_K_M", "--imatrix", str(full), "-o", str(tmp_path / "ok.gguf")]).exit_code == 0

@@ -15,13 +15,13 @@ from llmkit.io import atomic_write_bytes
 _SCALAR = {"u32": (4, "I"), "i32": (5, "i"), "f32": (6, "f"), "u64": (10, "Q")}
 
 
-def _str(s: str) -> bytes:
-    b = s.encode("utf-8")
+def _str(s: str | bytes) -> bytes:
+    b = s if isinstance(s, bytes) else s.encode("utf-8")
     return struct.pack("<Q", len(b)) + b
 
 
 def kv_entry(key: str, kind: str, value) -> bytes:
-    """One metadata entry; kind: 'u32' | 'i32' | 'f32' | 'u64' | 'str' | 'str[]'."""
+    """One metadata entry; kind: 'u32' | 'i32' | 'f32' | 'u64' | 'str' (str or raw bytes) | 'str[]'."""
     if kind == "str":
         return _str(key) + struct.pack("<I", 8) + _str(value)
     if kind == "str[]":
@@ -37,30 +37,40 @@ def tensor_entry(name: str, dims, type_id: int, offset: int) -> bytes:
 
 def write_gguf(path: str, kvs: list[tuple[str, str, object]], tensors: list[tuple[str, np.ndarray]], align: int = 32) -> None:
     """kvs: (key, 'u32'|'i32'|'f32'|'u64'|'str'|'str[]', value); tensors: (name, float32 array in GGUF dim order)."""
+    arrays = [(name, np.ascontiguousarray(arr, dtype="<f4")) for name, arr in tensors]
+    head, _ = f32_layout(kvs, [(name, a.shape) for name, a in arrays], align)
+    blobs = [a.tobytes() + b"\0" * (-a.nbytes % align) for _, a in arrays]
+    atomic_write_bytes(path, head + b"".join(blobs))
+
+
+def f32_layout(kvs: list[tuple[str, str, object]], tensors: list[tuple[str, tuple]], align: int = 32) -> tuple[bytes, list[int]]:
+    """The header (padded to `align`) of a GGUF file of F32 tensors [(name, shape in numpy order)], and
+    each tensor's byte offset in the file: a writer can then fill the data in any order."""
     out = [b"GGUF", struct.pack("<IQQ", 3, len(tensors), len(kvs))]
     out += [kv_entry(key, kind, value) for key, kind, value in kvs]
-    offset, blobs = 0, []
-    for name, arr in tensors:
-        a = np.ascontiguousarray(arr, dtype="<f4")
-        out.append(tensor_entry(name, a.shape[::-1], 0, offset))  # GGUF lists ne[0] (the fastest dimension) first
-        data = a.tobytes()
-        blobs.append(data + b"\0" * (-len(data) % align))
-        offset += len(blobs[-1])
+    offset, offsets = 0, []
+    for name, shape in tensors:
+        out.append(tensor_entry(name, tuple(shape)[::-1], 0, offset))  # GGUF lists ne[0] (the fastest dimension) first
+        offsets.append(offset)
+        size = 4 * int(np.prod(shape, dtype=np.int64))
+        offset += size + (-size % align)
     head = b"".join(out)
-    atomic_write_bytes(path, head + b"\0" * (-len(head) % align) + b"".join(blobs))
+    head += b"\0" * (-len(head) % align)
+    return head, [len(head) + o for o in offsets]
 
 
 def derived_header(g: GGUFFile, tensors: list[tuple[str, tuple, str]], align: int, drop: tuple[str, ...] = (),
-                   u32: dict[str, int] | None = None, strings: dict[str, str] | None = None) -> bytes:
+                   put: list[tuple[str, str, object]] = (), strings: dict[str, str] | None = None) -> bytes:
     """The header of a file made from `g` (GGUF v3): g's metadata entries verbatim and in order, minus
-    the keys in `drop`, then the `u32` entries, then the `strings` entries whose key g lacks; the
-    tensor table of `tensors` [(name, shape, type name)] with each tensor's data padded to `align`;
-    padding to `align`."""
+    the keys in `drop` and in `put`, then the `put` entries [(key, kind, value)] in order (gguf_set_val:
+    a key set again moves to the end), then the `strings` entries whose key g lacks; the tensor table
+    of `tensors` [(name, shape, type name)] with each tensor's data padded to `align`; padding to `align`."""
     with open(g.path, "rb") as f:
         raw = f.read(max(e for _, e, _ in g.kv_spans.values()) if g.kv_spans else 0)
-    kvs = [raw[s:e] for key, (s, e, _) in g.kv_spans.items() if key not in drop]
-    kvs += [kv_entry(k, "u32", v) for k, v in (u32 or {}).items()]
-    kvs += [kv_entry(k, "str", v) for k, v in (strings or {}).items() if k not in g.kv_spans]
+    replaced = set(drop) | {k for k, _, _ in put}
+    kvs = [raw[s:e] for key, (s, e, _) in g.kv_spans.items() if key not in replaced]
+    kvs += [kv_entry(k, kind, v) for k, kind, v in put]
+    kvs += [kv_entry(k, "str", v) for k, v in (strings or {}).items() if k not in g.kv_spans and k not in replaced]
     infos, offset = [], 0
     for name, shape, type_name in tensors:
         infos.append(tensor_entry(name, shape[:n_dims(shape)], TYPE_ID[type_name], offset))

@@ -12,7 +12,7 @@ from typing import Callable
 
 from llmkit.errors import BadInput
 from llmkit.quant.budget.allocate import RECIPE_KEY, Allocation, allocate, file_type_for, recipe
-from llmkit.quant.calibration.hessians import collect_hessians
+from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians
 from llmkit.quant.plan.rules import Overrides
 from llmkit.quant.plan.tensors import plan_types
 from llmkit.quant.rounding.gptq import gptq_replacements
@@ -67,6 +67,9 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
 
     allocation, raised, n_gptq = None, {}, 0
     assign = extra = replace = None
+    group_bytes = workers = None
+    if method == "gptq":  # before anything runs: a run that cannot fit says so in one line
+        group_bytes, workers = check_gptq_fits(src, threads or os.cpu_count() or 1)
     with contextlib.ExitStack() as cleanup:
         hpath = hessian_path
         if method == "gptq" and not (hpath and os.path.exists(hpath)):
@@ -74,7 +77,7 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
                 hpath = os.path.join(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmkit-gptq-")),
                                      "hessians.gguf")
             collect_hessians(src, calib_text, hpath, n_ctx, chunks or 16, threads,
-                             progress=stage("hessians", "calibration"))
+                             progress=stage("hessians", "calibration"), group_bytes=group_bytes)
         if budgeted:
             allocation = allocate(src, target_bpw=target_bpw, target_size=target_size, imatrix=imatrix,
                                   calib_text=calib_text, threads=threads, progress=stage("measuring"), n_ctx=n_ctx,
@@ -85,7 +88,7 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
         if method == "gptq":
             types = plan_types(src, ftype, pure, imatrix is not None, overrides, assign)
             replace, raised = gptq_replacements(src, types, hpath, imatrix, damp, refit, threads,
-                                                progress=stage("gptq"))
+                                                progress=stage("gptq"), workers=workers)
             n_gptq = len(replace)
             assign = types
             extra = {**(extra or {}), "llmkit.quantize.method": "gptq"}

@@ -13,7 +13,7 @@ from llmkit.commands.quant.base import group
 @click.option("--text", "text_path", required=True, type=click.Path(dir_okay=False), help="Calibration text ('-' = stdin).")
 @click.option("-o", "--output", "dst", required=True, type=click.Path(dir_okay=False), help="imatrix GGUF to write.")
 @click.option("-c", "--ctx", "n_ctx", default=512, show_default=True, type=int, help="Tokens per chunk.")
-@click.option("--chunks", default=0, type=int, help="Use at most N chunks (0 = the whole text).")
+@click.option("--chunks", default=0, type=int, help="Use at most N chunks (0 = every full chunk of the text, as llama-imatrix).")
 @click.option("--threads", type=int)
 def imatrix_cmd(model_path, text_path, dst, n_ctx, chunks, threads):
     """Collect an importance matrix: mean squared input activation per column of every matrix."""

@@ -35,9 +35,10 @@ import numpy as np
 from llmkit.errors import BadInput
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.types import ALIGNMENT
-from llmkit.quant.budget.measure import Item, measure
+from llmkit.quant.budget.measure import Item, measure, shape_items
 from llmkit.quant.budget.probe import cached_probe, probe_key, probe_sensitivity, store_probe
 from llmkit.quant.plan import rules
+from llmkit.quant.plan.tensors import check_imatrix_covers
 from llmkit.quant.write.quantize import output_header
 
 
@@ -125,14 +126,17 @@ def allocate(src: str, *, target_bpw: float | None = None, target_size: int | No
     t0 = time.perf_counter()
     if (target_bpw is None) == (target_size is None):
         raise BadInput("give exactly one budget: target_bpw or target_size.")
+    if target_bpw is not None and not 1.0 < target_bpw < 32.0:
+        raise BadInput(f"a target of {target_bpw} bits per weight is outside what GGUF types give (about 2.6 to 16 bits).")
+    g = read_gguf(src)
+    shaped = shape_items(g, int(g.metadata.get("general.alignment", ALIGNMENT)))
+    if imatrix is not None:  # every candidate type uses the imatrix
+        check_imatrix_covers(imatrix, [i.name for i in shaped if i.fixed is None])
+    n_weights = sum(int(np.prod(i.shape)) for i in shaped)
+    head = header_bytes(src, shaped, imatrix) if target_size is not None else 0
+    budget = int(target_bpw * n_weights / 8) if target_bpw is not None else int(target_size) - head
+    check_reachable(shaped, budget, head, n_weights, target_bpw is not None)  # before the minutes of measuring
     items = measure(src, imatrix, threads, progress, hessian_path=hessian_path)
-    n_weights = sum(int(np.prod(i.shape)) for i in items)
-    if target_bpw is not None:
-        if not 1.0 < target_bpw < 32.0:
-            raise BadInput(f"a target of {target_bpw} bits per weight is outside what GGUF types give (about 2.6 to 16 bits).")
-        budget = int(target_bpw * n_weights / 8)
-    else:
-        budget = int(target_size) - header_bytes(src, items)
     sens, source = {}, "none"
     if calib_text:
         key = probe_key(src, imatrix, calib_text, n_ctx, chunks)
@@ -145,18 +149,32 @@ def allocate(src: str, *, target_bpw: float | None = None, target_size: int | No
                       items, time.perf_counter() - t0)
 
 
+def check_reachable(items: list[Item], budget: int, head: int, n_weights: int, per_weight: bool) -> None:
+    """A budget below the smallest file this model can make (every tensor at its smallest type) is
+    refused in one line that gives that minimum, before anything is measured."""
+    least = sum(min(i.bytes.values()) for i in items)
+    if budget >= least:
+        return
+    if per_weight:
+        raise BadInput(f"a target of {8 * budget / n_weights:.3f} bits per weight is below the smallest possible model: "
+                       f"{8 * least / n_weights:.3f} bits per weight (every tensor at its smallest type).")
+    raise BadInput(f"a target size of {budget + head:,} bytes is below the smallest possible model: "
+                   f"{least + head:,} bytes ({(least + head) / 2**20:.2f} MiB, every tensor at its smallest type).")
+
+
 RECIPE_KEY = "llmkit.quantize.recipe"
 RECIPE_RESERVE = 4096  # bytes kept for the recipe metadata when a whole-file size is the target
 
 
-def header_bytes(src: str, items: list[Item]) -> int:
-    """The output header's size (types do not change it) plus room for the recipe entry."""
+def header_bytes(src: str, items: list[Item], imatrix=None) -> int:
+    """The output header's size (types do not change it; an imatrix file's keys do) plus room for the
+    recipe entry."""
     g = read_gguf(src)
     align = int(g.metadata.get("general.alignment", ALIGNMENT))
     by = {i.name: i for i in items}
     tensors = [(n, tuple(by[n].shape), "F16" if by[n].fixed is None else by[n].fixed)
                for n in rules.tensor_order(list(by))]
-    return len(output_header(g, tensors, 1, align)) + RECIPE_RESERVE
+    return len(output_header(g, tensors, 1, align, imatrix=imatrix)) + RECIPE_RESERVE
 
 
 def recipe(a: Allocation, target_bpw=None, target_size=None, imatrix: bool = False, method: str = "rtn") -> str:

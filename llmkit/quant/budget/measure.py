@@ -58,6 +58,25 @@ def sample_rows(n_rows: int, ne0: int) -> np.ndarray:
     return np.unique(np.linspace(0, n_rows - 1, k).round().astype(np.int64))
 
 
+def shape_items(g, align: int) -> list[Item]:
+    """Every tensor in llama.cpp's order with its candidate types and their bytes, from the shapes
+    alone (no errors yet): enough to know the smallest and largest file before measuring anything."""
+    by_name = {t.name: t for t in g.tensors}
+    items = []
+    for name in rules.tensor_order(list(by_name)):
+        t = by_name[name]
+        shape = tuple(t.shape)
+        if not rules.allows_quantization(name, shape):
+            items.append(Item(name, list(shape), rules.category(name), t.type_name,
+                              {t.type_name: padded(t.type_name, shape, align)}, {t.type_name: 0.0}, t.type_name))
+            continue
+        cands = candidates_for(shape)
+        if not cands:
+            raise BadInput(f"tensor '{name}' has rows of {shape[0]} weights, which no quantized type fits.")
+        items.append(Item(name, list(shape), rules.category(name), None, {c: padded(c, shape, align) for c in cands}))
+    return items
+
+
 def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
             progress: Callable[[int, int, str], None] | None = None, align: int | None = None,
             hessian_path: str | None = None) -> list[Item]:
@@ -69,21 +88,16 @@ def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
     hidx = {}
     if hessian_path:
         hidx = hessian_index(hessian_path)
-    items = []
-    order = rules.tensor_order([t.name for t in g.tensors])
+    items = shape_items(g, align)
     by_name = {t.name: t for t in g.tensors}
     jobs = []
     with open(src, "rb") as f, ThreadPoolExecutor(threads or os.cpu_count() or 1) as pool:
-        for i, name in enumerate(order):
+        for i, item in enumerate(items):
+            name = item.name
             t = by_name[name]
             shape = tuple(t.shape)
-            if not rules.allows_quantization(name, shape):
-                items.append(Item(name, list(shape), rules.category(name), t.type_name,
-                                  {t.type_name: padded(t.type_name, shape, align)}, {t.type_name: 0.0}, t.type_name))
+            if item.fixed is not None:
                 continue
-            cands = candidates_for(shape)
-            if not cands:
-                raise BadInput(f"tensor '{name}' has rows of {shape[0]} weights, which no quantized type fits.")
             ne0 = shape[0]
             n_rows = int(np.prod(shape, dtype=np.int64)) // ne0
             rows_per_matrix = shape[1] if len(shape) > 1 else 1
@@ -94,9 +108,6 @@ def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
                 qw = np.asarray(imatrix[name], np.float32)
                 if len(qw) == ne0 * (shape[2] if len(shape) > 2 else 1):
                     w = qw.reshape(-1, ne0)  # one row of column weights per expert
-            item = Item(name, list(shape), rules.category(name), None,
-                        {c: padded(c, shape, align) for c in cands})
-            items.append(item)
             ws = None if w is None else w[(rows // rows_per_matrix) % len(w)]
             h = None
             if name in hidx and len(shape) == 2 and hidx[name][1] == ne0:
@@ -104,7 +115,7 @@ def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
                 h = np.memmap(hessian_path, dtype="<f4", mode="r", offset=off, shape=(dim, dim))
             jobs.append(pool.submit(_errors, item, xs, ws, n_rows / len(rows), h))
             if progress:
-                progress(i + 1, len(order), name)
+                progress(i + 1, len(items), name)
         for j in jobs:
             j.result()
     return items

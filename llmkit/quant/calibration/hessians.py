@@ -1,38 +1,33 @@
 """GPTQ's Hessians: H = X^T X of every matrix's inputs over calibration text (collected by
-imatrix.collect), saved as a GGUF file of F32 matrices and read back memory-mapped by name."""
+imatrix.collect), saved as a GGUF file of F32 matrices and read back memory-mapped by name.
+
+Memory: one H is ne0^2 float32 (Qwen2.5-1.5B's ffn_down: 8960^2 x 4 B = 321 MB; 9 GB for all 28
+layers), so they are never all held at once. One short pass finds the layout (which matrices share
+an input, each input's width), the file's header is written, then the model runs over the text once
+per group of layers, each pass accumulating only that group's H and writing it to its place in the
+file. The passes repeat the same float32 operations in the same order, so the file holds the same
+numbers as one pass over every layer would. `gptq_memory` estimates a whole GPTQ run from the
+model's shapes before anything starts.
+"""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import re
 
 import numpy as np
 
 from llmkit.errors import BadFileFormat, BadInput
 from llmkit.gguf.reader import read_gguf
-from llmkit.gguf.writer import write_gguf
+from llmkit.gguf.writer import f32_layout
 from llmkit.quant.calibration.imatrix import collect
 
 
 HESSIAN_FORMAT = "llmkit-hessians"
-
-
-def save_hessians(path: str, sums: dict, counts: dict, chunks: int, n_ctx: int, model: str) -> None:
-    """Write the collected H matrices (mean over tokens) as a GGUF file: one `NAME.hessian` tensor per
-    distinct input, the matrices sharing it listed in `llmkit.hessian.aliases`."""
-    first_of: dict[int, str] = {}
-    aliases, tensors = {}, []
-    for name in sorted(sums):
-        h = sums[name]
-        key = first_of.setdefault(id(h), name)
-        if key == name:
-            n = max(int(np.asarray(counts[name]).sum()), 1)
-            tensors.append((f"{name}.hessian", np.asarray(h, np.float32) / np.float32(n)))
-        aliases[name] = key
-    kvs = [("general.type", "str", HESSIAN_FORMAT), ("llmkit.hessian.model", "str", os.path.basename(model)),
-           ("llmkit.hessian.aliases", "str", json.dumps(aliases)), ("llmkit.hessian.chunks", "u32", chunks),
-           ("llmkit.hessian.chunk_size", "u32", n_ctx)]
-    write_gguf(path, kvs, tensors)
+OVERHEAD = 768 << 20  # Python, numpy, llama.cpp's context and compute buffers (allowance; measured ~0.4-0.6 GB)
+_LAYER = re.compile(r"blk\.(\d+)\.")
 
 
 def hessian_index(path: str) -> dict[str, tuple[int, int]]:
@@ -50,20 +45,144 @@ def hessian_index(path: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512, chunks: int = 0, threads=None,
-                     progress=None) -> None:
-    """Run the model over calibration text and save every matrix's H (see imatrix.collect)."""
-    from llmkit.llama import runtime
+def layer_of(name: str) -> int:
+    """blk.N.* -> N (-1 for a matrix outside the layers)."""
+    m = _LAYER.match(name)
+    return int(m.group(1)) if m else -1
 
-    probe = runtime.open_model(model_path, runtime.ModelOptions(n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads),
-                               logits_all=False)
-    n_tok = len(probe.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-    del probe
-    if n_tok < n_ctx:
-        raise BadInput(f"the calibration text has {n_tok} tokens, fewer than one chunk of {n_ctx}; give more text "
-                       "or shorter chunks.")
-    sums, counts, n = collect(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=chunks, progress=progress,
-                              hessian=True)
-    if not sums:
+
+def matrix_inputs(src: str) -> dict[str, int]:
+    """{matrix: its input width} for the 2-D blk.* matrices of a model, from its shapes alone."""
+    return {t.name: int(t.shape[0]) for t in read_gguf(src).tensors
+            if len(t.shape) == 2 and t.name.startswith("blk.") and t.shape[1] > 1}
+
+
+def layer_bytes(widths: dict[str, int]) -> dict[int, int]:
+    """float32 H bytes per layer, every matrix counted as its own input (an upper bound: q/k/v and
+    gate/up share theirs)."""
+    out: dict[int, int] = {}
+    for name, d in widths.items():
+        out[layer_of(name)] = out.get(layer_of(name), 0) + 4 * d * d
+    return out
+
+
+def gptq_memory(src: str, threads: int, memory: int | None = None) -> tuple[int, int, int]:
+    """(peak bytes a GPTQ run needs at least, bytes per group of layers its Hessian passes may hold,
+    GPTQ workers that fit), estimated from the model's shapes for a target peak `memory` (default: the
+    larger of twice the file's size and that least peak). Collecting: the model (mapped, resident
+    once read) + one group's H + one H of temporaries + OVERHEAD. Rounding: per worker one H mapped,
+    four float64 H-sized matrices (three while inverting, U kept; LAPACK's copies) and the matrix in
+    float64 with its temporaries, beside the parent holding the quantized bytes (<= half the file).
+    Measured on Qwen2.5-1.5B's ffn_down (8960 wide): one job peaked at 2.97 GB, this says 3.22 GB."""
+    size = os.path.getsize(src)
+    widths = matrix_inputs(src)
+    if not widths:
+        raise BadInput(f"'{src}' has no blk.* weight matrices for GPTQ.")
+    big = max(widths.values())
+    per_layer = layer_bytes(widths)
+    rows = {t.name: int(t.shape[1]) for t in read_gguf(src).tensors if t.name in widths}
+    worker = max(4 * d * d + 4 * 8 * d * d + 24 * d * rows[n] for n, d in widths.items())
+    least = max(size + max(per_layer.values()) + 4 * big * big + OVERHEAD, OVERHEAD + size // 2 + worker)
+    target = max(2 * size, least) if memory is None else memory
+    if target < least:
+        raise BadInput(f"GPTQ on '{src}' needs about {least / 2**30:.1f} GiB (the model with one layer's Hessians, "
+                       f"or one rounding worker), more than the {target / 2**30:.1f} GiB allowed; use a machine with more "
+                       "memory or round-to-nearest (--method rtn).")
+    group = target - size - 4 * big * big - OVERHEAD
+    workers = max(1, min(threads, (target - OVERHEAD - size // 2) // worker))
+    return least, group, workers
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_gptq_fits(src: str, threads: int) -> tuple[int, int]:
+    """Before a GPTQ run starts: (bytes per Hessian group, workers), or BadInput in one line when even
+    the least memory it needs is more than this machine has available."""
+    least, group, workers = gptq_memory(src, threads)
+    avail = available_memory()
+    if avail is not None and least > avail:
+        raise BadInput(f"GPTQ on '{src}' needs about {least / 2**30:.1f} GiB of memory (estimated from its shapes), "
+                       f"{avail / 2**30:.1f} GiB is available; free memory or use round-to-nearest (--method rtn).")
+    if avail is not None and 2 * os.path.getsize(src) > avail:  # fit the passes to what there is
+        least, group, workers = gptq_memory(src, threads, max(least, avail))
+    return group, workers
+
+
+def layer_groups(layout: dict[str, tuple[str, int]], budget: int) -> list[list[int]]:
+    """Consecutive layers packed into groups whose distinct H (float32) fit `budget` bytes (a layer
+    that alone exceeds it gets a group of its own)."""
+    per: dict[int, int] = {}
+    for name, (key, d) in layout.items():
+        if key == name:
+            per[layer_of(name)] = per.get(layer_of(name), 0) + 4 * d * d
+    groups: list[list[int]] = []
+    used = 0
+    for layer in sorted(per):
+        if groups and used + per[layer] <= budget:
+            groups[-1].append(layer)
+            used += per[layer]
+        else:
+            groups.append([layer])
+            used = per[layer]
+    return groups
+
+
+def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512, chunks: int = 0, threads=None,
+                     progress=None, group_bytes: int | None = None) -> int:
+    """Run the model over calibration text and save every matrix's H (the mean of x x^T over tokens),
+    one pass per group of layers holding at most `group_bytes` of Hessians (default: all in one
+    pass). Returns the number of passes."""
+    from llmkit.io import atomic_file
+
+    shapes, _, _ = collect(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=1, hessian="shapes")
+    if not shapes:
         raise BadInput("no matrix inputs were seen while running the model; is it a transformer GGUF?")
-    save_hessians(out_path, sums, counts, n, n_ctx, model_path)
+    first_of: dict[int, str] = {}
+    layout = {name: (first_of.setdefault(id(shapes[name]), name), int(shapes[name].shape[1]))
+              for name in sorted(shapes)}
+    keys = sorted({k for k, _ in layout.values()}, key=lambda k: (layer_of(k), k))
+    groups = layer_groups(layout, group_bytes if group_bytes is not None else 1 << 62)
+
+    def header(n_chunks: int) -> tuple[bytes, list[int]]:
+        kvs = [("general.type", "str", HESSIAN_FORMAT), ("llmkit.hessian.model", "str", os.path.basename(model_path)),
+               ("llmkit.hessian.aliases", "str", json.dumps({n: k for n, (k, _) in layout.items()})),
+               ("llmkit.hessian.chunks", "u32", n_chunks), ("llmkit.hessian.chunk_size", "u32", n_ctx)]
+        return f32_layout(kvs, [(f"{k}.hessian", (layout[k][1], layout[k][1])) for k in keys])
+
+    head, offsets = header(0)
+    at = dict(zip(keys, offsets))
+    n = 0
+    with atomic_file(out_path) as f:
+        f.write(head)
+        for gi, layers in enumerate(groups):
+            wanted = set(layers)
+            step = None if progress is None else (lambda d, t, gi=gi: progress(gi * t + d, len(groups) * t))
+            sums, counts, n = collect(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=chunks,
+                                      progress=step, hessian=True, only=lambda name: layer_of(name) in wanted)
+            for k in keys:
+                if layer_of(k) not in wanted:
+                    continue
+                d = layout[k][1]
+                h = sums.get(k)
+                if h is None or h.shape != (d, d):
+                    raise BadInput(f"the matrix '{k}' was not seen again while collecting its Hessian.")
+                h /= np.float32(max(int(np.asarray(counts[k]).sum()), 1))  # in place: no second copy
+                f.seek(at[k])
+                f.write(memoryview(np.ascontiguousarray(h, "<f4")).cast("B"))
+            del sums, counts
+            gc.collect()  # the pass's model object (its 155 MB logits buffer on a 152k vocabulary) before the next
+        end = f.seek(0, os.SEEK_END)
+        f.truncate(max(end, offsets[-1] + 4 * layout[keys[-1]][1] ** 2))
+        f.seek(0)
+        f.write(header(n)[0])  # the same length: only the chunk count (a u32) changes
+    return len(groups)

@@ -21,14 +21,25 @@ import numpy as np
 from llmkit.errors import BadFileFormat, BadInput
 
 
-def load_imatrix(path: str) -> dict[str, np.ndarray]:
-    """{tensor name: per-column importance (float32)} from a GGUF or legacy .dat imatrix."""
+class Imatrix(dict):
+    """{tensor name: per-column importance (float32)}, plus what llama-quantize records about the
+    file in the quantized model: the path as given (`source`), the datasets and the chunk count."""
+
+    def __init__(self, data=(), source: str | None = None, datasets: list[str] | None = None, chunk_count: int = 0):
+        super().__init__(data)
+        self.source, self.datasets, self.chunk_count = source, list(datasets or []), chunk_count
+
+
+def load_imatrix(path: str) -> Imatrix:
+    """{tensor name: per-column importance (float32)} from a GGUF or legacy .dat imatrix, with its
+    datasets and chunk count (as llama-quantize's imatrix loader reads them)."""
     try:
         with open(path, "rb") as f:
             magic = f.read(4)
     except OSError as e:
         raise BadInput(f"cannot read the imatrix '{path}': {e.strerror}.") from None
     data = _load_gguf(path) if magic == b"GGUF" else _load_legacy(path)
+    data.source = path
     if not data:
         raise BadFileFormat(f"the imatrix '{path}' holds no entries.")
     for name, v in data.items():
@@ -37,12 +48,14 @@ def load_imatrix(path: str) -> dict[str, np.ndarray]:
     return data
 
 
-def _load_gguf(path: str) -> dict[str, np.ndarray]:
+def _load_gguf(path: str) -> Imatrix:
     from llmkit.gguf.reader import read_gguf
 
     g = read_gguf(path)
     by = {t.name: t for t in g.tensors}
-    out = {}
+    datasets = g.get("imatrix.datasets")
+    out = Imatrix(datasets=[str(d) for d in datasets] if isinstance(datasets, (list, tuple)) else [],
+                  chunk_count=int(g.get("imatrix.chunk_count") or 0))
     with open(path, "rb") as f:
         for name, t in by.items():
             if not name.endswith(".in_sum2"):
@@ -64,9 +77,9 @@ def _load_gguf(path: str) -> dict[str, np.ndarray]:
     return out
 
 
-def _load_legacy(path: str) -> dict[str, np.ndarray]:
+def _load_legacy(path: str) -> Imatrix:
     size = os.path.getsize(path)
-    out = {}
+    out = Imatrix()
     with open(path, "rb") as f:
         def read(n, what):
             b = f.read(n)
@@ -87,6 +100,13 @@ def _load_legacy(path: str) -> dict[str, np.ndarray]:
                 raise BadFileFormat(f"the imatrix '{path}' has a bad value count {nval} for '{name}'.")
             sums = np.frombuffer(read(4 * nval, "values"), "<f4").astype(np.float32)
             out[name] = sums / np.float32(ncall) if ncall > 0 else sums
+        tail = f.read(8)  # optional: int32 chunk count, int32 length + dataset name
+        if len(tail) >= 4:
+            out.chunk_count = struct.unpack("<i", tail[:4])[0]
+        n_name = struct.unpack("<i", tail[4:])[0] if len(tail) == 8 else 0
+        name = f.read(n_name) if n_name > 0 else b""
+        if n_name > 0 and len(name) == n_name:  # a C string: up to its first NUL; bytes kept as they are
+            out.datasets = [name.split(b"\0")[0].decode("utf-8", "surrogateescape")]
     return out
 
 
@@ -133,27 +153,34 @@ def _strided(addr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype)
 
 
 def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None, max_chunks: int = 0,
-            progress: Callable[[int, int], None] | None = None,
-            hessian: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
-    """Run the model over `text` in chunks of n_ctx tokens (each starting with BOS when the model
-    wants one) and accumulate, for every `blk.*` matrix multiplication, the squared input activations
-    per column; for mixture-of-experts matrices (MUL_MAT_ID) per expert, from the tokens routed to it.
+            progress: Callable[[int, int], None] | None = None, hessian: bool | str = False,
+            only: Callable[[str], bool] | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """Run the model over `text` in full chunks of n_ctx tokens, cut as llama-imatrix cuts them, and
+    accumulate, for every `blk.*` matrix multiplication, the squared input activations per column;
+    for mixture-of-experts matrices (MUL_MAT_ID) per expert, from the tokens routed to it.
     Returns (sums, token counts per matrix, chunks) — llama-imatrix's statistics.
 
     With `hessian`, the whole second-moment matrix X^T X of each matrix's inputs instead (GPTQ's H,
     float32, ne0 x ne0); matrices fed the same input in one evaluation (q/k/v, gate/up) share one
-    array (the same object under each name). Expert matrices are skipped then."""
+    array (the same object under each name). Expert matrices are skipped then. With hessian="shapes"
+    nothing is accumulated: each matrix maps to an empty (0, ne0) array, shared as its H would be (the
+    layout of the Hessians, from one chunk). `only` (a test on matrix names) limits what is collected:
+    GPTQ collects its Hessians a few layers at a time, one pass each, to bound memory."""
     from llmkit.llama import runtime
 
     llama_cpp = runtime.load_llama_cpp()
 
     llm = runtime.open_model(model_path, runtime.ModelOptions(n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads),
                              logits_all=False)
-    toks = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+    # llama-imatrix's chunks (tools/imatrix/imatrix.cpp): its -f reader drops the file's final newline;
+    # the whole text is tokenized once with BOS, cut into full chunks of n_ctx tokens (the rest is
+    # unused) and each chunk's first token is replaced by BOS
+    text = text[:-1] if text.endswith("\n") else text
+    toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
     bos = runtime.add_bos(llm)
-    step = n_ctx - 1 if bos else n_ctx
-    if len(toks) < 16:
-        raise BadInput(f"the calibration text has {len(toks)} tokens; give at least a few hundred.")
+    if len(toks) < n_ctx:
+        raise BadInput(f"the calibration text has {len(toks)} tokens, fewer than one chunk of {n_ctx}; give more "
+                       "text or shorter chunks.")
     mul_mat, mul_mat_id = _op_ids(b"MUL_MAT", b"MUL_MAT_ID")
     sums: dict[str, np.ndarray] = {}
     counts: dict[str, np.ndarray] = {}
@@ -176,7 +203,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
                 return True
             _add_experts(name, src0, src1, _Tensor.from_address(t.src[2]))
             return True
-        if not name.startswith("blk.") or src1.type != 0 or src1.ne[1] < 16:
+        if not name.startswith("blk.") or src1.type != 0 or src1.ne[1] < 16 or (only is not None and not only(name)):
             return False
         if ask:
             return True
@@ -191,9 +218,12 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
                 sums.setdefault(name, sums[first])
                 aliases[name] = first
                 return True
-            if name not in sums:
-                sums[name] = np.zeros((ne0, ne0), np.float32)
-            sums[name] += x32.T @ x32
+            if hessian == "shapes":
+                sums.setdefault(name, np.empty((0, ne0), np.float32))
+            else:
+                if name not in sums:
+                    sums[name] = np.zeros((ne0, ne0), np.float32)
+                sums[name] += x32.T @ x32
             counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
             return True
         x = _strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32).astype(np.float64)
@@ -224,11 +254,10 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
     ctx = llama_cpp.llama_init_from_model(llm.model, cp)
     if not ctx:
         raise BadInput("llama.cpp could not create a context for imatrix collection.")
-    chunks = [toks[i:i + step] for i in range(0, len(toks), step)]
-    chunks = [c for c in chunks if len(c) >= 16][:max_chunks or None]
+    chunks = [toks[i * n_ctx:(i + 1) * n_ctx] for i in range(len(toks) // n_ctx)][:max_chunks or None]
     try:
         for i, c in enumerate(chunks):
-            seq = ([llm.token_bos()] if bos else []) + c
+            seq = [llm.token_bos()] + c[1:] if bos else c
             seen_inputs.clear()
             llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
             # logits for every token, as llama-imatrix asks: otherwise the last layer only
@@ -247,6 +276,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
                 progress(i + 1, len(chunks))
     finally:
         llama_cpp.llama_free(ctx)
+        llm.close()  # now, not at garbage collection: GPTQ runs this once per group of layers
     if hessian:
         for name, first in aliases.items():
             counts[name] = counts[first]

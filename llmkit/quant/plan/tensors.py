@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmkit.errors import BadInput
 from llmkit.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from llmkit.quant.plan import rules
 
@@ -28,3 +29,16 @@ def plan_types(src: str, ftype: str, pure: bool = False, has_imatrix: bool = Fal
     """{tensor: output type} that quantizing `src` to `ftype` would use."""
     plan, _ = plan_tensors(read_gguf(src), rules.resolve_ftype(ftype), pure, has_imatrix, overrides, assign)
     return {t.name: new for t, new in plan}
+
+
+def check_imatrix_covers(imatrix, names) -> None:
+    """Every blk.* matrix in `names` (those the plan quantizes with an imatrix) must have an entry:
+    an imatrix that covers some layers but not others comes from another model or a cut-short run,
+    and would weight some tensors and not others. (llama-quantize only logs "did not find weights";
+    llama-imatrix always collects every blk.* matrix, so a complete file has them all.) Tensors
+    llama-imatrix never collects (token_embd, output) may be absent."""
+    missing = [n for n in names if n.startswith("blk.") and n not in imatrix]
+    if missing:
+        more = f" (nor for {len(missing) - 1} other matrices)" if len(missing) > 1 else ""
+        raise BadInput(f"the imatrix has no entry for '{missing[0]}'{more}, which this plan quantizes with it; "
+                       "collect the imatrix again from this model.")

@@ -72,21 +72,29 @@ def grid(name: str, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # -- the algorithm ------------------------------------------------------------------------------------
 
 def inverse_hessian_factor(H: np.ndarray, damp: float = 0.01) -> tuple[np.ndarray, float, np.ndarray]:
-    """(U = upper Cholesky factor of (H + lambda I)^-1, the dampening used, dead columns)."""
-    H = np.array(H, dtype=np.float64, copy=True)
-    dead = np.diag(H) <= 0
-    H[dead, dead] = 1.0
-    mean = float(np.mean(np.diag(H)))
+    """(U = upper Cholesky factor of (H + lambda I)^-1, the dampening used, dead columns).
+    At most three float64 H-sized matrices live at once (H of 8960 columns: 642 MB each): each step
+    frees its input, and a retry converts H (float32, often memory-mapped) again."""
+    diag = np.diag(H).astype(np.float64)
+    dead = diag <= 0
+    diag[dead] = 1.0
+    mean = float(np.mean(diag))
     lam = damp
     for _ in range(8):
         try:
-            Hd = H + lam * mean * np.eye(len(H))
+            Hd = np.array(H, dtype=np.float64, copy=True)
+            Hd[dead, dead] = 1.0
+            Hd.flat[::len(Hd) + 1] += lam * mean  # = H + lam * mean * I, without an identity matrix
             Lc = np.linalg.cholesky(Hd)
+            del Hd
             inv = np.linalg.inv(Lc)
+            del Lc
             Hinv = inv.T @ inv
+            del inv
             U = np.linalg.cholesky(Hinv).T
             return U, lam, dead
         except np.linalg.LinAlgError:
+            Hd = Lc = inv = Hinv = None
             lam *= 10
     raise BadInput("the Hessian is not positive definite even with strong dampening; give more calibration text.")
 
@@ -152,9 +160,11 @@ def _matrix_job(src: str, data_offset: int, t: TensorInfo, new: str, hpath: str,
 
 
 def gptq_replacements(src: str, types: dict[str, str], hessian_path: str, imatrix: dict | None = None,
-                      damp: float = 0.01, refit: bool = True, threads=None, progress=None) -> tuple[dict, dict]:
+                      damp: float = 0.01, refit: bool = True, threads=None, progress=None,
+                      workers: int | None = None) -> tuple[dict, dict]:
     """GPTQ bytes for every 2-D matrix whose type GPTQ writes and whose H is known:
-    ({name: uint8 bytes}, {name: dampening used when it had to be raised})."""
+    ({name: uint8 bytes}, {name: dampening used when it had to be raised}). `workers` processes
+    (default: `threads`; fewer where memory is short, see calibration.hessians.gptq_memory)."""
     g = read_gguf(src)
     hidx = hessian_index(hessian_path)
     jobs = []
@@ -172,7 +182,7 @@ def gptq_replacements(src: str, types: dict[str, str], hessian_path: str, imatri
         raise BadInput("no matrix of this model has both a GPTQ type (Q2_K..Q6_K, Q4_0) and a Hessian; "
                        "check the type and that the Hessians come from this model.")
     out, raised = {}, {}
-    workers = max(1, threads or os.cpu_count() or 1)
+    workers = max(1, workers or threads or os.cpu_count() or 1)
     with ProcessPoolExecutor(workers) as pool:
         for i, (name, q, lam) in enumerate(pool.map(_matrix_job_star, jobs)):
             out[name] = q

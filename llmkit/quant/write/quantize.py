@@ -26,7 +26,7 @@ from llmkit.gguf.types import ALIGNMENT, tensor_bytes
 from llmkit.gguf.writer import derived_header
 from llmkit.quant.formats import get_format, jit, to_f32
 from llmkit.quant.plan import rules
-from llmkit.quant.plan.tensors import plan_tensors
+from llmkit.quant.plan.tensors import check_imatrix_covers, plan_tensors
 from llmkit.quant.quality.stats import error_stats
 from llmkit.quant.write.jobs import Buffers, Workers, check_finite, quantize_checked, rows_job, tune_malloc
 
@@ -92,6 +92,8 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
     if imatrix is not None and not any(t.name in imatrix for t, _ in plan):
         raise BadInput("the imatrix names none of this model's tensors (it belongs to another model). Collect one "
                        "for this model.")
+    if imatrix is not None:
+        check_imatrix_covers(imatrix, [t.name for t, new in plan if new != t.type_name and get_format(new).uses_imatrix])
     for t, new in plan:
         name = t.name
         if new != t.type_name and t.type_name not in ("F32", "F16", "BF16") and not allow_requantize:
@@ -103,7 +105,8 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
                 raise BadInput(f"the imatrix entry for '{name}' has {len(imatrix[name])} values, the tensor needs {want}.")
     report = QuantReport(src, dst, ftype, fallbacks=chooser.n_fallback)
     align = int(g.metadata.get("general.alignment", ALIGNMENT))  # the copied key must describe the output too
-    header = output_header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0], align, extra_meta)
+    header = output_header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0], align, extra_meta,
+                           imatrix)
     tune_malloc()
     pool = Workers(threads or os.cpu_count() or 1)
     jit.decide_for_run([(int(np.prod(t.shape)), get_format(new)) for t, new in plan  # small jobs skip numba's
@@ -240,8 +243,26 @@ def _replaced(fin, data_offset, t, new: str, data: np.ndarray, measure: bool, bu
 
 
 def output_header(g: GGUFFile, tensors: list[tuple[str, tuple, str]], ftype_id: int, align: int,
-                  extra_meta: dict[str, str] | None = None) -> bytes:
+                  extra_meta: dict[str, str] | None = None, imatrix=None) -> bytes:
     """llama.cpp's header for the output: the input's metadata verbatim (minus split keys and the two
-    replaced below), general.quantization_version and general.file_type, `extra_meta` strings."""
-    return derived_header(g, tensors, align, DROP, {"general.quantization_version": QNT_VERSION,
-                                                    "general.file_type": ftype_id}, extra_meta)
+    replaced below), general.quantization_version and general.file_type, the imatrix's keys when
+    it came from a file (`imatrix_keys`), `extra_meta` strings."""
+    put = [("general.quantization_version", "u32", QNT_VERSION), ("general.file_type", "u32", ftype_id)]
+    return derived_header(g, tensors, align, DROP, put + imatrix_keys(imatrix), extra_meta)
+
+
+def imatrix_keys(imatrix) -> list[tuple[str, str, object]]:
+    """The metadata llama-quantize (the tool, not the library call) writes for an imatrix file
+    (tools/quantize/quantize.cpp): its path as given and its first dataset, each cut to 127 bytes
+    (a 128-byte kv-override string), the number of entries and, when known, of chunks (u32)."""
+    source = getattr(imatrix, "source", None)
+    if source is None:
+        return []
+    cut = lambda s: s.encode("utf-8", "surrogateescape")[:127].split(b"\0")[0]  # noqa: E731  (strncpy)
+    keys = [("quantize.imatrix.file", "str", cut(source))]
+    if imatrix.datasets:
+        keys.append(("quantize.imatrix.dataset", "str", cut(imatrix.datasets[0])))
+    keys.append(("quantize.imatrix.entries_count", "u32", len(imatrix)))
+    if imatrix.chunk_count > 0:
+        keys.append(("quantize.imatrix.chunks_count", "u32", imatrix.chunk_count))
+    return keys

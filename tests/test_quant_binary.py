@@ -1,0 +1,218 @@
+"""llmkit quant against llama.cpp's command-line tools, as built by scripts/build_llama_server.sh:
+whole files equal to the `llama-quantize` binary's (metadata included: with an imatrix the binary
+also writes quantize.imatrix.*), with the numba kernels forced on (LLMKIT_JIT=1) as on real models;
+and llmkit's imatrix equal to `llama-imatrix`'s for the same model, text, context and chunks."""
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from ggufmake import write_tiny_llama
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture(scope="module")
+def tools() -> Path:
+    """The folder holding the llama.cpp tools (built once, cached outside the checkout)."""
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHON": sys.executable}, timeout=3600)
+    if p.returncode != 0:
+        pytest.fail(f"llama.cpp tools could not be built: {p.stderr[-2000:]}")
+    return Path(p.stdout.strip().splitlines()[-1]).parent
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, kernel_small):
+    """A model whose matrices all have K-quant rows (256 / 512 wide), its GGUF imatrix (llmkit), the
+    same imatrix as a legacy .dat file, and the calibration text."""
+    d = tmp_path_factory.mktemp("qbin")
+    base = write_tiny_llama(d / "base.gguf", n_embd=256, n_ff=512, n_layer=2, n_head=4, n_head_kv=2, seed=11,
+                            outliers=True)
+    imx = d / "imatrix.gguf"
+    r = run_cli(["quant", "imatrix", "-m", str(base), "--text", str(kernel_small), "-o", str(imx), "-c", "128",
+                 "--chunks", "6"])
+    assert r.exit_code == 0, r.stderr
+    return d, base, imx, legacy_copy(imx, d / "imatrix.dat")
+
+
+def legacy_copy(src: Path, dst: Path) -> Path:
+    """The GGUF imatrix `src` written in llama-imatrix's legacy .dat layout (values = mean x ncall)."""
+    from llmkit.quant.calibration.imatrix import load_imatrix
+
+    imx = load_imatrix(str(src))
+    ncall = imx.chunk_count
+    out = [struct.pack("<i", len(imx))]
+    for name, v in imx.items():
+        b = name.encode()
+        out += [struct.pack("<i", len(b)), b, struct.pack("<ii", ncall, len(v)), (v * np.float32(ncall)).astype("<f4").tobytes()]
+    ds = b"legacy-" + imx.datasets[0].encode()
+    out += [struct.pack("<i", ncall), struct.pack("<i", len(ds)), ds]
+    dst.write_bytes(b"".join(out))
+    return dst
+
+
+def binary_quantize(tools: Path, src, dst, ftype: str, imatrix=None) -> None:
+    args = [str(tools / "llama-quantize")] + (["--imatrix", str(imatrix)] if imatrix else []) + [str(src), str(dst), ftype, "2"]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
+def metadata(path) -> dict:
+    from llmkit.gguf.reader import read_gguf
+
+    return read_gguf(str(path)).metadata
+
+
+@pytest.mark.parametrize("ftype,imx", [("Q8_0", None), ("Q4_0", None), ("Q4_1", None), ("Q5_0", None), ("Q5_1", None),
+                                       ("Q2_K", None), ("Q3_K_M", None),
+                                       ("Q4_K_M", None), ("Q5_K_S", None), ("Q6_K", None), ("IQ4_XS", None),
+                                       ("Q4_K_M", "gguf"), ("Q2_K", "gguf"), ("Q3_K_S", "gguf"), ("IQ4_NL", "gguf"),
+                                       ("Q5_0", "gguf"), ("Q4_K_M", "dat"), ("Q6_K", "dat")])
+def test_same_file_as_the_llama_quantize_binary(tools, setup, monkeypatch, ftype, imx):
+    """Whole files, header and metadata included, with the compiled kernels forced on."""
+    from llmkit.quant.formats import jit
+
+    d, base, imx_gguf, imx_dat = setup
+    monkeypatch.setenv("LLMKIT_JIT", "1")
+    seen, real = [], jit.run
+    monkeypatch.setattr(jit, "run", lambda name, *a: seen.append(name) or real(name, *a))
+    path = {None: None, "gguf": imx_gguf, "dat": imx_dat}[imx]
+    ref, ours = d / f"bin-{ftype}-{imx}.gguf", d / f"ours-{ftype}-{imx}.gguf"
+    binary_quantize(tools, base, ref, ftype, path)
+    args = ["quant", str(base), "-t", ftype, "-o", str(ours)] + (["--imatrix", str(path)] if path else [])
+    r = run_cli(args)
+    assert r.exit_code == 0, r.stderr
+    assert ours.read_bytes() == ref.read_bytes(), f"{ftype} with imatrix {imx} differs from llama-quantize"
+    if path is None and ftype != "IQ4_XS":  # the compiled kernel of the main type ran (IQ4 has none)
+        main = {"Q3_K_M": "q3_k", "Q4_K_M": "q4_k", "Q5_K_S": "q5_k"}.get(ftype, ftype.lower())
+        assert main in seen, seen
+    meta = metadata(ours)
+    if path is None:
+        assert not [k for k in meta if k.startswith("quantize.")]
+    else:
+        assert meta["quantize.imatrix.file"] == str(path)
+        assert meta["quantize.imatrix.entries_count"] == 2 * 7 and meta["quantize.imatrix.chunks_count"] == 6
+        assert meta["quantize.imatrix.dataset"].endswith("kernel-small.txt")
+    os.unlink(ours), os.unlink(ref)
+
+
+def test_compiled_kernels_ran(setup, monkeypatch, tmp_path):
+    """LLMKIT_JIT=1 forces the numba kernels even where the run-time decision would skip them (a test
+    model saves less than numba's start-up), so the whole-file test above does check them."""
+    pytest.importorskip("numba")
+    from llmkit.quant.formats import get_format, jit
+    from llmkit.quant.write.quantize import quantize_file
+
+    d, base, _, _ = setup
+    seen = []
+    real = jit.run
+    monkeypatch.setattr(jit, "run", lambda name, *a: seen.append(name) or real(name, *a))
+    quantize_file(str(base), str(tmp_path / "a.gguf"), "Q4_K_M")
+    assert seen == []  # the run-time decision: too small to repay numba's start-up
+    monkeypatch.setenv("LLMKIT_JIT", "1")
+    quantize_file(str(base), str(tmp_path / "b.gguf"), "Q4_K_M")
+    assert {"q4_k", "q6_k"} <= set(seen)
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+    monkeypatch.setenv("LLMKIT_NO_JIT", "1")  # off wins over forced
+    assert not get_format("Q4_K").compiled()
+
+
+def test_long_imatrix_path_cut_like_the_binary(tools, setup, tmp_path):
+    """quantize.cpp copies the path into a 128-byte kv-override: longer paths are cut at 127 bytes."""
+    d, base, imx_gguf, _ = setup
+    deep = tmp_path / ("x" * 60) / ("y" * 60)
+    deep.mkdir(parents=True)
+    long = deep / "imatrix.gguf"
+    long.write_bytes(imx_gguf.read_bytes())
+    assert len(str(long).encode()) > 127
+    ref, ours = tmp_path / "bin.gguf", tmp_path / "ours.gguf"
+    binary_quantize(tools, base, ref, "Q4_0", long)
+    assert run_cli(["quant", str(base), "-t", "Q4_0", "-o", str(ours), "--imatrix", str(long)]).exit_code == 0
+    assert ours.read_bytes() == ref.read_bytes()
+    assert metadata(ours)["quantize.imatrix.file"] == str(long)[:127]
+
+
+def _read_imatrix_raw(path):
+    """{name: (in_sum2, counts)} and the metadata of a GGUF imatrix, straight from the file."""
+    from llmkit.gguf.reader import read_gguf
+
+    g = read_gguf(str(path))
+    out = {}
+    with open(path, "rb") as f:
+        for t in g.tensors:
+            f.seek(g.data_offset + t.offset)
+            out[t.name] = np.frombuffer(f.read(t.nbytes), "<f4").copy()
+    return out, g.metadata
+
+
+def with_bos(path: Path) -> Path:
+    """The model with tokenizer.ggml.add_bos_token set to true (the bool's byte flipped in place)."""
+    data = bytearray(path.read_bytes())
+    key = b"tokenizer.ggml.add_bos_token"
+    at = data.index(key) + len(key)
+    assert struct.unpack("<I", data[at:at + 4])[0] == 7  # GGUF bool
+    data[at + 4] = 1
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("n_ctx,chunks,bos", [(128, 5, True), (128, 0, True), (256, 0, False)])
+def test_imatrix_equals_llama_imatrix(tools, tmp_path, kernel_small, n_ctx, chunks, bos):
+    """Same model, text, context and chunks: the same entries, token counts and chunk count, and sums
+    equal within float tolerance (llama-imatrix adds float32 squares token by token, llmkit sums in
+    float64; the two builds' matmul kernels differ in the last bits). With BOS, each chunk's first
+    token is replaced by it, as llama-imatrix does."""
+    base = write_tiny_llama(tmp_path / "m.gguf", n_embd=256, n_ff=512, n_layer=2, n_head=4, n_head_kv=2, seed=12)
+    if bos:
+        with_bos(base)
+    text = tmp_path / "calib.txt"
+    text.write_text(kernel_small.read_text(encoding="utf-8")[:12_000], encoding="utf-8")
+    cpp, ours = tmp_path / "cpp.gguf", tmp_path / "ours.gguf"
+    args = [str(tools / "llama-imatrix"), "-m", str(base), "-f", str(text), "-o", str(cpp), "-c", str(n_ctx),
+            "-b", str(n_ctx), "-t", "2", "--no-ppl"] + (["--chunks", str(chunks)] if chunks else [])
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = run_cli(["quant", "imatrix", "-m", str(base), "--text", str(text), "-o", str(ours), "-c", str(n_ctx),
+                 "--chunks", str(chunks), "--threads", "2"])
+    assert r.exit_code == 0, r.stderr
+    a, ma = _read_imatrix_raw(cpp)
+    b, mb = _read_imatrix_raw(ours)
+    assert sorted(a) == sorted(b) and len(a) == 2 * 2 * 7
+    for k in ("imatrix.chunk_count", "imatrix.chunk_size", "imatrix.datasets"):
+        assert ma[k] == mb[k], k
+    assert (ma["imatrix.chunk_count"] == 5) if chunks else (ma["imatrix.chunk_count"] > 5)  # all full chunks
+    for name in a:
+        if name.endswith(".counts"):
+            assert np.array_equal(a[name], b[name]), name
+        else:
+            np.testing.assert_allclose(b[name], a[name], rtol=2e-4, atol=1e-6, err_msg=name)
+
+
+def test_build_script_completes_an_old_cache(tmp_path):
+    """A cache made before llama-imatrix was added is completed (the script goes on to build), a full
+    one is used as it is. A stub python stands in: it reports the version and fails at pip."""
+    stub = tmp_path / "python"
+    stub.write_text('#!/bin/sh\nif [ "$1" = "-c" ]; then echo 0.3.36; exit 0; fi\nexit 3\n')
+    stub.chmod(0o755)
+    cache = tmp_path / "cache" / "llama-server-0.3.36"
+    cache.mkdir(parents=True)
+    for t in ("llama-server", "llama-perplexity", "llama-quantize"):
+        (cache / t).write_text("")
+        (cache / t).chmod(0o755)
+    env = {**os.environ, "PYTHON": str(stub), "LLMKIT_CACHE": str(tmp_path / "cache")}
+    run = lambda: subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], capture_output=True,  # noqa: E731
+                                 text=True, env=env, timeout=60)
+    assert run().returncode == 3  # llama-imatrix missing: it went on to fetch the source and build
+    (cache / "llama-imatrix").write_text("")
+    (cache / "llama-imatrix").chmod(0o755)
+    p = run()
+    assert p.returncode == 0 and p.stdout.strip() == str(cache / "llama-server")
