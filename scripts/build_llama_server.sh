@@ -5,7 +5,8 @@
 #   ${LLMKIT_CACHE:-~/.cache/llmkit}/llama-server-<version>/{llama-server,llama-perplexity,llama-quantize,llama-imatrix}
 # (llama-server for the --server modes; the others as references in tests and benchmarks). A cache
 # that lacks some of them (made by an older version of this script) is completed: only the missing
-# tools are built. Prints the llama-server path.
+# tools are built. Tools the binding's own build installed (llama_cpp/bin) are linked, not rebuilt.
+# Prints the llama-server path.
 # The web UI download and curl are turned off (no network at build time); AVX2 instead of
 # -march=native for the same AMX reason as the README's install command.
 set -euo pipefail
@@ -16,6 +17,21 @@ tools=""
 for t in llama-server llama-perplexity llama-quantize llama-imatrix; do
   [ -x "$cache/$t" ] || tools="$tools $t"
 done
+if [ -z "$tools" ]; then echo "$cache/llama-server"; exit 0; fi
+# The README's install builds these tools in the same llama.cpp build as the binding (CMAKE_ARGS with
+# -DLLAMA_BUILD_TOOLS=ON ... -DCMAKE_INSTALL_BINDIR=llama_cpp/bin): link them instead of compiling
+# llama.cpp a second time. (A wheel pip had cached from an install without those flags has none.)
+bundled=$($py -c 'import llama_cpp, os; print(os.path.join(os.path.dirname(llama_cpp.__file__), "bin"))')
+rest=""
+for t in $tools; do
+  if [ -x "$bundled/$t" ]; then
+    mkdir -p "$cache"
+    ln -sfn "$bundled/$t" "$cache/$t.tmp" && mv -Tf "$cache/$t.tmp" "$cache/$t"
+  else
+    rest="$rest $t"
+  fi
+done
+tools=$rest
 if [ -z "$tools" ]; then echo "$cache/llama-server"; exit 0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
