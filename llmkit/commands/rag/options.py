@@ -3,7 +3,7 @@ dataclasses: a command receives `read=ReadOptions(...)`, `chunk=ChunkOptions(...
 `store=...`, `req=QueryRequest(...)` or `judged=(queries, qrels)` instead of the loose values.
 
 `FLAGS` spells the library's option names as this CLI's flags, for library errors that name an
-option (`llmkit.rag.errors.OptionError`).
+option (`llmkit.errors.OptionError`).
 """
 
 from __future__ import annotations

@@ -4,5 +4,5 @@
     global_answer.py  questions about the whole corpus, from entity-graph community summaries
     compress.py       fitting retrieved passages into a token budget
 
-May import: retrieve/, index/, llmkit.rag.llm, llmkit.errors, llmkit.rag.errors.
+May import: retrieve/, index/, llmkit.rag.llm, llmkit.errors.
 """

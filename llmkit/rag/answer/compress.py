@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 from llmkit.rag.index.bm25 import tokenize
 
 _SENT = re.compile(r"[^.!?。！？；\n]+(?:[.!?。！？；]+[\"'”’)]*|\n|$)")

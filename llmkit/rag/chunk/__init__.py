@@ -4,5 +4,5 @@
     dedupe.py    exact-duplicate keys, MinHash signatures, near-duplicate detection
     sections.py  ChunkOptions; one document -> (parent text, [(chunk text, metadata)])
 
-May import: read/, llmkit.errors, llmkit.rag.errors.
+May import: read/, llmkit.errors.
 """

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from llmkit.errors import BadInput
 from llmkit.rag.chunk import spans
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 from llmkit.rag.read.types import Document
 
 

@@ -9,5 +9,5 @@
     ray_embed.py     embedding on a Ray cluster with Ray Data
     env.py           environment variables third-party libraries read, set only for a block
 
-May import: llmkit.io, llmkit.errors, llmkit.rag.errors. Nothing of read/ or chunk/ is needed.
+May import: llmkit.io, llmkit.errors. Nothing of read/ or chunk/ is needed.
 """

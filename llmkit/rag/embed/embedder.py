@@ -18,7 +18,7 @@ import numpy as np
 
 from llmkit.errors import BadFileFormat, BadInput
 from llmkit.rag.embed.models import DEFAULT_MODEL, RUNTIMES, check_precision, resolve_model
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 
 _LOADED: dict = {}  # loaded models and ONNX sessions, one per process
 

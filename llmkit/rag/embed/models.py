@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from llmkit.errors import BadInput, MissingDependency
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (packaged)"
 RUNTIMES = ("onnx", "torch")

@@ -31,7 +31,7 @@ from llmkit.errors import BadFileFormat, MissingDependency
 from llmkit.rag.embed.models import check_precision
 from llmkit.rag.embed.onnx_runtime import Spec, export_path
 from llmkit.rag.embed.sbert import load_sentence_transformer
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 
 SUPPORTED = {"Transformer", "Pooling", "Dense", "Normalize"}
 CHECK_TEXTS = ["The kernel manages physical memory in pages.", "How do I mount a filesystem?",

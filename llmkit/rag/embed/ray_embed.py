@@ -13,7 +13,7 @@ import numpy as np
 
 from llmkit.errors import BadInput, MissingDependency
 from llmkit.rag.embed.env import scoped_env
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 
 
 def _actor_class(model, runtime, precision, query_prompt, passage_prompt, threads):

@@ -6,5 +6,5 @@
     tune.py      `rag tune`: choose an index's fusion from data
     adapt.py     `rag adapt`: fine-tune the embedding model on the corpus, promote when better
 
-May import: retrieve/, index/, embed/, chunk/, llmkit.rag.llm, llmkit.errors, llmkit.rag.errors.
+May import: retrieve/, index/, embed/, chunk/, llmkit.rag.llm, llmkit.errors.
 """

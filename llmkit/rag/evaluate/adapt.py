@@ -28,7 +28,7 @@ from typing import Callable, ContextManager
 import numpy as np
 
 from llmkit.errors import BadInput
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 from llmkit.rag.index.reader import Index
 
 

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from llmkit.errors import BadInput
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 from llmkit.rag.index.graph import entities
 from llmkit.rag.index.reader import Index
 from llmkit.rag.retrieve.hits import document_key

@@ -12,6 +12,6 @@
     milvus.py       the Milvus store (embedded Milvus Lite or a server)
     reader.py       `Index`: one generation opened for queries
 
-May import: read/, chunk/, embed/, llmkit.io, llmkit.errors, llmkit.rag.errors. Queries import only
+May import: read/, chunk/, embed/, llmkit.io, llmkit.errors. Queries import only
 manifest.py, analysis.py, bm25.py, reader.py and vectors.py of it (no chunkers, readers or tree-sitter).
 """

@@ -31,7 +31,7 @@ from llmkit.errors import BadInput
 from llmkit.rag.chunk import dedupe, spans
 from llmkit.rag.chunk.sections import ChunkOptions, chunk_document, chunking_of
 from llmkit.rag.embed.models import EmbedOptions
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 from llmkit.rag.index import db
 from llmkit.rag.index.analysis import ANALYSES, analysis_of
 from llmkit.rag.index.manifest import FORMAT, MANIFEST, VERSION, now, read_manifest, writer_lock

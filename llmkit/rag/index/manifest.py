@@ -17,7 +17,7 @@ from typing import Callable
 
 from llmkit.errors import BadFileFormat, BadInput
 from llmkit.io import load_json
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 
 FORMAT, VERSION = "llmkit-rag", 1
 MANIFEST = "manifest.json"

@@ -20,7 +20,7 @@ import uuid
 import numpy as np
 
 from llmkit.errors import BadInput, MissingDependency
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 from llmkit.rag.index.vectors import rows_of_ids
 
 SCHEMES = "faiss (default), milvus+local:PATH.db, milvus://HOST:PORT or milvus+https://HOST:PORT"

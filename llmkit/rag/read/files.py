@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 
 from llmkit.errors import BadInput
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 from llmkit.rag.read.documents import SUFFIXES, size_cap
 from llmkit.rag.read.types import Skipped
 

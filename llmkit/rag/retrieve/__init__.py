@@ -10,5 +10,5 @@
     rerank.py    cross-encoder and local-LLM re-rankers
     hits.py      Hit and parent-level grouping of ranked lists
 
-May import: index/, embed/ (through Index), llmkit.rag.llm, llmkit.errors, llmkit.rag.errors.
+May import: index/, embed/ (through Index), llmkit.rag.llm, llmkit.errors.
 """

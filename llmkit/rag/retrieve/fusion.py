@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmkit.errors import BadInput
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 
 METHODS = ("rrf", "cc")
 NORMS = ("minmax", "z", "dbsf", "tmm")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from llmkit.errors import BadInput
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 from llmkit.rag.index.reader import Index
 from llmkit.rag.retrieve.expand import expand_synonyms, expand_tokens
 from llmkit.rag.retrieve.filters import both, collection_mask, detect_required, filter_mask, must_mask

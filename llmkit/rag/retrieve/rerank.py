@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from llmkit.errors import BadInput, MissingDependency
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 
 PROMPT = ("Query: {query}\n\nPassage: {passage}\n\n"
           "Does the passage contain information that answers the query? Answer yes or no.")

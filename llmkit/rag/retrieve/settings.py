@@ -3,7 +3,7 @@ in its manifest under "fusion"), else the built-in default (RRF 1:1, k 60)."""
 
 from __future__ import annotations
 
-from llmkit.rag.errors import OptionError
+from llmkit.errors import OptionError
 
 MODES = ("bm25", "dense", "hybrid")
 RETRIEVERS = ("bm25", "dense", "graph")
