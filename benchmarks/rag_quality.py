@@ -371,8 +371,10 @@ def llmkit_code(coll: str, work: str, index_args: list[str], fns: dict) -> dict[
             rel = os.path.relpath(rec["doc"], tree) if os.path.isabs(rec["doc"]) else \
                 os.path.relpath(os.path.abspath(rec["doc"]), os.path.abspath(tree))
             lo, hi = rec["meta"].get("line_start", 0), rec["meta"].get("line_end", 0)
-            # a chunk stands for every function it holds (a small class is one chunk)
-            covered = [uid for a, b, uid in by_file.get(rel, []) if lo <= a <= hi]
+            # a chunk stands for every function it holds (a small class is one chunk); a piece of a
+            # long function cut at lines stands for the innermost function around it
+            covered = [uid for a, b, uid in by_file.get(rel, []) if lo <= a <= hi] or \
+                [uid for a, b, uid in sorted(by_file.get(rel, []), key=lambda t: t[1] - t[0]) if a <= lo <= b][:1]
             lst = run.setdefault(rec["query_id"], [])
             for uid in covered or [f"{rel}:{lo}"]:
                 if uid not in lst:

@@ -67,25 +67,43 @@ static struct node *make_node(int value) {
 def test_python_definitions_symbols_and_lines():
     from llmkit.rag.read.code import chunk_code
 
-    chunks, how = chunk_code(PY, "python", 200)  # small size: the class is split into its methods
+    chunks, how = chunk_code(PY, "python", 200)
     assert how == "parsed"
     got = {(c.symbol, c.kind): (c.line_start, c.line_end) for c in chunks}
     assert got[("parse_config", "function")] == (7, 10)
     assert got[("ConfigStore.loadFromDisk", "method")] == (21, 23)  # with the comment above it
-    assert got[("ConfigStore.__init__", "method")] == (18, 19)
+    # the class header (docstring, fields) is joined to its first member
+    assert got[("ConfigStore.__init__", "method")] == (13, 19)
     assert ("", "module") in got and got[("", "module")][0] == 1
-    head = next(c for c in chunks if c.symbol == "ConfigStore" and c.kind == "class")
-    assert "cache_size = 16" in head.text and "def " not in head.text  # header keeps the fields
+    first = next(c for c in chunks if c.symbol == "ConfigStore.__init__")
+    assert "cache_size = 16" in first.text and "class ConfigStore:" in first.text
     lines = PY.split("\n")
-    for c in chunks:  # every chunk is exactly its lines of the file
-        assert c.text == "\n".join(lines[c.line_start - 1:c.line_end])
+    for c in chunks:  # every chunk is its lines of the file, a member after a line naming it
+        own = "\n".join(lines[c.line_start - 1:c.line_end])
+        named = "." in c.symbol and c.symbol != "ConfigStore.__init__"  # the first member shows the class
+        assert c.text == (f"# {c.symbol}\n{own}" if named else own)
+    # even when the whole class fits, each method is its own unit
     whole, _ = chunk_code(PY, "python", 1500)
-    assert [c.symbol for c in whole if c.kind == "class"] == ["ConfigStore"]
+    assert [c.symbol for c in whole if c.symbol.startswith("ConfigStore")] == [
+        "ConfigStore.__init__", "ConfigStore.loadFromDisk", "ConfigStore.drop"]
+
+
+def test_pieces_of_a_long_definition_name_it():
+    from llmkit.rag.read.code import chunk_code
+
+    src = "def long_one(x):\n" + "".join(f"    y{i} = x + {i}\n" for i in range(40))
+    chunks, _ = chunk_code(src, "python", 120)
+    assert len(chunks) > 2 and chunks[0].text.startswith("def long_one")
+    assert all(c.text.startswith("# long_one\n") for c in chunks[1:])
+    ts, _ = chunk_code(TS.replace("}\n}", "}\n  put(url: string) { return url; }\n}"), "typescript", 1500)
+    assert next(c for c in ts if c.symbol == "HttpClient.put").text.startswith("// HttpClient.put\n")
+    go, _ = chunk_code(GO, "go", 1500)  # a Go method's receiver already names its type
+    assert next(c for c in go if c.symbol == "Server.Start").text.startswith("// Start prints")
 
 
 @pytest.mark.parametrize("src,lang,want", [
     (GO, "go", {("Server", "type"), ("Server.Start", "method")}),
-    (TS, "typescript", {("retryRequest", "function"), ("HttpClient", "class")}),
+    (TS, "typescript", {("retryRequest", "function"), ("HttpClient.get", "method")}),
     (C, "c", {("make_node", "function")}),
 ])
 def test_other_languages(src, lang, want):
@@ -194,7 +212,9 @@ def test_gitignore_is_respected(repo):
     assert not _q(idx, "noise", "--mode", "bm25")
 
 
-@pytest.mark.parametrize("query", ["parse_config", "parseConfig", "parse config"])
+# (the class's members are named "ConfigStore.*" in their text, so "config" alone also finds them:
+# the queries name the file the function reads too)
+@pytest.mark.parametrize("query", ["parse_config", "parseConfig file", "parse config file"])
 def test_identifiers_found_by_their_parts(repo, query):
     _, idx, _, _ = repo
     hit = _q(idx, query, "--mode", "bm25")[0]

@@ -183,13 +183,23 @@ def score_config(c: Config, lists: list[dict], queries: list[Query], unit, group
             parts.append(("dense", c.w_dense, *L["dense"]))
         if c.w_graph > 0 and "graph" in L:
             parts.append(("graph", c.w_graph, *L["graph"]))
-        if ranked_by is not None:
-            parts = [(n, w, *dedupe_to_groups(ids, ranked_by, sc)) for n, w, ids, sc in parts]
+        if ranked_by is not None:  # the mapping depends on the list only: kept in L for the next config
+            parts = [(n, w, *_mapped(L, n, c.expand, ranked_by)) for n, w, _, _ in parts]
         elif c.parents:
             parts = [(n, w, *dedupe_to_groups(ids, groups, sc)) for n, w, ids, sc in parts]
         ranked = list(dict.fromkeys(unit[d] for d, _ in fuse(parts, c.method, c.k, c.norm)[:60]))
         out[i] = ndcg(ranked, q.relevant)
     return out
+
+
+def _mapped(L: dict, name: str, expand: bool, ranked_by) -> tuple[list, list]:
+    """The list `name` of one query's lists L mapped to documents (computed once, stored in L)."""
+    key = "bm25x" if name == "bm25" and expand else name
+    got = L.get(key + "@docs")
+    if got is None:
+        ids, sc = L[key]
+        got = L[key + "@docs"] = dedupe_to_groups(ids, ranked_by, sc)
+    return got
 
 
 @dataclass

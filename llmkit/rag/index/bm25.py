@@ -26,6 +26,7 @@ _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
 _WORD_ID = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+"
                          r"|[\p{L}_][\p{L}\p{N}_]*(?:\.[\p{L}_][\p{L}\p{N}_]*)+"  # dotted.names
                          r"|[\p{L}\p{N}_]+(?:['’][\p{L}]+)?")
+_ID_SEP = regex.compile(r"[._]+")
 _ID_PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+\p{N}*|\p{Lu}+\p{N}*|\p{N}+\p{L}*")
 
 
@@ -35,7 +36,7 @@ def identifier_parts(word: str) -> list[str]:
     >>> identifier_parts("parse_config"), identifier_parts("parseHTTPConfig2"), identifier_parts("os.path")
     (['parse', 'config'], ['parse', 'HTTP', 'Config2'], ['os', 'path'])
     """
-    return [p for piece in regex.split(r"[._]+", word) if piece for p in _ID_PART.findall(piece)]
+    return [p for piece in _ID_SEP.split(word) if piece for p in _ID_PART.findall(piece)]
 
 
 def tokenize(text: str, stem: bool = False, idents: bool = False) -> list[str]:
