@@ -20,7 +20,7 @@ llama_cpp = pytest.importorskip("llama_cpp")
 from llmkit.quant.plan import rules  # noqa: E402
 from llmkit.quant.write.quantize import quantize_file  # noqa: E402
 
-ALL = list(rules.FTYPES)
+ALL = [t for t in rules.FTYPES if t not in rules.IMATRIX_FTYPES]  # the others: test_quant_newtypes.py
 
 
 def reference(src, dst, ftype, imatrix=None, pure=False, output_type=None, embd_type=None, tensor_types=()):

@@ -234,3 +234,49 @@ def test_imatrix_lacking_a_planned_tensor_named(model, tmp_path):
         assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "no entry for 'blk.2.ffn_down.weight'" in r.stderr and not out.exists()
     assert run_cli(["quant", str(m), "-t", "Q4_K_M", "--imatrix", str(full), "-o", str(tmp_path / "ok.gguf")]).exit_code == 0
+
+
+def test_low_budget_with_an_imatrix_uses_the_lattice_iquants(model, tmp_path):
+    """Below Q2_K's 2.625 bits only the i-quants fit: with an imatrix a 2.3-bit budget is met with a
+    mix of them that llama.cpp loads; without one the same budget is refused (the grid types need it)."""
+    import llama_cpp
+
+    from llmkit.quant.budget.measure import GRID_CANDIDATES
+
+    d, m = model
+    imx = tmp_path / "imx.gguf"
+    assert run_cli(["quant", "imatrix", "-m", str(m), "--text", str(d / "calib.txt"), "-o", str(imx), "-c", "128",
+                    "--chunks", "2"]).exit_code == 0
+    out = tmp_path / "low.gguf"
+    r = run_cli(["quant", str(m), "--target-bpw", "2.3", "--imatrix", str(imx), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert 2.3 * 0.99 <= rep["bpw"] <= 2.3
+    types = {i["type"] for i in rep["allocation"]["items"]}
+    assert types & set(GRID_CANDIDATES), types
+    llm = llama_cpp.Llama(str(out), n_ctx=64, verbose=False, logits_all=True)
+    llm.eval(llm.tokenize(b"the kernel", add_bos=False))
+    assert np.isfinite(np.asarray(llm.scores[:2])).all()
+    r = run_cli(["quant", str(m), "--target-bpw", "2.3", "-o", str(tmp_path / "no.gguf")])
+    assert r.exit_code == 1 and "below the smallest possible model" in r.stderr
+
+
+def test_gptq_says_which_types_it_does_not_write(model, tmp_path):
+    """IQ2_XS files hold K-quant matrices GPTQ compensates and IQ2_XS ones it cannot (grid search):
+    the run says how many of each; a file of only such types is refused before the Hessians."""
+    d, m = model
+    imx = tmp_path / "imx.gguf"
+    assert run_cli(["quant", "imatrix", "-m", str(m), "--text", str(d / "calib.txt"), "-o", str(imx), "-c", "128",
+                    "--chunks", "2"]).exit_code == 0
+    out = tmp_path / "g.gguf"
+    r = run_cli(["quant", str(m), "-t", "IQ2_XS", "--imatrix", str(imx), "--method", "gptq", "--calib",
+                 str(d / "calib.txt"), "-c", "128", "--chunks", "2", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    g = json.loads(r.stdout)["gptq"]
+    assert g["matrices"] > 0 and g["not_gptq"].get("IQ2_XS", 0) > 0
+    assert "rounded as llama.cpp does" in r.stderr and "in IQ2_XS" in r.stderr
+    out2 = tmp_path / "t.gguf"
+    r = run_cli(["quant", str(m), "-t", "TQ1_0", "--pure", "--method", "gptq", "--calib", str(d / "calib.txt"),
+                 "-o", str(out2)])
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "GPTQ writes" in r.stderr and "--method rtn" in r.stderr and not out2.exists()

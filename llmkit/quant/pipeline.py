@@ -13,6 +13,7 @@ from typing import Callable
 from llmkit.errors import BadInput
 from llmkit.quant.budget.allocate import RECIPE_KEY, Allocation, allocate, file_type_for, recipe
 from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians
+from llmkit.quant.plan import rules
 from llmkit.quant.plan.rules import Overrides
 from llmkit.quant.plan.tensors import plan_types
 from llmkit.quant.rounding.gptq import gptq_replacements
@@ -31,11 +32,14 @@ class QuantRun:
     method: str = "rtn"
     gptq_matrices: int = 0
     damp_raised: dict = field(default_factory=dict)  # matrix -> the dampening GPTQ had to use
+    gptq_skipped: dict = field(default_factory=dict)  # type -> matrices in types GPTQ does not write (rounded)
 
     def to_dict(self) -> dict:
         d = self.report.to_dict()
         if self.allocation is not None:
             d["allocation"] = self.allocation.to_dict()
+        if self.method == "gptq":
+            d["gptq"] = {"matrices": self.gptq_matrices, "damp_raised": self.damp_raised, "not_gptq": self.gptq_skipped}
         return d
 
 
@@ -65,10 +69,12 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
             return None
         return lambda done, total, what="": progress(name, done, total, what if note is None else note)
 
-    allocation, raised, n_gptq = None, {}, 0
+    allocation, raised, n_gptq, skipped = None, {}, 0, {}
     assign = extra = replace = None
     group_bytes = workers = None
     if method == "gptq":  # before anything runs: a run that cannot fit says so in one line
+        if not budgeted:
+            _check_gptq_types(plan_types(src, ftype, pure, imatrix is not None, overrides, None), ftype)
         group_bytes, workers = check_gptq_fits(src, threads or os.cpu_count() or 1)
     with contextlib.ExitStack() as cleanup:
         hpath = hessian_path
@@ -90,9 +96,35 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
             replace, raised = gptq_replacements(src, types, hpath, imatrix, damp, refit, threads,
                                                 progress=stage("gptq"), workers=workers)
             n_gptq = len(replace)
+            skipped = _not_gptq(src, types)
             assign = types
             extra = {**(extra or {}), "llmkit.quantize.method": "gptq"}
         report = quantize_file(src, dst, ftype, pure=pure, imatrix=imatrix, allow_requantize=allow_requantize,
                                threads=threads, measure=measure, progress=stage("quantizing"), overrides=overrides,
                                assign=assign, extra_meta=extra, replace=replace)
-    return QuantRun(report, allocation, method, n_gptq, raised)
+    return QuantRun(report, allocation, method, n_gptq, raised, skipped)
+
+
+def _not_gptq(src: str, types: dict) -> dict:
+    """type -> how many quantized matrices of the plan are in a type GPTQ does not write."""
+    from llmkit.gguf.reader import read_gguf
+    from llmkit.quant.rounding.gptq import SUPPORTED
+
+    cur = {t.name: t.type_name for t in read_gguf(src).tensors}
+    out: dict[str, int] = {}
+    for name, t in types.items():
+        if t not in SUPPORTED and t != cur.get(name) and rules.BLOCK.get(t, 1) > 1:
+            out[t] = out.get(t, 0) + 1
+    return out
+
+
+def _check_gptq_types(types: dict, ftype: str) -> None:
+    """A file type none of whose matrices GPTQ can write is refused (it would be plain rounding)."""
+    from llmkit.quant.rounding.gptq import SUPPORTED
+
+    if not any(t in SUPPORTED for t in types.values()):
+        used = sorted(set(types.values()) - {"F32", "F16", "BF16"})
+        raise BadInput(f"GPTQ writes {', '.join(SUPPORTED)}; file type {ftype} uses {', '.join(used) or 'none of them'} "
+                       "(the i-quants' grid searches and the ternary/FP4 types take no per-weight error feedback). "
+                       "Use --method rtn (with --imatrix) for it.")
+

@@ -21,7 +21,8 @@ allocation of bits under the budget.
    The file lands at most a few tensors' worth of bytes, and within 0.5 %, under the budget.
 
 1-D tensors (norms) and tensors llama.cpp never quantizes keep their type; a candidate needs row
-lengths its block size divides.
+lengths its block size divides. At or below 4.5 bits per weight with an imatrix the candidates include
+the lattice i-quants (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) for the tensors it covers.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 from llmkit.errors import BadInput
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.types import ALIGNMENT
-from llmkit.quant.budget.measure import Item, measure, shape_items
+from llmkit.quant.budget.measure import GRID_MAX_BPW, Item, grid_names, measure, shape_items
 from llmkit.quant.budget.probe import cached_probe, probe_key, probe_sensitivity, store_probe
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers
@@ -127,16 +128,21 @@ def allocate(src: str, *, target_bpw: float | None = None, target_size: int | No
     if (target_bpw is None) == (target_size is None):
         raise BadInput("give exactly one budget: target_bpw or target_size.")
     if target_bpw is not None and not 1.0 < target_bpw < 32.0:
-        raise BadInput(f"a target of {target_bpw} bits per weight is outside what GGUF types give (about 2.6 to 16 bits).")
+        raise BadInput(f"a target of {target_bpw} bits per weight is outside what GGUF types give (about 1.6 to 16 bits).")
     g = read_gguf(src)
-    shaped = shape_items(g, int(g.metadata.get("general.alignment", ALIGNMENT)))
+    align = int(g.metadata.get("general.alignment", ALIGNMENT))
+    shaped = shape_items(g, align)
     if imatrix is not None:  # every candidate type uses the imatrix
         check_imatrix_covers(imatrix, [i.name for i in shaped if i.fixed is None])
     n_weights = sum(int(np.prod(i.shape)) for i in shaped)
     head = header_bytes(src, shaped, imatrix) if target_size is not None else 0
     budget = int(target_bpw * n_weights / 8) if target_bpw is not None else int(target_size) - head
+    # a low budget with an imatrix may also use the lattice i-quants (IQ1_S ... IQ3_S)
+    grid = imatrix is not None and 8 * budget / n_weights <= GRID_MAX_BPW
+    if grid:
+        shaped = shape_items(g, align, grid_names(imatrix))
     check_reachable(shaped, budget, head, n_weights, target_bpw is not None)  # before the minutes of measuring
-    items = measure(src, imatrix, threads, progress, hessian_path=hessian_path)
+    items = measure(src, imatrix, threads, progress, hessian_path=hessian_path, grid=grid)
     sens, source = {}, "none"
     if calib_text:
         key = probe_key(src, imatrix, calib_text, n_ctx, chunks)

@@ -27,6 +27,12 @@ from llmkit.quant.rounding.gptq import SUPPORTED, output_error, quantize_matrix
 
 CANDIDATES = ("Q2_K", "Q3_K", "IQ4_XS", "Q4_K", "IQ4_NL", "Q4_0", "Q4_1", "Q5_K", "Q5_0", "Q5_1", "Q6_K",
               "Q8_0", "F16")
+# the lattice i-quants: candidates for a tensor with an imatrix entry under a budget of at most
+# GRID_MAX_BPW (their searches cost 100-500 ns per weight to measure; above ~4.5 bits they lose to
+# the K-quants; without an imatrix llama.cpp refuses most of them). TQ1_0/TQ2_0 (ternary-trained
+# models only) and MXFP4 (MoE experts) are never candidates.
+GRID_CANDIDATES = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
+GRID_MAX_BPW = 4.5
 SAMPLE_WEIGHTS = 1 << 17
 
 
@@ -48,8 +54,14 @@ def padded(type_name: str, shape, align: int) -> int:
     return n + (-n % align)
 
 
-def candidates_for(shape) -> list[str]:
-    return [t for t in CANDIDATES if shape[0] % rules.BLOCK[t] == 0]
+def candidates_for(shape, grid: bool = False) -> list[str]:
+    """The types a tensor of this shape can take (with `grid`: the lattice i-quants too)."""
+    return [t for t in (GRID_CANDIDATES if grid else ()) + CANDIDATES if shape[0] % rules.BLOCK[t] == 0]
+
+
+def grid_names(imatrix) -> frozenset:
+    """The tensors whose imatrix entry lets them take the lattice i-quants."""
+    return frozenset(imatrix) if imatrix is not None else frozenset()
 
 
 def sample_rows(n_rows: int, ne0: int) -> np.ndarray:
@@ -58,9 +70,10 @@ def sample_rows(n_rows: int, ne0: int) -> np.ndarray:
     return np.unique(np.linspace(0, n_rows - 1, k).round().astype(np.int64))
 
 
-def shape_items(g, align: int) -> list[Item]:
+def shape_items(g, align: int, grid_for=frozenset()) -> list[Item]:
     """Every tensor in llama.cpp's order with its candidate types and their bytes, from the shapes
-    alone (no errors yet): enough to know the smallest and largest file before measuring anything."""
+    alone (no errors yet): enough to know the smallest and largest file before measuring anything.
+    Tensors named in `grid_for` may also take the lattice i-quants."""
     by_name = {t.name: t for t in g.tensors}
     items = []
     for name in rules.tensor_order(list(by_name)):
@@ -70,7 +83,7 @@ def shape_items(g, align: int) -> list[Item]:
             items.append(Item(name, list(shape), rules.category(name), t.type_name,
                               {t.type_name: padded(t.type_name, shape, align)}, {t.type_name: 0.0}, t.type_name))
             continue
-        cands = candidates_for(shape)
+        cands = candidates_for(shape, name in grid_for)
         if not cands:
             raise BadInput(f"tensor '{name}' has rows of {shape[0]} weights, which no quantized type fits.")
         items.append(Item(name, list(shape), rules.category(name), None, {c: padded(c, shape, align) for c in cands}))
@@ -79,7 +92,7 @@ def shape_items(g, align: int) -> list[Item]:
 
 def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
             progress: Callable[[int, int, str], None] | None = None, align: int | None = None,
-            hessian_path: str | None = None) -> list[Item]:
+            hessian_path: str | None = None, grid: bool = False) -> list[Item]:
     """Every tensor's candidate types with their bytes and measured (sampled) errors. With GPTQ's
     Hessians every candidate's error is the output error tr(D H D^T) of the sampled rows, and the
     types GPTQ writes are measured GPTQ-quantized."""
@@ -88,7 +101,7 @@ def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
     hidx = {}
     if hessian_path:
         hidx = hessian_index(hessian_path)
-    items = shape_items(g, align)
+    items = shape_items(g, align, grid_names(imatrix) if grid else frozenset())
     by_name = {t.name: t for t in g.tensors}
     jobs = []
     with open(src, "rb") as f, ThreadPoolExecutor(threads or os.cpu_count() or 1) as pool:

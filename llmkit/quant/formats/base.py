@@ -13,7 +13,7 @@ from llmkit.quant.formats.numerics import F32
 
 FORMATS: dict[str, "Format"] = {}
 MODULES = ("floats", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
-           "iq4_xs")
+           "iq4_xs", "tq1_0", "tq2_0", "mxfp4", "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m")
 
 
 class Format:
@@ -29,6 +29,7 @@ class Format:
     nan_reaches_scale = False  # True where a NaN/Inf weight always shows in an output scale (no search)
     jit_saves_ns = 0  # what the compiled kernel saves per weight (0: no kernel; jit.decide_for_run)
     jit_kernel = ""  # the compiled kernel (jit.py) of the path without an imatrix: the name, lower-cased
+    weighted_compiled = False  # the imatrix path runs a compiled kernel too (GIL released: threads scale)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -81,10 +81,20 @@ class Workers:
         if (self.n < 2 or nbytes < self.PROCESS_MIN_BYTES or not searched
                 or "fork" not in multiprocessing.get_all_start_methods()):
             return None
+        return self.fork_now()
+
+    def fork_now(self):
+        """Start the worker processes (forked from this process, all at once) unless they run already;
+        the pool, or None where processes cannot help (one worker, no fork)."""
+        import multiprocessing
+
+        if self.n < 2 or "fork" not in multiprocessing.get_all_start_methods():
+            return None
         if self._procs is None:
             from concurrent.futures import ProcessPoolExecutor
 
             self._procs = ProcessPoolExecutor(max_workers=self.n, mp_context=multiprocessing.get_context("fork"))
+            self._procs.submit(int).result()  # a fork context launches every worker at the first submit
         return self._procs
 
     def close(self) -> None:

@@ -111,6 +111,10 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
     pool = Workers(threads or os.cpu_count() or 1)
     jit.decide_for_run([(int(np.prod(t.shape)), get_format(new)) for t, new in plan  # small jobs skip numba's
                         if new != t.type_name and not (imatrix is not None and t.name in imatrix)])  # start-up
+    # fork the worker processes now, before any thread runs: a child forked while a pool thread holds
+    # an import lock (numba's first kernel call imports numpy.ma) waits for it forever
+    if any(new != t.type_name and t.nbytes >= Workers.PROCESS_MIN_BYTES for t, new in plan):
+        pool.fork_now()
     try:
         _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report, align, replace)
     finally:
@@ -172,7 +176,7 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
     weighted = imatrix is not None and fmt.uses_imatrix and t.name in imatrix
     searched = not fmt.nan_reaches_scale or weighted
     # a compiled kernel releases the GIL: threads then scale without the processes' pickling
-    procs = pool.processes(t.nbytes, searched and not (fmt.compiled() and not weighted))
+    procs = pool.processes(t.nbytes, searched and not (fmt.compiled() and (fmt.weighted_compiled or not weighted)))
     if new == t.type_name or measure or procs is None:
         raw = read_tensor(fin, t, data_offset, buffers.get(t.nbytes))
         if new == t.type_name:

@@ -1,0 +1,54 @@
+"""What the 1-bit i-quants share: 256-weight super-blocks whose groups of 8 weights are points of
+ggml's 2048-point ternary grid (values -1, 0, 1; iq2grid.py), shifted by +-1/8 per sub-block,
+times a 3-bit sub-block scale and an fp16 super-scale. IQ1_S: sub-blocks of 32, one shift each;
+IQ1_M: sub-blocks of 16, a shift per group of 8.
+
+The search (ggml's quantize_row_iq1_s_impl / quantize_row_iq1_m_impl): per sub-block, the exact
+weighted least squares over the two boundaries that split the sorted weights into -1, 0, 1, for
+each shift; a group whose pattern is off the grid takes its nearest listed neighbour and the
+scale is refitted. Weights qw * sqrt(sigma2 + x^2) (the imatrix: llama.cpp refuses both types
+without one). It runs only as compiled numba kernels (_kernels_iq1.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmkit.errors import MissingDependency
+from llmkit.quant.formats import iq2grid
+from llmkit.quant.formats.iq3 import GridFormat
+
+_KERNELS = None
+_LEVELS = None
+
+
+def kernels():
+    """The compiled kernel module (numba imported on first use, with jit.py's cache directory)."""
+    global _KERNELS
+    if _KERNELS is None:
+        from llmkit.quant.formats import jit
+
+        jit.kernels()  # sets NUMBA_CACHE_DIR; None without numba
+        try:
+            from llmkit.quant.formats import _kernels_iq1
+        except ImportError:
+            raise MissingDependency("numba", "quant") from None
+        _KERNELS = _kernels_iq1
+    return _KERNELS
+
+
+class TernaryGridFormat(GridFormat):
+    """IQ1_S / IQ1_M: the 2048-point grid, an imatrix required."""
+
+    needs_imatrix = True
+
+    def kernel_module(self):
+        return kernels()
+
+    def tables(self):
+        """(levels, kmap, neighbours): the kernels read the grid as levels 0, 1, 2."""
+        global _LEVELS
+        if _LEVELS is None:
+            _LEVELS = np.ascontiguousarray(iq2grid.levels(2048))
+        _, kmap, neighbours = iq2grid.tables(2048)
+        return _LEVELS, kmap, neighbours
