@@ -28,6 +28,8 @@ LIMITS = {
     "LLMKIT_MAX_PDF_BYTES": (1 << 30, "bytes in one PDF to index"),
     "LLMKIT_MAX_PDF_SECONDS": (300, "seconds to extract the text of one PDF"),
     "LLMKIT_MAX_PARSE_SECONDS": (120, "seconds to parse one HTML page"),
+    "LLMKIT_MAX_PDF_PAGE_SECONDS": (60, "seconds to extract the text of one PDF page"),
+    "LLMKIT_STORE_WAIT_SECONDS": (600, "seconds to wait for an embedded vector store another process has open"),
 }
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -285,6 +287,38 @@ def _write_error(path: Path, e: OSError) -> Exception:
         return e
     return BadInput(f"cannot write '{path}': {e.strerror}. Nothing was changed (an earlier '{path.name}' "
                     "is intact); free some space or choose a writable directory.")
+
+
+def disk_error(target: str | os.PathLike, e: BaseException, what: str = "", after: str = "") -> BadInput | None:
+    """One line for a write into `target` (a file or directory) that the disk refused: an OSError of
+    a full, over-quota, read-only or forbidden disk, or SQLite's words for the same; None for any
+    other error. `what` names the thing written ('index DIR'), `after` says what is left as it was."""
+    code = e.errno if isinstance(e, OSError) else None
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+        why = e.strerror or os.strerror(code)
+    elif type(e).__module__ == "sqlite3":
+        low = str(e).lower()
+        if "disk is full" in low:
+            why = os.strerror(errno.ENOSPC)
+        elif "readonly" in low or "read-only" in low or "unable to open" in low:
+            why = os.strerror(errno.EROFS if _read_only_fs(target) else errno.EACCES)
+        else:
+            return None
+    else:
+        return None
+    return BadInput(f"cannot write {what or repr(str(target))}: {why}. {after or 'Nothing was changed'}; "
+                    "free some space or choose a writable directory.")
+
+
+def _read_only_fs(path: str | os.PathLike) -> bool:
+    """Is `path` (or its nearest existing parent) on a filesystem mounted read-only?"""
+    p = os.path.abspath(os.fspath(path))
+    while not os.path.exists(p) and os.path.dirname(p) != p:
+        p = os.path.dirname(p)
+    try:
+        return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

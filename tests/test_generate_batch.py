@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import run_cli
-from serverutil import free_port, start_server, stop_server
+from serverutil import free_port, server_binary, start_server, stop_server
 
 PROMPTS = ["the quick brown fox", "once upon a time", "def main():", "hello world", "the the the"]
 
@@ -128,8 +128,142 @@ def test_server_killed_mid_batch_loses_and_duplicates_nothing(model, tmp_path):
         stop_server(b[0])
 
 
+def _start_on(model, url: str, *args: str) -> subprocess.Popen:
+    """A llama-server started again on the address of one that died (healthy when this returns)."""
+    import urllib.request
+
+    port = url.rsplit(":", 1)[1]
+    proc = subprocess.Popen([server_binary(), "-m", str(model), "--host", "127.0.0.1", "--port", port, *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            assert proc.poll() is None, "llama-server could not start again on its port"
+            time.sleep(0.1)
+    proc.kill()
+    pytest.fail("the restarted llama-server did not become healthy in 60 s")
+
+
+def _lines(out) -> list[dict]:
+    return [json.loads(x) for x in out.read_text().splitlines()] if out.exists() else []
+
+
+def test_server_restarted_mid_batch_loses_and_duplicates_nothing(model, tmp_path):
+    """A dies with a request in flight and comes back on the same port; then B dies: the batch goes
+    on on the restarted A. Every item is answered exactly once, in input order."""
+    n = 120
+    args = ("-np", "1", "-c", "512", "-t", "1")
+    a, b = start_server(model, *args), start_server(model, *args)
+    again = None
+    try:
+        items = [{"id": i, "prompt": f"{PROMPTS[i % 5]} {i}"} for i in range(n)]
+        out = tmp_path / "out.jsonl"
+        proc = subprocess.Popen([sys.executable, "-m", "llmkit", "generate", "--server", f"{a[1]},{b[1]}", "--batch",
+                                 _batch_file(tmp_path, items), "-o", str(out), "-n", "400", "--temp", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
+        deadline = time.time() + 60
+        while time.time() < deadline and len(_lines(out)) < 5:
+            time.sleep(0.05)
+        a[0].kill()  # A dies with a request in flight
+        a[0].wait()
+        again = _start_on(model, a[1], *args)
+        done_at_restart = len(_lines(out))
+        assert done_at_restart < n - 20, "the batch finished before the restart: give it more items"
+        b[0].kill()  # now B dies too: only the restarted A is left
+        b[0].wait()
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+        recs = _lines(out)
+        assert [r["id"] for r in recs] == list(range(n))  # every item once, in input order
+        assert recs[-1]["server"] == a[1]  # the last ones ran on the restarted server
+        assert f"{n} items" in err.decode() and f"servers lost: {a[1]}, {b[1]}" in err.decode()
+    finally:
+        stop_server(a[0])
+        stop_server(b[0])
+        if again is not None:
+            stop_server(again)
+
+
 def test_retries_must_be_positive(tmp_path):
     f = tmp_path / "b.jsonl"
     f.write_text('{"id": 1, "prompt": "hi"}\n')
     r = run_cli(["generate", "--server", f"http://127.0.0.1:{free_port()}", "--batch", str(f), "--retries", "0"])
     assert r.exit_code == 1 and "--retries must be positive" in r.stderr
+
+
+class _Flaky:
+    """A stand-in llama-server on loopback: drops the first `drops` completions (as a server that
+    dies does), answers /health 503 while `down`, then answers every completion."""
+
+    def __init__(self, drops: int):
+        import http.server
+        import threading
+
+        self.drops, self.down, self.served = drops, True, 0
+        flaky = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _json(self, code, obj):
+                body = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path == "/props":
+                    self._json(200, {"total_slots": 1})
+                else:
+                    self._json(503 if flaky.down else 200, {"status": "loading" if flaky.down else "ok"})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if flaky.drops > 0:
+                    flaky.drops -= 1
+                    self.close_connection = True  # no answer: the connection just ends
+                    return
+                flaky.served += 1
+                self._json(200, {"content": "ok", "timings": {"predicted_n": 1}})
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_server_that_comes_back_rejoins_and_one_that_does_not_ends_the_batch(monkeypatch):
+    import threading
+
+    from llmkit.llama import batch
+
+    monkeypatch.setattr(batch, "REJOIN_S", 1.5)
+    monkeypatch.setattr(batch, "PROBE_S", 0.05)
+    items, _ = batch.parse_items([json.dumps({"id": i, "prompt": "x"}) for i in range(6)])
+    s = _Flaky(drops=2)
+    try:  # the only server drops two requests, says 503 for a while, then is back: nothing is lost
+        threading.Timer(0.5, lambda: setattr(s, "down", False)).start()
+        got = []
+        rep = batch.run_batch(items, [s.url], {"n_predict": 1}, got.append, max_tries=5)
+        assert [r["id"] for r in got] == list(range(6)) and s.served == 6
+        assert rep.servers_lost == [s.url] and rep.servers_back == [s.url] and rep.retried == 2
+    finally:
+        s.close()
+    s = _Flaky(drops=1)
+    try:  # it never comes back: the batch ends after REJOIN_S with what is missing
+        t = time.monotonic()
+        with pytest.raises(batch.ServersLost, match="none came back within 2 s; 6 items were not generated"):
+            batch.run_batch(items, [s.url], {"n_predict": 1}, lambda r: None, max_tries=5)
+        assert time.monotonic() - t < 10
+    finally:
+        s.close()

@@ -9,6 +9,7 @@ crash or silently mis-load state from another model or other settings.
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from llmkit.errors import BadFileFormat, BadInput, OptionError
-from llmkit.io import load_json
+from llmkit.io import disk_error, load_json
 
 MAGIC = b"LLMKSLOT"
 VERSION = 1
@@ -263,11 +264,25 @@ def save_raw(model, path: str, seq_id: int = 0) -> int:
     mode = new_file_mode(path)
     head, name = os.path.split(path)
     tmp = os.path.join(head, f".{name}.{os.getpid()}.slot.tmp")  # the pattern remove_stale_temps knows
+    after = f"Nothing was changed (an earlier '{name}' is intact)"
     try:
+        try:  # created here, so a read-only or full disk is reported with its reason (llama.cpp gives none)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode))
+            need = llama_cpp.llama_state_seq_get_size(model.ctx, seq_id) + 4 * len(enc) + 64
+            st = os.statvfs(head or ".")
+            if st.f_bavail * st.f_frsize < need:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
+        except OSError as e:
+            raise (disk_error(path, e, after=after) or e) from None
         if llama_cpp.llama_state_seq_save_file(model.ctx, tmp.encode(), seq_id, toks, len(enc)) == 0:
-            raise BadInput(f"llama.cpp could not write '{path}'.")
+            st = os.statvfs(head or ".")
+            why = os.strerror(errno.ENOSPC) if st.f_bavail * st.f_frsize < need else "llama.cpp could not write it"
+            raise BadInput(f"cannot write '{path}': {why}. {after}; free some space or choose a writable directory.")
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as e:
+            raise (disk_error(path, e, after=after) or e) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -5,7 +5,9 @@ the chat endpoint; optional per-item `n_predict`/`max_tokens`, `temperature`, `s
 `top_p`, `min_p`, `repeat_penalty`, `stop`). Each server gets as many requests in flight as it has
 slots (`GET /props` total_slots, else `GET /slots`); llama-server's continuous batching does the
 rest. A request that fails because its server went away goes back to the queue for another server;
-results are handed out in input order as soon as every earlier item is done, so an output file is
+a server that went away is probed (GET /health) and takes requests again once it is back (restarted
+on the same address); the batch gives up only when every server has been down for REJOIN_S. Results
+are handed out in input order as soon as every earlier item is done, so an output file is
 always a prefix-closed, resumable record.
 """
 
@@ -21,6 +23,9 @@ from typing import Callable, Iterable
 from llmkit.errors import BadFileFormat, BadInput
 from llmkit.io import LimitExceeded, json_limits, load_json_line
 from llmkit.llama.server import RETRY_CODES, LlamaServer, RequestFailed, ServerDown
+
+REJOIN_S = 60.0  # how long a batch waits for a server to come back when all of them are down
+PROBE_S = 0.5  # between health probes of a server that went away
 
 OPTION_KEYS = {"n_predict": "n_predict", "max_tokens": "n_predict", "n": "n_predict", "temperature": "temperature",
                "temp": "temperature", "seed": "seed", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
@@ -108,6 +113,26 @@ class Server(LlamaServer):
         super().__init__(url, timeout)
         self.alive = True
         self.slots = 1
+        self._probe_lock = threading.Lock()
+        self._next_probe = 0.0
+
+    def came_back(self) -> bool:
+        """For a server that went away: is it up again? (one probe per PROBE_S across its workers)"""
+        with self._probe_lock:
+            if self.alive:
+                return True
+            now = time.monotonic()
+            if now < self._next_probe:
+                return False
+            self._next_probe = now + PROBE_S
+            if not self.healthy():
+                return False
+            try:
+                self.discover()
+            except ServerDown:
+                return False
+            self.alive = True
+            return True
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
         try:
@@ -170,7 +195,8 @@ class ServersLost(BadInput):
     """Every server went away before the batch was done."""
 
     def __init__(self, lost: list[str], missing: int):
-        self.what = f"every server failed ({', '.join(lost)}); {missing} items were not generated."
+        self.what = (f"every server failed ({', '.join(lost)}) and none came back within {REJOIN_S:.0f} s; "
+                     f"{missing} items were not generated.")
         super().__init__(f"{self.what} Restart a server and run again.")
 
 
@@ -186,13 +212,15 @@ class BatchReport:
     failed: list = field(default_factory=list)  # (id, line, reason)
     retried: int = 0
     servers_lost: list = field(default_factory=list)
+    servers_back: list = field(default_factory=list)  # lost servers that answered again and took requests
     generated_tokens: int = 0
     wall_s: float = 0.0
     slots: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"done": self.done, "failed": [{"id": i, "line": ln, "error": r} for i, ln, r in self.failed],
-                "retried": self.retried, "servers_lost": self.servers_lost, "generated_tokens": self.generated_tokens,
+                "retried": self.retried, "servers_lost": self.servers_lost, "servers_back": self.servers_back,
+                "generated_tokens": self.generated_tokens,
                 "wall_s": round(self.wall_s, 3),
                 "tokens_per_s": round(self.generated_tokens / self.wall_s, 2) if self.wall_s else None,
                 "slots": self.slots}
@@ -224,7 +252,14 @@ def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable
     lock = threading.Lock()
 
     def worker(server: Server) -> None:
-        while not stop.is_set() and server.alive:
+        while not stop.is_set():
+            if not server.alive:
+                if not server.came_back():
+                    stop.wait(0.1)
+                    continue
+                with lock:
+                    if server.url not in report.servers_back:
+                        report.servers_back.append(server.url)
             try:
                 it = todo.get(timeout=0.1)
             except queue.Empty:
@@ -233,34 +268,42 @@ def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable
                 rec = server.run(it, defaults)
             except ServerDown as e:
                 with lock:
-                    if server.alive:
-                        server.alive = False
+                    server.alive = False
+                    if server.url not in report.servers_lost:
                         report.servers_lost.append(server.url)
                 it.tries += 1
-                if it.tries >= max_tries or not any(s.alive for s in servers):
-                    results.put((it, None, f"server {server.url} failed ({e.reason}) and no other server could take it"))
+                if it.tries >= max_tries:
+                    results.put((it, None, f"its server dropped it {it.tries} times (last {server.url}: {e.reason})"))
                 else:
                     report.retried += 1
-                    todo.put(it)
+                    todo.put(it)  # another server takes it, or this one once it is back
                 continue
             except RequestFailed as e:
                 results.put((it, None, f"{server.url} refused it: {e.detail}"))
                 continue
+            except Exception as e:  # noqa: BLE001 -- an item must never vanish with its thread
+                results.put((it, None, f"{server.url}: {type(e).__name__}: {e}"))
+                continue
             results.put((it, rec, None))
 
-    threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in servers if s.alive
-               for _ in range(s.slots)]
+    threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in servers  # a down one: to rejoin
+               for _ in range(s.slots if s.alive else 1)]
     for t in threads:
         t.start()
     pending: dict[int, tuple] = {}
     next_out, finished = 0, 0
     fatal = None
+    all_down_since = None
     try:
         while finished < len(items):
             try:
                 it, rec, err = results.get(timeout=0.2)
             except queue.Empty:
-                if not any(s.alive for s in servers):
+                if any(s.alive for s in servers):
+                    all_down_since = None
+                elif all_down_since is None:
+                    all_down_since = time.monotonic()
+                elif time.monotonic() - all_down_since > REJOIN_S:
                     fatal = ServersLost(report.servers_lost, len(items) - finished)
                     break
                 continue

@@ -8,6 +8,7 @@ refused this request, or did not answer with JSON: another server would refuse i
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -71,16 +72,16 @@ class LlamaServer:
         except urllib.error.HTTPError as e:
             detail = http_error_message(e)
             raise RequestFailed(f"llama-server at {self.url} refused {method} {path}: {detail}.", detail, e.code) from None
-        except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out
-            raise ServerDown(self.url, str(getattr(e, "reason", e))) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # refused, reset, timed out
+            raise ServerDown(self.url, str(getattr(e, "reason", e)) or type(e).__name__) from None
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
         """The server's JSON answer to one request."""
         with self.open(method, path, body, timeout) as r:
             try:
                 raw = r.read()
-            except OSError as e:  # closed or timed out mid-answer
-                raise ServerDown(self.url, str(getattr(e, "reason", e))) from None
+            except (OSError, http.client.HTTPException) as e:  # closed, cut short or timed out mid-answer
+                raise ServerDown(self.url, str(getattr(e, "reason", e)) or type(e).__name__) from None
         try:
             return json.loads(raw)
         except ValueError:
@@ -93,6 +94,14 @@ class LlamaServer:
         if not n:
             n = len(self.request("GET", "/slots", timeout=10))
         return n
+
+    def healthy(self) -> bool:
+        """Does the server answer GET /health with 200 (up, model loaded)?"""
+        try:
+            with self.open("GET", "/health", timeout=2) as r:
+                return r.status == 200
+        except (ServerDown, RequestFailed):
+            return False
 
     def slots(self) -> list[dict]:
         return self.request("GET", "/slots")

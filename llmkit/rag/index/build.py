@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from llmkit.errors import BadInput
+from llmkit.io import disk_error
 from llmkit.rag.chunk import dedupe, spans
 from llmkit.rag.chunk.sections import ChunkOptions, chunk_document, chunking_of
 from llmkit.rag.embed.models import EmbedOptions
@@ -98,7 +99,7 @@ class IndexReport:
         return d
 
 
-_OWN = re.compile(r"writer\.lock|chunks\.sqlite(-wal|-shm|-journal)?|gen-\d+|\.manifest\.json\..*\.tmp|milvus\.db|\.milvus\.db\.lock")
+_OWN = re.compile(r"writer\.lock|chunks\.sqlite(-wal|-shm|-journal)?|gen-\d+|\.manifest\.json\..*\.tmp|milvus\.db|\.milvus\.db\.lock|\.milvus\.db\.llmkit\.lock")
 
 
 def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: bytes | None = None,
@@ -117,8 +118,15 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
     files, unsupported, ignored = collect_files(inputs, opts.read)
     if opts.read.csv_meta:
         check_csv_meta(files, opts.read.csv_meta)
-    with writer_lock(directory, wait, on_wait):
-        report = _build_locked(directory, files, inputs, opts, stdin_data, progress)
+    try:
+        with writer_lock(directory, wait, on_wait):
+            report = _build_locked(directory, files, inputs, opts, stdin_data, progress)
+    except Exception as e:  # a full or read-only disk: one line (the run's rows were rolled back)
+        err = disk_error(directory, e, f"index '{directory}'",
+                         "Nothing was changed (queries answer from the previous generation)")
+        if err is None:
+            raise
+        raise err from None
     report.skipped[:0] = unsupported
     report.ignored = ignored
     report.total_s = time.perf_counter() - t0

@@ -58,6 +58,52 @@ def write_manifest(directory: str, manifest: dict) -> None:
 
 
 LOCK = "writer.lock"
+RETIRED = "retired"  # in a gen-N directory: its rows are being deleted; a reader opens the manifest again
+
+
+def pin_generation(gdir: str):
+    """Pin generation directory `gdir` for a reader: its rows.npy opened with a shared flock (kept for
+    the reader's life; no writer retires a pinned generation). (file, retired): file is None when
+    rows.npy is missing; retired is True when a writer retired it before the pin (read the manifest
+    again: a newer generation is live)."""
+    import fcntl
+
+    try:
+        f = open(os.path.join(gdir, "rows.npy"), "rb")
+    except OSError:
+        return None, os.path.exists(os.path.join(gdir, RETIRED))
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_SH)  # a writer holds it exclusively only while it marks
+    except OSError:  # a filesystem without flock: no pin, as before pins existed
+        return f, False
+    if os.path.exists(os.path.join(gdir, RETIRED)):
+        f.close()
+        return None, True
+    return f, False
+
+
+def try_retire(gdir: str) -> bool:
+    """Mark a generation directory retired unless a reader pins it (True: no reader can start using
+    it now, its rows may go)."""
+    import fcntl
+
+    try:
+        f = open(os.path.join(gdir, "rows.npy"), "rb")
+    except OSError:
+        return True  # no rows: nothing a reader could use
+    with f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        except OSError:
+            pass
+        try:
+            with open(os.path.join(gdir, RETIRED), "w"):
+                pass
+        except OSError:  # e.g. a full disk: keep the generation, a later run retires it
+            return False
+    return True
 
 
 @contextmanager

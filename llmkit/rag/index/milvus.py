@@ -9,13 +9,24 @@ added them; a query at generation G asks for `gen <= G` and keeps only ids of G'
 of an unfinished run and rows removed but not yet deleted are never answered. Chunks, metadata and
 BM25 stay in the index directory (SQLite and the BM25 arrays): Milvus's own BM25 uses its own
 analyzer and does not reproduce rank-bm25's ranking.
+
+Milvus Lite serves one `.db` file to one process at a time. Every llmkit process that opens one
+takes `.NAME.db.llmkit.lock` beside it first (re-entrant within the process) and waits for it up to
+LLMKIT_STORE_WAIT_SECONDS, so a query waits while a writer upserts and two writers take turns;
+a writer opens the file only for its short store phases (never while it embeds), and closing the
+store stops the in-process engine, so the next process can open the file at once.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import sys
+import threading
+import time
 import uuid
+import weakref
 
 import numpy as np
 
@@ -58,7 +69,6 @@ class MilvusStore:
 
     def __init__(self, spec: dict, index_dir: str, timeout: float = 10.0):
         try:
-            from pymilvus import MilvusClient
             from pymilvus.exceptions import MilvusException
         except ImportError:
             raise MissingDependency("pymilvus", "store") from None
@@ -72,6 +82,8 @@ class MilvusStore:
         self.local = spec["uri"].startswith("milvus+local:")
         uri = spec["uri"]
         self.where = uri
+        self.target = None  # the embedded store's .db file, while this object holds it
+        self.client = None
         if uri.startswith("milvus+local:"):
             path = uri[len("milvus+local:"):]
             target = path if os.path.isabs(path) else os.path.join(os.path.abspath(index_dir), path)
@@ -82,17 +94,41 @@ class MilvusStore:
             kwargs = {"uri": scheme + "://" + uri.split("://", 1)[1], "token": os.environ.get("MILVUS_TOKEN", "")}
         self.timeout = timeout
         self._index: dict = {}
+        _OPEN.add(self)
+        if self.local:
+            self.target = os.path.realpath(target)
+            deadline = time.monotonic() + store_wait()
+            _hold_local(self.target, deadline)
         try:
-            import warnings
+            self.client = self._connect(kwargs, deadline if self.local else 0.0)
+        except BaseException:
+            self.close()
+            raise
 
-            with warnings.catch_warnings():  # milvus-lite 2.5 imports the deprecated pkg_resources
-                warnings.simplefilter("ignore")
-                self.client = MilvusClient(timeout=timeout, **kwargs)
-        except MilvusException as e:
-            raise self._explain(e, "connect") from None
-        except Exception as e:  # pymilvus wraps some connection failures in plain exceptions
-            raise OptionError("cannot reach the Milvus store at {uri} ({why}). Start it, or check {store}.", uri=uri,
-                              why=_first_line(e)) from None
+    def _connect(self, kwargs: dict, deadline: float):
+        """The pymilvus client; an embedded file still held by a process that is not llmkit (or an
+        engine that has not quite stopped) is tried again until `deadline`."""
+        from pymilvus import MilvusClient
+
+        import warnings
+
+        while True:
+            try:
+                with warnings.catch_warnings():  # milvus-lite 2.5 imports the deprecated pkg_resources
+                    warnings.simplefilter("ignore")
+                    # an alias of its own: pymilvus shares one connection per URI in a process, and
+                    # closing one client would cut the others (a reader's and a writer's)
+                    return MilvusClient(timeout=self.timeout, alias=f"llmkit-{uuid.uuid4().hex}", **kwargs)
+            except self.Error as e:
+                if self.local and "open local milvus failed" in str(e).lower() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                if self.local and "open local milvus failed" in str(e).lower():
+                    raise _busy(self.target, None) from None
+                raise self._explain(e, "connect") from None
+            except Exception as e:  # pymilvus wraps some connection failures in plain exceptions
+                raise OptionError("cannot reach the Milvus store at {uri} ({why}). Start it, or check {store}.",
+                                  uri=self.where, why=_first_line(e)) from None
 
     def _explain(self, e, action: str) -> BadInput:
         msg = _first_line(getattr(e, "message", None) or e)
@@ -112,9 +148,23 @@ class MilvusStore:
             raise self._explain(e, action) from None
 
     def close(self) -> None:
+        """Close the connection; for an embedded store, stop its engine and let the file go."""
+        client, self.client = self.client, None
         try:
-            self.client.close()
+            if client is not None:
+                client.close()
         except Exception:  # closing a dead connection must not hide the real error
+            pass
+        target, self.target = self.target, None
+        if target is not None:
+            _release_local(target)
+
+    def __del__(self):  # a reader's Index is not closed explicitly: the file goes when it does
+        if sys.is_finalizing():  # gRPC cannot close a channel then (it hangs): _close_open did it
+            return
+        try:
+            self.close()
+        except Exception:
             pass
 
     # -- collections -------------------------------------------------------------------------------
@@ -208,6 +258,91 @@ class MilvusStore:
                          search_params={"metric_type": "IP", "params": params})
         hits = res[0] if res else []
         return [int(h["id"]) for h in hits], [float(h["distance"]) for h in hits]
+
+
+def store_wait() -> float:
+    """Seconds to wait for an embedded store another process has open (LLMKIT_STORE_WAIT_SECONDS)."""
+    from llmkit.io import limit
+
+    return float(limit("LLMKIT_STORE_WAIT_SECONDS"))
+
+
+_OPEN: "weakref.WeakSet[MilvusStore]" = weakref.WeakSet()  # stores not closed yet
+
+
+@atexit.register
+def _close_open() -> None:
+    """At exit, while gRPC still works: close the stores nobody closed (a query's index view)."""
+    for st in list(_OPEN):
+        st.close()
+
+
+# .db file -> [lock fd, users in this process]: Milvus Lite runs one engine per file per process
+_HELD: dict[str, list] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def lock_path(target: str) -> str:
+    """The lock file llmkit takes before opening an embedded store's .db file."""
+    return os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.llmkit.lock")
+
+
+def _busy(target: str, holder: str | None) -> BadInput:
+    n = int(store_wait())
+    who = f"process {holder}" if holder else "another process"
+    return BadInput(f"the embedded Milvus store '{target}' stayed in use by {who} for {n} s (Milvus Lite serves "
+                    "one process at a time). Wait for it to finish, or raise LLMKIT_STORE_WAIT_SECONDS.")
+
+
+def _hold_local(target: str, deadline: float) -> None:
+    """Take the store's lock file for this process (flock; waits until `deadline`). The kernel drops
+    it when its holder dies, so a killed process leaves nothing locked."""
+    import fcntl
+
+    with _HELD_LOCK:
+        held = _HELD.get(target)
+        if held is not None:
+            held[1] += 1
+            return
+        fd = os.open(lock_path(target), os.O_RDWR | os.O_CREAT, 0o666)
+        pause = 0.02
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or None
+                        raise _busy(target, holder) from None
+                    time.sleep(pause)
+                    pause = min(0.2, pause * 1.5)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        _HELD[target] = [fd, 1]
+
+
+def _release_local(target: str) -> None:
+    """One user of the file fewer; the last one stops the in-process engine (pymilvus never does:
+    its engine would keep the file until the process exits), then lets the lock go."""
+    with _HELD_LOCK:
+        held = _HELD.get(target)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] > 0:
+            return
+        del _HELD[target]
+        try:
+            from milvus_lite.server_manager import server_manager_instance
+
+            server_manager_instance.release_server(target)
+        except Exception:  # the engine stops by itself once the lock below is gone
+            pass
+        os.close(held[0])
 
 
 def _first_line(e) -> str:

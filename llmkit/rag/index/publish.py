@@ -1,8 +1,9 @@
 """Publishing one searchable generation of an index: the live chunks are deduplicated, their vectors
 reused (same text) or embedded, written to the vector store (faiss files in gen-N/, or a served
 Milvus collection), BM25 and the entity graph are built, and only then is the manifest swapped.
-Afterwards the rows and directories only older generations needed are dropped (generation N-1 is
-kept for readers that opened it just before the swap)."""
+Afterwards the rows, store rows and directories only older generations needed are dropped: generation
+N-1 is kept for readers that opened it just before the swap, and any older one a reader still pins
+(`manifest.pin_generation`) waits for a later run."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from llmkit.errors import BadInput
 from llmkit.rag.chunk import dedupe
 from llmkit.rag.embed.models import stored_model
 from llmkit.rag.index import db
-from llmkit.rag.index.manifest import now, write_manifest
+from llmkit.rag.index.manifest import now, try_retire, write_manifest
 from llmkit.rag.index.vectors import index_kind, write_faiss
 
 
@@ -43,10 +44,9 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     np.save(os.path.join(gdir, "keys.npy"), keys)
     np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
     np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
-    remote = None
     if rows and manifest.get("store"):
-        remote, dim = _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress,
-                                      switch=keep_ids is not None)
+        dim = _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress,
+                              switch=keep_ids is not None)
     elif rows:
         vectors, dim = _vectors(directory, manifest, opts, rows, keys, report, progress, reuse=keep_ids is None)
         np.save(os.path.join(gdir, "vectors.npy"), vectors)
@@ -66,13 +66,60 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
                 progress("entity graph", 0, 1)
             _publish_graph(con, rows, gdir, report, opts.store.graph_llm)
     _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
-    if remote is not None:
-        _after_swap_remote(directory, manifest, gen, ids, remote)
-    db.drop_superseded(con, gen)
-    for name in os.listdir(directory):
+    _retire_old(directory, con, manifest, gen)
+
+
+def _retire_old(directory, con, manifest, gen) -> None:
+    """Generation `gen` is live: retire the generations before gen-1 that no reader pins, then delete
+    what only they needed (store rows, SQLite rows, their directories, a replaced model's collection)."""
+    kept, retired = {gen, gen - 1}, []
+    for name in sorted(os.listdir(directory)):
         m = re.fullmatch(r"gen-(\d+)", name)
-        if m and int(m.group(1)) not in (gen, gen - 1):
-            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+        if not m or int(m.group(1)) in kept or int(m.group(1)) > gen:
+            continue
+        g = int(m.group(1))
+        if try_retire(os.path.join(directory, name)):
+            retired.append(g)
+        else:
+            kept.add(g)
+    oldest = min(kept)
+    spec = manifest.get("store")
+    if spec and spec.get("collection") and not _delete_remote(directory, manifest, retired, kept, oldest):
+        oldest = min(kept | set(retired))  # the store refused: keep their rows and directories for the next run
+        retired = []
+    db.drop_superseded(con, oldest + 1)
+    for g in retired:
+        shutil.rmtree(os.path.join(directory, f"gen-{g}"), ignore_errors=True)
+
+
+def _delete_remote(directory, manifest, retired, kept, oldest) -> bool:
+    """Delete from the served store the rows only retired generations had, and drop a replaced
+    model's collection no kept generation reads; False if the store refused (the next run tries again)."""
+    from llmkit.rag.index.milvus import open_store
+
+    spec = manifest["store"]
+    keep = [_generation_rows(directory, g)[0] for g in kept]
+    gone = np.setdiff1d(np.concatenate([np.zeros(0, np.int64)] + [_generation_rows(directory, g)[0] for g in retired]),
+                        np.concatenate([np.zeros(0, np.int64)] + keep))
+    replaced = spec.get("replaced", [])
+    drops = [name for name, last in replaced if last < oldest]
+    if not len(gone) and not drops:
+        return True
+    try:
+        st = open_store(spec, directory)
+        try:
+            if len(gone):
+                st.delete(spec["collection"], gone)
+            for name in drops:
+                st.drop(name)
+        finally:
+            st.close()
+    except BadInput:
+        return False  # the swap is done; queries never see leftover rows (gen and id filters)
+    if drops:
+        manifest["store"] = {**spec, "replaced": [r for r in replaced if r[0] not in drops]}
+        write_manifest(directory, manifest)
+    return True
 
 
 def _dedupe(rows, chunk, report):
@@ -134,53 +181,60 @@ def _publish_graph(con, rows, gdir, report, llm=None) -> None:
 def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress, switch: bool):
     """Write generation `gen`'s new rows to the served vector store (milvus.py): rows already there
     for the previous generation stay; vectors of unchanged text are read back instead of embedded.
-    A model switch fills a new collection (the old one is dropped after the swap)."""
+    A model switch fills a new collection (the old one is dropped once no kept generation reads it).
+    The store is open only while it is read or written, not while text is embedded: an embedded
+    Milvus Lite file serves one process at a time, and queries wait for it meanwhile."""
     from llmkit.rag.index.milvus import new_collection_name, open_store
 
     spec = manifest["store"]
+    name = spec.get("collection")
+    prev_ids, prev_keys = _generation_rows(directory, manifest["generation"])
+    if switch or not name:
+        old, name = (name if switch else None), new_collection_name(directory)
+        prev_ids, prev_keys = np.zeros(0, np.int64), np.zeros(0, "S32")
+    else:
+        old = None
+    need = np.flatnonzero(~np.isin(ids, prev_ids))
+    key_to_prev = dict(zip(prev_keys.tolist(), prev_ids.tolist()))
+    reuse = [i for i in need.tolist() if keys[i] in key_to_prev]
+    dim = manifest.get("dim") if not switch else None
     st = open_store(spec, directory)
     try:
-        name = spec.get("collection")
-        if name and not switch:
+        if spec.get("collection") and not switch:
             st.delete_unfinished(name, manifest["generation"])
-        prev_ids, prev_keys = _generation_rows(directory, manifest["generation"])
-        if switch or not name:
-            old, name = (name if switch else None), new_collection_name(directory)
-            prev_ids, prev_keys = np.zeros(0, np.int64), np.zeros(0, "S32")
-        else:
-            old = None
-        need = np.flatnonzero(~np.isin(ids, prev_ids))
-        key_to_prev = dict(zip(prev_keys.tolist(), prev_ids.tolist()))
-        reuse = [i for i in need.tolist() if keys[i] in key_to_prev]
         got = st.vectors(name, [key_to_prev[keys[i]] for i in reuse]) if reuse else {}
-        reuse = [i for i in reuse if key_to_prev[keys[i]] in got]
-        fresh = sorted(set(need.tolist()) - set(reuse))
-        dim = manifest.get("dim") if not switch else None
-        new = None
-        if fresh:
-            new, dim = _embed(manifest, opts, [rows[i][1] for i in fresh], dim, report, progress)
-        if dim is None:  # nothing new to embed: the dimension is the collection's
+        if dim is None and not switch:
             dim = st.dim_of(name)
-        vecs = np.zeros((len(need), dim or 0), np.float32)
-        pos = {r: j for j, r in enumerate(need.tolist())}
-        for j, i in enumerate(fresh):
-            vecs[pos[i]] = new[j]
-        for i in reuse:
-            vecs[pos[i]] = got[key_to_prev[keys[i]]]
-        kind = (manifest["index"] if (manifest.get("index") and not switch)
-                else index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above))
+    finally:
+        st.close()
+    reuse = [i for i in reuse if key_to_prev[keys[i]] in got]
+    fresh = sorted(set(need.tolist()) - set(reuse))
+    new = None
+    if fresh:
+        new, dim = _embed(manifest, opts, [rows[i][1] for i in fresh], dim, report, progress)
+    vecs = np.zeros((len(need), dim or 0), np.float32)
+    pos = {r: j for j, r in enumerate(need.tolist())}
+    for j, i in enumerate(fresh):
+        vecs[pos[i]] = new[j]
+    for i in reuse:
+        vecs[pos[i]] = got[key_to_prev[keys[i]]]
+    kind = (manifest["index"] if (manifest.get("index") and not switch)
+            else index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above))
+    st = open_store(spec, directory)
+    try:
         if dim:
             st.create(name, dim, kind, len(rows))
         if len(need):
             st.upsert(name, ids[need], vecs, gen,
                       progress=(lambda d, n: progress("writing vectors", d, n)) if progress else None)
-        report.embedded, report.vectors_reused = len(fresh), len(rows) - len(fresh)
-        report.index_type = kind
-        manifest["store"] = {**spec, "collection": name}
-    except BaseException:
+    finally:
         st.close()
-        raise
-    return (st, name, old), dim
+    report.embedded, report.vectors_reused = len(fresh), len(rows) - len(fresh)
+    report.index_type = kind
+    manifest["store"] = {**spec, "collection": name}
+    if old:  # generation gen-1 still reads it
+        manifest["store"]["replaced"] = [*spec.get("replaced", []), [old, gen - 1]]
+    return dim
 
 
 def _generation_rows(directory, gen) -> tuple[np.ndarray, np.ndarray]:
@@ -190,24 +244,6 @@ def _generation_rows(directory, gen) -> tuple[np.ndarray, np.ndarray]:
                 np.load(os.path.join(directory, f"gen-{gen}", "keys.npy")))
     except (OSError, ValueError):
         return np.zeros(0, np.int64), np.zeros(0, "S32")
-
-
-def _after_swap_remote(directory, manifest, gen, ids, remote) -> None:
-    """Generation `gen` is live: delete the store rows that only generations before it had (the
-    previous two: a run killed after its swap left its deletions to this one), drop a replaced
-    model's collection."""
-    st, name, old = remote
-    try:
-        gone = np.setdiff1d(np.union1d(_generation_rows(directory, gen - 1)[0], _generation_rows(directory, gen - 2)[0]),
-                            ids)
-        if old:
-            st.drop(old)
-        elif len(gone):
-            st.delete(name, gone)
-    except BadInput:
-        pass  # the swap is done; the next run deletes what is left (queries never see it: gen/rows filter)
-    finally:
-        st.close()
 
 
 def load_index_embedder(manifest, e, progress=None):

@@ -13,7 +13,7 @@ from llmkit.errors import BadInput
 from llmkit.rag.embed.models import stored_model
 from llmkit.rag.index.analysis import analysis_of, doc_terms, query_groups, query_terms
 from llmkit.rag.index.bm25 import BM25Index
-from llmkit.rag.index.manifest import DB, read_manifest
+from llmkit.rag.index.manifest import DB, pin_generation, read_manifest
 from llmkit.rag.index.vectors import FaissStore, VectorStore, rows_of_ids
 
 
@@ -22,9 +22,15 @@ class Index:
 
     def __init__(self, directory: str):
         self.dir = directory
-        self.manifest = read_manifest(directory)
-        gen = self.manifest["generation"]
-        self.gdir = os.path.join(directory, f"gen-{gen}")
+        for _ in range(50):  # a generation retired between reading the manifest and pinning it: again
+            self.manifest = read_manifest(directory)
+            gen = self.manifest["generation"]
+            self.gdir = os.path.join(directory, f"gen-{gen}")
+            self._pin, retired = pin_generation(self.gdir)  # held while this view lives
+            if not retired:
+                break
+        else:
+            raise BadInput(f"index '{directory}' changed generation 50 times while opening it. Run the query again.")
         try:
             self.rows = np.load(os.path.join(self.gdir, "rows.npy"))
             self.collection = np.load(os.path.join(self.gdir, "collection.npy"))
@@ -42,6 +48,16 @@ class Index:
         self.analysis = analysis_of(self.manifest)
         self.idents = bool(self.manifest.get("bm25_idents", False))  # indexes before 2026-11-30: plain words
         self._unit = None
+
+    def close(self) -> None:
+        """Let go of the database, the vector store and the generation pin (a view is not used after)."""
+        self.con.close()
+        if self._vstore is not None:
+            self._vstore.close()
+            self._vstore = None
+        if self._pin is not None:
+            self._pin.close()
+            self._pin = None
 
     def tok(self, text: str) -> list[str]:
         """BM25 terms of a query, analysed as the index's chunks were (`analysis.py`)."""

@@ -128,8 +128,11 @@ def _finish(path, display, abspath, digest, sections, meta, note):
     if "title" not in meta:
         first = next((s.heading for s in sections if s.heading), "")
         meta["title"] = first or (os.path.basename(display) if path != "-" else "")
-    if "date" not in meta and path != "-" and os.path.exists(path):
-        meta["date"] = file_date(path)
+    if "date" not in meta and path != "-":
+        try:
+            meta["date"] = file_date(path)
+        except OSError:  # removed since it was read: the text read stands, without a date
+            pass
     sections = [s for s in sections if s.text.strip() or s.heading]
     if not any(s.text.strip() for s in sections):
         return [], [Skipped(display, "no text")]
@@ -176,13 +179,20 @@ def _load_pdf(display: str, abspath: str, data: bytes):
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     deadline = time.monotonic() + limit("LLMKIT_MAX_PDF_SECONDS")
+    per_page = limit("LLMKIT_MAX_PDF_PAGE_SECONDS")
+    slow: list[Skipped] = []
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         pages = []
         for i, page in enumerate(reader.pages):
-            if time.monotonic() > deadline:  # checked between pages: pypdf cannot be interrupted inside one
+            if time.monotonic() > deadline:  # checked between pages (a page has its own limit below)
                 raise LimitExceeded(f"'{display}'", "LLMKIT_MAX_PDF_SECONDS", f"stopped at page {i + 1}")
-            pages.append(Section("", page.extract_text() or "", page=i + 1))
+            text = _page_text(page, min(per_page, max(0.01, deadline - time.monotonic())))
+            if text is None:
+                slow.append(Skipped(f"{display}#page={i + 1}",
+                                    LimitExceeded(f"page {i + 1}", "LLMKIT_MAX_PDF_PAGE_SECONDS").reason))
+                continue
+            pages.append(Section("", text, page=i + 1))
         title = (reader.metadata or {}).get("/Title") or ""
     except LimitExceeded:
         raise
@@ -190,6 +200,45 @@ def _load_pdf(display: str, abspath: str, data: bytes):
         return [], [Skipped(display, f"unreadable PDF ({type(e).__name__})")]
     pages = [p for p in pages if p.text.strip()]
     if not pages:
-        return [], [Skipped(display, "PDF without extractable text")]
+        return [], slow or [Skipped(display, "PDF without extractable text")]
     meta = {"title": str(title) or os.path.basename(display)}
-    return [Document(display, abspath, hashlib.sha256(data).hexdigest(), pages, meta)], []
+    return [Document(display, abspath, hashlib.sha256(data).hexdigest(), pages, meta)], slow
+
+
+class _PageTimeout(BaseException):
+    """Raised by the page timer; a BaseException, so pypdf's own `except Exception` cannot swallow it."""
+
+
+def _page_text(page, seconds: float) -> str | None:
+    """The text of one PDF page, or None when extracting it takes longer than `seconds`: in the main
+    thread a timer (SIGALRM) interrupts pypdf mid-page (a content stream that would take minutes);
+    elsewhere the page is finished and then measured."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        t = time.monotonic()
+        text = page.extract_text() or ""
+        return None if time.monotonic() - t > seconds else text
+
+    armed = [True]
+
+    def on_alarm(signum, frame):
+        if armed[0]:
+            raise _PageTimeout
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return page.extract_text() or ""
+    except _PageTimeout:
+        return None
+    finally:
+        while True:  # the one-shot timer may fire right here: it is disarmed first, then stopped
+            try:
+                armed[0] = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+                break
+            except _PageTimeout:
+                continue

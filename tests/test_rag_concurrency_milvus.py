@@ -1,0 +1,190 @@
+"""Concurrent use of an index whose vectors live in an embedded Milvus (`--store milvus+local:`), which
+serves its .db file to one process at a time: a writer re-indexes a changing corpus while reader
+processes run `rag query` in a loop (every query succeeds, sees one whole generation and equals that
+generation queried alone); writers on one index, and on two indexes sharing one .db file, take
+turns and lose nothing; a store held too long is refused in one line, the index left as it was.
+Bounded: GENERATIONS re-index runs, READERS processes of at most QUERIES queries each."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pymilvus")
+pytest.importorskip("milvus_lite")
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATIONS = 2
+READERS = 2
+QUERIES = 8
+DOCS = 4
+QUERY = "zqshared kernel pages"
+
+READER = r'''
+import gc, json, os, sys
+sys.path.insert(0, sys.argv[4])
+from click.testing import CliRunner
+from llmkit.cli import main
+idx, stop, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for i in range(n):
+    if os.path.exists(stop):
+        break
+    runner, code = CliRunner(), 0
+    with runner.isolation() as (out, err, *_):
+        try:  # the real entry point, error mapping included, as `llmkit rag query` runs it
+            main(["rag", "query", idx, sys.argv[5], "--jsonl", "-k", "10"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        sys.stdout.flush()
+        text, errors = out.getvalue().decode(), err.getvalue().decode()
+    gc.collect()  # the query's index view goes, and with it the store (as when `rag query` exits)
+    hits = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+    print(json.dumps({"code": code, "err": errors[-400:] if code else "", "hits": [[h["doc"], h["text"]] for h in hits]}),
+          flush=True)
+'''
+
+
+def _env(**extra) -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
+def _cli(*args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmkit", *args], capture_output=True, text=True, timeout=300,
+                          env=env or _env())
+
+
+def _start(*args, env=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "llmkit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env or _env())
+
+
+def _write_corpus(d: Path, gen: int) -> None:
+    d.mkdir(exist_ok=True)
+    for i in range(DOCS):
+        (d / f"doc{i}.md").write_text(f"# Doc {i}\nzqshared kernel pages, marker zqgen{gen}, topic {i} "
+                                      f"{'memory' if i % 2 else 'scheduler'}.\n")
+
+
+def _hits(stdout: str) -> list:
+    return [[h["doc"], h["text"]] for h in map(json.loads, stdout.splitlines())]
+
+
+def _marks(hits) -> set[str]:
+    return {m for _, text in hits for m in re.findall(r"zqgen\d+", text)}
+
+
+@pytest.mark.slow
+def test_queries_during_milvus_reindexing_never_fail(tmp_path):
+    corpus, idx, stop = tmp_path / "corpus", tmp_path / "idx", tmp_path / "stop"
+    _write_corpus(corpus, 1)
+    r = _cli("rag", "index", str(idx), str(corpus), "--store", "milvus+local:v.db")
+    assert r.returncode == 0, r.stderr
+    ref = {"zqgen1": _hits(_cli("rag", "query", str(idx), QUERY, "--jsonl", "-k", "10").stdout)}
+    assert len(ref["zqgen1"]) == DOCS
+    script = tmp_path / "reader.py"
+    script.write_text(READER)
+    readers = [subprocess.Popen([sys.executable, str(script), str(idx), str(stop), str(QUERIES), str(ROOT), QUERY],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(READERS)]
+    t0 = time.monotonic()
+    try:
+        for gen in range(2, GENERATIONS + 1):
+            _write_corpus(corpus, gen)
+            r = _cli("rag", "index", str(idx), str(corpus))
+            assert r.returncode == 0, r.stderr
+            q = _cli("rag", "query", str(idx), QUERY, "--jsonl", "-k", "10")
+            assert q.returncode == 0, q.stderr
+            ref[f"zqgen{gen}"] = _hits(q.stdout)
+    finally:
+        stop.write_text("done")
+        outs = [p.communicate(timeout=300) for p in readers]
+    results = [json.loads(line) for out, _ in outs for line in out.splitlines() if line.startswith("{")]
+    assert all(p.returncode == 0 for p in readers), [e[-2000:] for _, e in outs]
+    errors = [r["err"] for r in results if r["code"] != 0]
+    assert not errors, errors[:3]
+    assert results, "no query ran"
+    for r in results:
+        marks = _marks(r["hits"])
+        assert len(marks) == 1, marks  # never a mix of two generations, never a chunk without its vector
+        assert r["hits"] == ref[marks.pop()]
+    # the readers are gone: a run that changes nothing retires every older generation, and what only
+    # they had is gone from the engine (generation N-1 stays for readers that opened it before the swap)
+    r = _cli("rag", "index", str(idx), str(corpus))
+    assert r.returncode == 0, r.stderr
+    m = json.loads((idx / "manifest.json").read_text())
+    assert sorted(p.name for p in idx.glob("gen-*")) == [f"gen-{GENERATIONS}", f"gen-{GENERATIONS + 1}"]
+    code = ("import sys; sys.path.insert(0, %r)\nfrom llmkit.rag.index.milvus import MilvusStore\n"
+            "st = MilvusStore(%r, %r)\nprint(st.client.get_collection_stats(%r)['row_count'])\nst.close()\n"
+            % (str(ROOT), m["store"], str(idx), m["store"]["collection"]))
+    rows = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=120)
+    assert rows.returncode == 0, rows.stderr
+    assert int(rows.stdout.split()[-1]) == DOCS
+    seen = sorted({m for r in results for m in _marks(r["hits"])})
+    print(f"{len(results)} queries during {GENERATIONS - 1} milvus+local re-index runs "
+          f"({time.monotonic() - t0:.0f} s), generations seen {seen}: 0 errors")
+
+
+def _docs(d: Path, tag: str, n: int = 2) -> None:
+    d.mkdir(parents=True)
+    for i in range(n):
+        (d / f"{tag}{i}.txt").write_text(f"Document {tag}{i} talks about the word zq{tag}{i} and nothing else.\n")
+
+
+@pytest.mark.slow
+def test_writers_sharing_a_milvus_file_take_turns(tmp_path):
+    for tag in ("a", "b", "c"):
+        _docs(tmp_path / tag, tag)
+    shared = tmp_path / "shared.db"  # one .db file, two index directories
+    one, two = tmp_path / "one", tmp_path / "two"
+    procs = [_start("rag", "index", str(one), str(tmp_path / "a"), "--collection", "alpha", "--store", f"milvus+local:{shared}"),
+             _start("rag", "index", str(two), str(tmp_path / "c"), "--store", f"milvus+local:{shared}")]
+    time.sleep(0.3)
+    procs.append(_start("rag", "index", str(one), str(tmp_path / "b"), "--collection", "beta", "--store",
+                        f"milvus+local:{shared}"))
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [e[-1500:] for _, e in outs]
+    m1 = json.loads((one / "manifest.json").read_text())
+    assert m1["generation"] == 2 and m1["collections"]["alpha"]["docs"] == 2 and m1["collections"]["beta"]["docs"] == 2
+    m2 = json.loads((two / "manifest.json").read_text())
+    assert m2["store"]["collection"] != m1["store"]["collection"]
+    for idx, tags in ((one, ("a0", "a1", "b0", "b1")), (two, ("c0", "c1"))):
+        for tag in tags:
+            q = _cli("rag", "query", str(idx), f"zq{tag}", "--mode", "dense", "-k", "1", "--jsonl")
+            assert q.returncode == 0, q.stderr
+            assert json.loads(q.stdout)["doc"].endswith(f"{tag}.txt")
+
+
+def test_a_store_held_too_long_is_refused_in_one_line(tmp_path):
+    _docs(tmp_path / "a", "a", 1)
+    _docs(tmp_path / "b", "b", 1)
+    idx = tmp_path / "idx"
+    r = _cli("rag", "index", str(idx), str(tmp_path / "a"), "--store", "milvus+local:v.db")
+    assert r.returncode == 0, r.stderr
+    before = (idx / "manifest.json").read_text()
+    code = ("import sys, time; sys.path.insert(0, %r)\nfrom llmkit.rag.index.milvus import MilvusStore\n"
+            "st = MilvusStore(%r, %r)\nprint('held', flush=True); time.sleep(60)\n"
+            % (str(ROOT), json.loads(before)["store"], str(idx)))
+    holder = subprocess.Popen([sys.executable, "-W", "ignore", "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        env = _env(LLMKIT_STORE_WAIT_SECONDS="1")
+        r = _cli("rag", "index", str(idx), str(tmp_path / "b"), env=env)
+        assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"stayed in use by process {holder.pid} for 1 s" in r.stderr and "LLMKIT_STORE_WAIT_SECONDS" in r.stderr
+        assert (idx / "manifest.json").read_text() == before
+        q = _cli("rag", "query", str(idx), "zqa0", "--mode", "dense", "-k", "1", env=env)
+        assert q.returncode == 1 and "stayed in use" in q.stderr
+        assert _cli("rag", "query", str(idx), "zqa0", "--mode", "bm25", "-k", "1", env=env).returncode == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    r = _cli("rag", "index", str(idx), str(tmp_path / "b"))  # the holder died: its lock went with it
+    assert r.returncode == 0, r.stderr
+    q = _cli("rag", "query", str(idx), "zqb0", "--mode", "dense", "-k", "1", "--jsonl")
+    assert q.returncode == 0 and json.loads(q.stdout)["doc"].endswith("b0.txt")
