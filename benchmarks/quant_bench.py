@@ -26,6 +26,8 @@ from harness import PY, ROOT, Cmd, Row, cmds_of, compare, llama_bin, rss, run_on
 
 ME = os.path.abspath(__file__)
 ALL_TYPES = "Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q6_K,Q4_K_M,Q5_K_M,Q3_K_M,Q2_K,IQ4_NL,IQ4_XS"
+# the file types quantized with an imatrix (the lattice i-quants need one; the same file for both sides)
+IMATRIX_TYPES = "IQ1_S,IQ1_M,IQ2_XXS,IQ2_XS,IQ2_M,IQ3_XXS,IQ3_XS,IQ3_S,IQ3_M,Q2_K_S,TQ1_0,TQ2_0"
 
 
 def child(argv):
@@ -38,6 +40,11 @@ def child(argv):
         n_embd, n_ff, n_layer = map(int, argv[2:5])
         write_tiny_llama(argv[1], n_embd=n_embd, n_ff=n_ff, n_layer=n_layer, n_head=16, n_head_kv=4, seed=0,
                          dtype=np.float32, n_ctx=2048)
+    elif argv[0] == "imatrix-dat":  # a synthetic imatrix (.dat) for every blk.* matrix, not timed
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from imatrixmake import write_imatrix_dat
+
+        write_imatrix_dat(argv[2], argv[1], seed=0)
     elif argv[0] == "imatrix-entries":  # names and counts of an imatrix GGUF
         from gguf import GGUFReader
 
@@ -84,9 +91,26 @@ def quantize_rows(cfg, q: str) -> tuple[list[Row], str]:
                             f"{wb.fmt()}, {rss(runs[ours.label]):.0f} MB", speed(wa.median, wb.median, "llama.cpp"),
                             same_tensors(a, b), cmds_of(build, ref, ours)))
             os.unlink(a), os.unlink(b)
+    imx = os.path.join(work, "imatrix.dat")
+    mk = Cmd("setup: synthetic imatrix", [PY, ME, "imatrix-dat", src, imx])
+    run_once(mk)
+    for t in cfg.pick(IMATRIX_TYPES, "IQ1_M,IQ2_XXS,IQ2_M,IQ3_XXS,IQ3_S,TQ2_0", "IQ2_XXS").split(","):
+        th = 2
+        a, b = os.path.join(work, "ref.gguf"), os.path.join(work, "ours.gguf")
+        ref = Cmd("llama-quantize", [q, "--imatrix", imx, src, a, t, th])
+        ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "quantize", src, "-t", t, "--imatrix", imx, "-o", b,
+                              "--threads", th])
+        runs = compare([ref, ours], cfg, warmup=False)
+        wa, wb = walls(runs[ref.label]), walls(runs[ours.label])
+        rows.append(Row(f"quant-{t.lower()}-imatrix-t{th}", f"quantize {size:.0f} MiB F32 → {t} with an imatrix, "
+                        f"{th} threads, whole process (wall, peak RSS)", f"{wa.fmt()}, {rss(runs[ref.label]):.0f} MB",
+                        f"{wb.fmt()}, {rss(runs[ours.label]):.0f} MB", speed(wa.median, wb.median, "llama.cpp"),
+                        same_tensors(a, b), cmds_of(build, mk, ref, ours)))
+        os.unlink(a), os.unlink(b)
     os.unlink(src)
     return rows, (f"model: random-weight F32 llama, n_embd {dims[0]}, n_ff {dims[1]}, {dims[2]} layers, GQA 4 "
-                  f"({size:.0f} MiB), built by tests/ggufmake.py")
+                  f"({size:.0f} MiB), built by tests/ggufmake.py; imatrix rows: a synthetic imatrix "
+                  "(tests/imatrixmake.py) given to both sides")
 
 
 def calib_text(cfg) -> str:
