@@ -104,6 +104,13 @@ def test_unreachable_servers_and_usage(tmp_path):
     assert r.exit_code == 1 and "no llama-server answers" in r.stderr and "Traceback" not in r.stderr
     assert run_cli(["generate", "--batch", batch]).exit_code == 2
     assert run_cli(["generate", "--server", "ftp://x", "--batch", batch]).exit_code == 1
+    # options of the in-process model do nothing on a server: refused, not dropped
+    url = f"http://127.0.0.1:{free_port()}"
+    for extra in (["--draft-model", "d.gguf"], ["--chat"], ["--slot-dir", str(tmp_path)], ["--lookup", "3"]):
+        r = run_cli(["generate", "--server", url, *extra, "hello"])
+        assert r.exit_code == 2 and extra[0] in r.stderr and "do nothing with --server" in r.stderr, r.stderr
+    r = run_cli(["generate", "--server", url, "--chat", "--cache-reuse", "4", "--batch", batch])
+    assert r.exit_code == 2 and "--chat, --cache-reuse" in r.stderr
 
 
 def test_server_killed_mid_batch_loses_and_duplicates_nothing(model, tmp_path):
