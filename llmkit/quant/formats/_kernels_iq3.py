@@ -4,7 +4,7 @@ why that keeps the bytes identical). Imported only through iq3.kernels().
 
 Each kernel takes x (n_blocks, 256) float32 (whole rows, row after row), qw (blocks per row, 256)
 float32 (the imatrix, used when use_qw), the tables of iq3grid.tables(grid size) and the values
-of each listed neighbour (iq3.neighbour_values), and fills
+of each listed neighbour (together: iq3grid.kernel_tables), and fills
 out (n_blocks, type_size) uint8. They hold no Python object, so they run without the GIL."""
 
 from __future__ import annotations

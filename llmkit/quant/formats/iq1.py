@@ -7,48 +7,32 @@ The search (ggml's quantize_row_iq1_s_impl / quantize_row_iq1_m_impl): per sub-b
 weighted least squares over the two boundaries that split the sorted weights into -1, 0, 1, for
 each shift; a group whose pattern is off the grid takes its nearest listed neighbour and the
 scale is refitted. Weights qw * sqrt(sigma2 + x^2) (the imatrix: llama.cpp refuses both types
-without one). It runs only as compiled numba kernels (_kernels_iq1.py).
+without one). It runs only as compiled numba kernels (_kernels_iq1.py), called as the IQ3 ones
+(iq3.GridFormat).
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from llmkit.errors import MissingDependency
 from llmkit.quant.formats import iq2grid
 from llmkit.quant.formats.iq3 import GridFormat
+from llmkit.quant.formats.lattice import load_kernels
 
 _KERNELS = None
-_LEVELS = None
 
 
 def kernels():
-    """The compiled kernel module (numba imported on first use, with jit.py's cache directory)."""
+    """The compiled kernel module _kernels_iq1 (imported on first use: lattice.load_kernels)."""
     global _KERNELS
-    if _KERNELS is None:
-        from llmkit.quant.formats import jit
-
-        jit.kernels()  # sets NUMBA_CACHE_DIR; None without numba
-        try:
-            from llmkit.quant.formats import _kernels_iq1
-        except ImportError:
-            raise MissingDependency("numba", "quant") from None
-        _KERNELS = _kernels_iq1
+    _KERNELS = _KERNELS or load_kernels("_kernels_iq1")
     return _KERNELS
 
 
 class TernaryGridFormat(GridFormat):
-    """IQ1_S / IQ1_M: the 2048-point grid, an imatrix required."""
+    """IQ1_S / IQ1_M: the 2048-point grid as (levels, kmap, neighbours) (iq2grid.kernel_tables), an
+    imatrix required."""
 
+    grids = iq2grid
     needs_imatrix = True
 
     def kernel_module(self):
         return kernels()
-
-    def tables(self):
-        """(levels, kmap, neighbours): the kernels read the grid as levels 0, 1, 2."""
-        global _LEVELS
-        if _LEVELS is None:
-            _LEVELS = np.ascontiguousarray(iq2grid.levels(2048))
-        _, kmap, neighbours = iq2grid.tables(2048)
-        return _LEVELS, kmap, neighbours

@@ -14,7 +14,6 @@ from llmkit.quant.formats.numerics import F32
 
 class IQ1_M(TernaryGridFormat):
     name = "IQ1_M"
-    kernel = "iq1_m"
     half_fields = ()  # the super-scale is spread over 4 nibbles; checked in `check`
 
     def super_scale_bits(self, b: np.ndarray) -> np.ndarray:

@@ -13,7 +13,6 @@ from llmkit.quant.formats.numerics import F32, half_to_f32
 
 class IQ1_S(TernaryGridFormat):
     name = "IQ1_S"
-    kernel = "iq1_s"
 
     def dequantize_blocks(self, b):
         nb = len(b)

@@ -8,14 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from llmkit.quant.formats import iq2grid
-from llmkit.quant.formats.iq2 import IQ2Format, scale_nibbles, sign_values, sub_scales
+from llmkit.quant.formats.iq2 import IQ2Format, sub_scales
+from llmkit.quant.formats.lattice import nibbles, sign_values
 from llmkit.quant.formats.numerics import F32, half_to_f32
 
 
 class IQ2_S(IQ2Format):
     name = "IQ2_S"
-    kernel = "iq2_s"
-    grid_size = 1024
     needs_imatrix = False
 
     def dequantize_blocks(self, b):
@@ -23,7 +22,7 @@ class IQ2_S(IQ2Format):
         d = half_to_f32(b[:, 0:2])
         hi = (b[:, 66:74, None] >> (2 * np.arange(4, dtype=np.uint8))) & 3  # (nb, 8, 4)
         idx = b[:, 2:34].astype(np.int64) | (hi.reshape(nb, 32).astype(np.int64) << 8)
-        db = sub_scales(d, scale_nibbles(b[:, 74:82]))  # (nb, 16)
+        db = sub_scales(d, nibbles(b[:, 74:82]))  # (nb, 16)
         grid = iq2grid.values(1024)[idx].reshape(nb, 16, 16).astype(F32)
         sgn = sign_values(b[:, 34:66]).reshape(nb, 16, 16)
         return ((db[:, :, None] * grid) * sgn).reshape(nb, 256)

@@ -7,20 +7,19 @@ from __future__ import annotations
 import numpy as np
 
 from llmkit.quant.formats import iq2grid
-from llmkit.quant.formats.iq2 import IQ2Format, scale_nibbles, sign_values, sub_scales
+from llmkit.quant.formats.iq2 import IQ2Format, sub_scales
+from llmkit.quant.formats.lattice import nibbles, sign_values
 from llmkit.quant.formats.numerics import F32, half_to_f32
 
 
 class IQ2_XS(IQ2Format):
     name = "IQ2_XS"
-    kernel = "iq2_xs"
-    grid_size = 512
 
     def dequantize_blocks(self, b):
         nb = len(b)
         d = half_to_f32(b[:, 0:2])
         qs = np.ascontiguousarray(b[:, 2:66]).view("<u2").reshape(nb, 32)
-        db = sub_scales(d, scale_nibbles(b[:, 66:74]))  # (nb, 16)
+        db = sub_scales(d, nibbles(b[:, 66:74]))  # (nb, 16)
         grid = iq2grid.values(512)[qs & 511].reshape(nb, 16, 16).astype(F32)
         sgn = sign_values(iq2grid.signs_table()[qs >> 9]).reshape(nb, 16, 16)
         return ((db[:, :, None] * grid) * sgn).reshape(nb, 256)

@@ -8,14 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from llmkit.quant.formats import iq2grid
-from llmkit.quant.formats.iq2 import IQ2Format, sign_values, sub_scales
+from llmkit.quant.formats.iq2 import IQ2Format, sub_scales
+from llmkit.quant.formats.lattice import sign_values
 from llmkit.quant.formats.numerics import F32, half_to_f32
 
 
 class IQ2_XXS(IQ2Format):
     name = "IQ2_XXS"
-    kernel = "iq2_xxs"
-    grid_size = 256
 
     def dequantize_blocks(self, b):
         nb = len(b)

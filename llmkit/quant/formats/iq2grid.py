@@ -11,8 +11,8 @@ Each grid point is 8 coordinates, each one of three levels l = 0, 1, 2. The cons
 typed into llmkit: they are read back from ggml's own dequantizer (`ggml_lib.dequantize`) by
 decoding crafted blocks (super-scale 1, sub-block scale 0, no signs, one grid index per group of 8).
 
-API (all arrays read-only, built once per process and cached on disk as .npy under
-`llmkit.io.cache_dir("iqgrid")`, written atomically):
+API (the tables read-only, built once per process and cached on disk as .npy under
+`llmkit.io.cache_dir("iqgrid")`, written atomically: lattice.GridSpec, shared with iq3grid.py):
 
     tables(grid_size) -> (grid, kmap, neighbours)
         grid        (grid_size, 8) uint8, ggml's search form kgrid_q2xs: 2*l + 1 (1, 3 or 5)
@@ -24,6 +24,7 @@ API (all arrays read-only, built once per process and cached on disk as .npy und
                     ordered by (distance, index), exactly as ggml's qsort leaves them
     values(grid_size) -> (grid_size, 8) the dequantizer's grid: uint8 (IQ2) or int8 (IQ1)
     levels(grid_size) -> (grid_size, 8) uint8: l of every coordinate ((grid - 1) // 2)
+    kernel_tables(grid_size) -> (levels, kmap, neighbours): what the IQ2 and IQ1 kernels read
     signs_table() -> (128,) uint8: ksigns_iq2xs, 7 sign bits plus an 8th making the count even
     GRID_SIZE: {type name: grid size}, KMAP_SIZE = 43692
 
@@ -34,37 +35,25 @@ API (all arrays read-only, built once per process and cached on disk as .npy und
 
 from __future__ import annotations
 
-import os
-import threading
-
 import numpy as np
+
+from llmkit.quant.formats.lattice import GridSpec
 
 GRID_SIZE = {"IQ2_XXS": 256, "IQ2_XS": 512, "IQ2_S": 1024, "IQ1_S": 2048, "IQ1_M": 2048}
 KMAP_SIZE = 43692
 VERSION = 1
 _NWANT = {256: 2, 512: 2, 1024: 1, 2048: 3}
-_LOCK = threading.Lock()
-_MEMO: dict[int, tuple[np.ndarray, ...]] = {}
-
-
-def _after_fork() -> None:
-    """A forked worker gets a free lock (a thread of the parent may have held it at the fork)."""
-    global _LOCK
-    _LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork)
+_MEMO: dict = {}  # grid size -> the tables; ("kernel", grid size) -> kernel_tables
 
 
 def tables(grid_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(grid, kmap, neighbours) of a grid size (see the module docstring)."""
-    t = _get(grid_size)
-    return t[0], t[1], t[2]
+    return _SPEC.get(_MEMO, grid_size)[:3]
 
 
 def values(grid_size: int) -> np.ndarray:
     """The dequantizer's grid (grid_size, 8): uint8 for the IQ2 grids, int8 for IQ1's."""
-    return _get(grid_size)[3]
+    return _SPEC.get(_MEMO, grid_size)[3]
 
 
 def levels(grid_size: int) -> np.ndarray:
@@ -72,64 +61,16 @@ def levels(grid_size: int) -> np.ndarray:
     return tables(grid_size)[0] >> 1
 
 
+def kernel_tables(grid_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(levels, kmap, neighbours): what the IQ2 and IQ1 kernels read (made once)."""
+    return _SPEC.kernel_tables(_MEMO, grid_size)
+
+
 def signs_table() -> np.ndarray:
     """ggml's ksigns_iq2xs: entry s is s with bit 7 set when s has an odd number of bits."""
     s = np.arange(128, dtype=np.uint8)
     parity = np.unpackbits(s[:, None], axis=1).sum(axis=1) & 1
     return s | (parity.astype(np.uint8) << 7)
-
-
-def _get(grid_size: int) -> tuple[np.ndarray, ...]:
-    if grid_size not in _NWANT:
-        raise ValueError(f"no i-quant grid of size {grid_size}; sizes are {sorted(_NWANT)}")
-    t = _MEMO.get(grid_size)
-    if t is None:
-        with _LOCK:
-            t = _MEMO.get(grid_size)
-            if t is None:
-                t = _load(grid_size) or _save(grid_size, _build(grid_size))
-                for a in t:
-                    a.setflags(write=False)
-                _MEMO[grid_size] = t
-    return t
-
-
-_NAMES = ("grid", "kmap", "neighbours", "values")
-
-
-def _paths(grid_size: int):
-    from llmkit.io import cache_dir
-
-    d = cache_dir("iqgrid")
-    return d, [d / f"iq2grid-v{VERSION}-{grid_size}-{n}.npy" for n in _NAMES]
-
-
-def _load(grid_size: int):
-    """The cached tables, or None when absent or not what this version writes."""
-    _, paths = _paths(grid_size)
-    try:
-        t = tuple(np.load(p, allow_pickle=False) for p in paths)
-    except (OSError, ValueError):
-        return None
-    grid, kmap, nb, vals = t
-    ok = (grid.shape == (grid_size, 8) and grid.dtype == np.uint8 and kmap.shape == (KMAP_SIZE,)
-          and kmap.dtype == np.int32 and nb.dtype == np.uint16 and nb.ndim == 1 and vals.shape == (grid_size, 8))
-    return t if ok else None
-
-
-def _save(grid_size: int, t):
-    """Write the tables (temp file + rename, so a reader never sees half a file); a read-only cache is no error."""
-    d, paths = _paths(grid_size)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        for p, a in zip(paths, t):
-            tmp = p.with_name(f"{p.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            with open(tmp, "wb") as f:
-                np.save(f, a, allow_pickle=False)
-            os.replace(tmp, p)
-    except OSError:
-        pass
-    return t
 
 
 def _read_values(grid_size: int) -> np.ndarray:
@@ -176,40 +117,10 @@ def _read_values(grid_size: int) -> np.ndarray:
     return v.astype(np.uint8)
 
 
-def _build(grid_size: int):
-    """iq2xs_init_impl: the search grid, the map of every level pattern and the neighbour lists."""
-    vals = _read_values(grid_size)
-    lv = np.searchsorted(np.unique(vals), vals).astype(np.uint8)  # the three values in order -> 0, 1, 2
-    grid = (2 * lv + 1).astype(np.uint8)
-    u = (lv.astype(np.int64) << (2 * np.arange(8))).sum(axis=1)
-    if len(np.unique(u)) != grid_size:
-        raise RuntimeError(f"the {grid_size}-point grid read from ggml has repeated points")
-    kmap = np.full(KMAP_SIZE, -1, np.int64)
-    kmap[u] = np.arange(grid_size)
-    off = np.nonzero(kmap < 0)[0]
-    pos = 2 * ((off[:, None] >> (2 * np.arange(8))) & 3) + 1  # (n_off, 8) of 1, 3, 5, 7
-    g = grid.astype(np.int32)
-    nwant = _NWANT[grid_size]
-    counts = np.empty(len(off), np.int64)
-    lists = []
-    for c0 in range(0, len(off), 2048):
-        p = pos[c0:c0 + 2048].astype(np.int32)
-        d2 = ((p[:, None, :] - g[None, :, :]) ** 2).sum(axis=2)  # (chunk, grid_size)
-        thr = d2.min(axis=1)
-        big = np.iinfo(np.int32).max
-        for _ in range(nwant - 1):  # the nwant-th smallest distinct distance (or the largest there is)
-            nxt = np.where(d2 > thr[:, None], d2, big).min(axis=1)
-            thr = np.where(nxt == big, thr, nxt)
-        rows, cols = np.nonzero(d2 <= thr[:, None])
-        order = np.lexsort((cols, d2[rows, cols], rows))  # by row, then (distance, index): ggml's qsort
-        counts[c0:c0 + len(p)] = np.bincount(rows, minlength=len(p))
-        lists.append(cols[order])
-    flat = np.concatenate(lists)
-    starts = np.concatenate([[0], np.cumsum(counts + 1)[:-1]])  # each list: its count, then its indices
-    nb = np.empty(len(flat) + len(off), np.int64)
-    mark = np.zeros(len(nb), bool)
-    mark[starts] = True
-    nb[starts] = counts
-    nb[~mark] = flat
-    kmap[off] = -(starts + 1)
-    return grid, kmap.astype(np.int32), nb.astype(np.uint16), vals
+def _kernel_form(grid, kmap, neighbours, values):
+    """The kernels read the grid as its levels (a writable copy, as they were always given)."""
+    return np.ascontiguousarray(grid >> 1), kmap, neighbours
+
+
+_SPEC = GridSpec(stem=f"iq2grid-v{VERSION}", kind="i-quant", dim=8, bits=2, kmap_size=KMAP_SIZE, grid_dtype=np.uint8,
+                 nwant=_NWANT, read_values=_read_values, kernel_form=_kernel_form, signed=(2048,))

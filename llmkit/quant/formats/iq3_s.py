@@ -8,30 +8,21 @@ from __future__ import annotations
 import numpy as np
 
 from llmkit.quant.formats import iq3grid
-from llmkit.quant.formats.iq3 import GridFormat, neighbour_values, sign_bits
+from llmkit.quant.formats.iq3 import GridFormat
+from llmkit.quant.formats.lattice import nibbles, sign_values
 from llmkit.quant.formats.numerics import F32, half_to_f32
 
 
 class IQ3_S(GridFormat):
     name = "IQ3_S"
-    kernel = "iq3_s"
-    _tables = None
-
-    def tables(self):
-        """(grid, kmap, neighbours, each neighbour's values) for the kernel."""
-        if self._tables is None:
-            grid, kmap, nb = iq3grid.tables(512)
-            self._tables = (grid, kmap, nb, neighbour_values(grid, nb))
-        return self._tables
 
     def dequantize_blocks(self, b):
         nb = len(b)
         d = half_to_f32(b[:, 0:2])
-        sc = b[:, 106:110]
-        s = np.stack([sc & 0xF, sc >> 4], axis=2).reshape(nb, 8).astype(np.int32)
+        s = nibbles(b[:, 106:110]).astype(np.int32)
         db = d[:, None] * (1 + 2 * s).astype(F32)  # (nb, 8)
         hi = np.unpackbits(b[:, 66:74, None], axis=2, bitorder="little").reshape(nb, 64).astype(np.int64)
         idx = b[:, 2:66].astype(np.int64) | (hi << 8)
         grid = iq3grid.values(512)[idx].reshape(nb, 8, 32).astype(F32)
-        sgn = sign_bits(b[:, 74:106]).reshape(nb, 8, 32)
+        sgn = sign_values(b[:, 74:106]).reshape(nb, 8, 32)
         return ((db[:, :, None] * grid) * sgn).reshape(nb, 256)

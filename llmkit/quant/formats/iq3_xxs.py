@@ -7,29 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats import iq3grid
-from llmkit.quant.formats.iq3 import GridFormat, neighbour_values, sign_bits
+from llmkit.quant.formats import iq2grid, iq3grid
+from llmkit.quant.formats.iq3 import GridFormat
+from llmkit.quant.formats.lattice import sign_values
 from llmkit.quant.formats.numerics import F32, half_to_f32
-
-
-def parity_signs() -> np.ndarray:
-    """ggml's ksigns_iq2xs: entry s (7 bits) with bit 7 set when s has an odd number of bits."""
-    s = np.arange(128, dtype=np.uint8)
-    odd = np.unpackbits(s[:, None], axis=1).sum(axis=1) & 1
-    return s | (odd.astype(np.uint8) << 7)
 
 
 class IQ3_XXS(GridFormat):
     name = "IQ3_XXS"
-    kernel = "iq3_xxs"
-    _tables = None
-
-    def tables(self):
-        """(grid, kmap, neighbours, each neighbour's values) for the kernel."""
-        if self._tables is None:
-            grid, kmap, nb = iq3grid.tables(256)
-            self._tables = (grid, kmap, nb, neighbour_values(grid, nb))
-        return self._tables
 
     def dequantize_blocks(self, b):
         nb = len(b)
@@ -38,5 +23,5 @@ class IQ3_XXS(GridFormat):
         db = d[:, None] * (F32(0.5) + (aux >> 28).astype(F32)) * F32(0.5)  # (nb, 8)
         grid = iq3grid.values(256)[b[:, 2:66]].reshape(nb, 8, 32).astype(F32)
         masks = ((aux[:, :, None] >> (7 * np.arange(4, dtype=np.uint32))) & 127).astype(np.uint8)
-        sgn = sign_bits(parity_signs()[masks])  # (nb, 8, 32)
+        sgn = sign_values(iq2grid.signs_table()[masks])  # (nb, 8, 32)
         return ((db[:, :, None] * grid) * sgn).reshape(nb, 256)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.errors import BadInput
+from llmkit.errors import BadInput, MissingDependency
 from llmkit.quant.formats.base import Format
+from llmkit.quant.formats.lattice import load_kernels
 from llmkit.quant.formats.numerics import F32
 
 
@@ -81,10 +82,9 @@ def kernel():
         return None
     if _KERNEL is None:
         try:
-            from llmkit.quant.formats._kernels_fp4 import mxfp4
-        except ImportError:
-            mxfp4 = False
-        _KERNEL = mxfp4
+            _KERNEL = load_kernels("_kernels_fp4").mxfp4
+        except MissingDependency:
+            _KERNEL = False
     return _KERNEL or None
 
 
