@@ -3,12 +3,13 @@ dequantizer, the quantized bytes equal to ggml's own quantizer (ggml_quantize_ch
 decoding equal to ggml's, and whole files equal to the `llama-quantize` binary's."""
 
 import subprocess
-import threading
 
 import numpy as np
 import pytest
 
 from conftest import run_cli
+from latticecases import (assert_dequantize_equals_ggml, assert_equal_ggml, assert_threads_same, hard_rows,
+                          model_rows)
 from test_quant_binary import setup, tools  # noqa: F401 - pytest fixtures
 
 pytest.importorskip("numba")
@@ -17,54 +18,17 @@ pytest.importorskip("llama_cpp")
 TYPES = ("IQ2_XXS", "IQ2_XS", "IQ2_S")
 
 
-def hard_rows(seed: int, n_rows: int = 48, n: int = 512):
-    """Gaussian rows with outliers, exact zeros, an all-zero sub-block and super-block, tiny values;
-    and importance weights like an imatrix's (mean squared activations: heavy-tailed, some zero)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n_rows, n)).astype(np.float32) * np.float32(0.02)
-    x[rng.random(x.shape) < 0.01] *= 30  # outliers
-    x[rng.random(x.shape) < 0.02] = 0
-    x[1, 32:48] = 0  # one zero sub-block
-    x[2, 256:512] = 0  # one zero super-block
-    x[3, :256] = np.float32(1e-9) * rng.standard_normal(256).astype(np.float32)  # below ggml's group epsilon
-    x[4] = np.abs(x[4])
-    x[5] = -np.abs(x[5])  # every sign flipped: odd counts in most groups
-    qw = (rng.lognormal(0, 1.5, n) ** 2).astype(np.float32)
-    qw[rng.random(n) < 0.03] = 0
-    return x, qw
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("name", TYPES)
 def test_bytes_equal_ggml_with_imatrix(name, seed):
-    from llmkit.quant.formats import get_format, ggml_lib
-
-    f = get_format(name)
-    x, qw = hard_rows(seed)
-    ours = f.quantize(x, qw)
-    ref = ggml_lib.quantize(f.type_id, x, qw)
-    assert ours.shape == ref.shape == (len(x), 2 * f.type_size)
-    bad = np.nonzero((ours != ref).any(axis=1))[0]
-    assert len(bad) == 0, f"{name}: rows {bad[:8]} differ from ggml"
+    assert_equal_ggml(name, *hard_rows(seed))
 
 
 def test_bytes_equal_ggml_real_imatrix(setup):  # noqa: F811
     """The model's own weights and llmkit's imatrix of them (what a quantization run passes)."""
-    from llmkit.gguf.reader import read_gguf
-    from llmkit.quant.calibration.imatrix import load_imatrix
-    from llmkit.quant.formats import get_format, ggml_lib
-    from llmkit.quant.formats.base import load_f32
-
-    d, base, imx, _ = setup
-    g, imatrix = read_gguf(str(base)), load_imatrix(str(imx))
-    infos = {t.name: t for t in g.tensors}
-    with open(base, "rb") as fh:
-        for tname in ("blk.0.ffn_down.weight", "blk.1.attn_q.weight"):
-            x = load_f32(fh, infos[tname], g.data_offset)
-            qw = np.asarray(imatrix[tname], np.float32)
-            for name in TYPES:
-                f = get_format(name)
-                assert np.array_equal(f.quantize(x, qw), ggml_lib.quantize(f.type_id, x, qw)), (name, tname)
+    for _, x, qw in model_rows(setup):
+        for name in TYPES:
+            assert_equal_ggml(name, x, qw)
 
 
 def test_iq2_s_without_imatrix_equals_ggml():
@@ -79,18 +43,7 @@ def test_iq2_s_without_imatrix_equals_ggml():
 
 @pytest.mark.parametrize("name", TYPES)
 def test_dequantize_equals_ggml(name):
-    """On quantized rows and on random blocks (every index, sign and scale code; finite d)."""
-    from llmkit.quant.formats import get_format, ggml_lib
-
-    f = get_format(name)
-    x, qw = hard_rows(7, n_rows=8)
-    q = f.quantize(x, qw).reshape(-1)
-    assert np.array_equal(f.dequantize(q, x.size), ggml_lib.dequantize(f.type_id, q, x.size))
-    rng = np.random.default_rng(3)
-    b = rng.integers(0, 256, (64, f.type_size), dtype=np.uint8)
-    b[:, 1] &= 0x3F  # |d| < 2: finite halves
-    n = 64 * 256
-    assert np.array_equal(f.dequantize(b.reshape(-1), n), ggml_lib.dequantize(f.type_id, b, n))
+    assert_dequantize_equals_ggml(name)
 
 
 @pytest.mark.parametrize("name", ["IQ2_XXS", "IQ2_XS"])
@@ -103,24 +56,9 @@ def test_refused_without_imatrix(name):
     assert "\n" not in str(e.value)
 
 
-def test_threads_give_the_same_bytes():
-    """The write layer quantizes row slices from several threads at once (the kernels release the GIL)."""
-    from llmkit.quant.formats import get_format
-
-    f = get_format("IQ2_XS")
-    x, qw = hard_rows(5, n_rows=64)
-    want = f.quantize(x, qw)
-    got = [None] * 4
-
-    def work(i):
-        got[i] = f.quantize(x[16 * i:16 * (i + 1)], qw)
-
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert np.array_equal(np.concatenate(got), want)
+@pytest.mark.parametrize("name", TYPES)
+def test_threads_give_the_same_bytes(name):
+    assert_threads_same(name)
 
 
 def test_grid_tables_built_read_back_and_cached(tmp_path, monkeypatch):

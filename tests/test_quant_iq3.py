@@ -3,12 +3,13 @@ dequantizer and built as iq3xs_init_impl builds them, the quantized bytes equal 
 quantizer (ggml_quantize_chunk) with and without an imatrix, decoding equal to ggml's, and whole
 files equal to the `llama-quantize` binary's."""
 
-import threading
 
 import numpy as np
 import pytest
 
 from conftest import run_cli
+from latticecases import (assert_dequantize_equals_ggml, assert_equal_ggml, assert_threads_same, hard_rows,
+                          model_rows)
 from test_quant_binary import binary_quantize, setup, tools  # noqa: F401 - pytest fixtures
 
 pytest.importorskip("numba")
@@ -17,76 +18,26 @@ pytest.importorskip("llama_cpp")
 TYPES = ("IQ3_XXS", "IQ3_S")
 
 
-def hard_rows(seed: int, n_rows: int = 48, n: int = 512):
-    """Gaussian rows with outliers, exact zeros, all-zero sub-blocks (IQ3_S then packs the next
-    sub-block's bytes in their place, as ggml does), tiny and one-signed rows; and heavy-tailed
-    importance weights, some zero, like an imatrix's."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n_rows, n)).astype(np.float32) * np.float32(0.02)
-    x[rng.random(x.shape) < 0.01] *= 30  # outliers
-    x[rng.random(x.shape) < 0.02] = 0
-    x[1, 32:64] = 0  # one zero sub-block
-    x[1, 160:192] = 0
-    x[2, 256:512] = 0  # one zero super-block
-    x[3, :256] = np.float32(1e-9) * rng.standard_normal(256).astype(np.float32)  # below IQ3_XXS's epsilon
-    x[4] = np.abs(x[4])
-    x[5] = -np.abs(x[5])  # every sign negative: odd counts in every group of 8
-    x[6] = np.round(x[6] * 100)  # many equal values
-    qw = (rng.lognormal(0, 1.5, n) ** 2).astype(np.float32)
-    qw[rng.random(n) < 0.03] = 0
-    return x, qw
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("weighted", [True, False])
 @pytest.mark.parametrize("name", TYPES)
 def test_bytes_equal_ggml(name, weighted, seed):
-    from llmkit.quant.formats import get_format, ggml_lib
-
-    f = get_format(name)
     x, qw = hard_rows(seed)
-    w = qw if weighted else None
-    ours = f.quantize(x, w)
-    ref = ggml_lib.quantize(f.type_id, x, w)
-    assert ours.shape == ref.shape == (len(x), 2 * f.type_size)
-    bad = np.nonzero((ours != ref).any(axis=1))[0]
-    assert len(bad) == 0, f"{name}: rows {bad[:8]} differ from ggml"
+    assert_equal_ggml(name, x, qw if weighted else None)
 
 
 def test_bytes_equal_ggml_real_imatrix(setup):  # noqa: F811
-    """The model's own weights and llmkit's imatrix of them (what a quantization run passes)."""
-    from llmkit.gguf.reader import read_gguf
-    from llmkit.quant.calibration.imatrix import load_imatrix
-    from llmkit.quant.formats import get_format, ggml_lib
-    from llmkit.quant.formats.base import load_f32
-
-    d, base, imx, _ = setup
-    g, imatrix = read_gguf(str(base)), load_imatrix(str(imx))
-    infos = {t.name: t for t in g.tensors}
-    with open(base, "rb") as fh:
-        for tname in ("blk.0.ffn_down.weight", "blk.1.attn_q.weight"):
-            x = load_f32(fh, infos[tname], g.data_offset)
-            qw = np.asarray(imatrix[tname], np.float32)
-            for name in TYPES:
-                f = get_format(name)
-                for w in (qw, None):
-                    assert np.array_equal(f.quantize(x, w), ggml_lib.quantize(f.type_id, x, w)), (name, tname)
+    """The model's own weights and llmkit's imatrix of them (what a quantization run passes), and
+    the same rows without it."""
+    for _, x, qw in model_rows(setup):
+        for name in TYPES:
+            for w in (qw, None):
+                assert_equal_ggml(name, x, w)
 
 
 @pytest.mark.parametrize("name", TYPES)
 def test_dequantize_equals_ggml(name):
-    """On quantized rows and on random blocks (every index, sign and scale code; finite d)."""
-    from llmkit.quant.formats import get_format, ggml_lib
-
-    f = get_format(name)
-    x, qw = hard_rows(7, n_rows=8)
-    q = f.quantize(x, qw).reshape(-1)
-    assert np.array_equal(f.dequantize(q, x.size), ggml_lib.dequantize(f.type_id, q, x.size))
-    rng = np.random.default_rng(3)
-    b = rng.integers(0, 256, (64, f.type_size), dtype=np.uint8)
-    b[:, 1] &= 0x3F  # |d| < 2: finite halves
-    n = 64 * 256
-    assert np.array_equal(f.dequantize(b.reshape(-1), n), ggml_lib.dequantize(f.type_id, b, n))
+    assert_dequantize_equals_ggml(name)
 
 
 def test_bad_row_length():
@@ -115,25 +66,9 @@ def test_without_numba_one_line(monkeypatch):
     assert "\n" not in str(e.value)
 
 
-def test_threads_give_the_same_bytes():
-    """The write layer quantizes row slices from several threads at once (the kernels release the GIL)."""
-    from llmkit.quant.formats import get_format
-
-    for name in TYPES:
-        f = get_format(name)
-        x, qw = hard_rows(5, n_rows=64)
-        want = f.quantize(x, qw)
-        got = [None] * 4
-
-        def work(i):
-            got[i] = f.quantize(x[16 * i:16 * (i + 1)], qw)
-
-        ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        assert np.array_equal(np.concatenate(got), want)
+@pytest.mark.parametrize("name", TYPES)
+def test_threads_give_the_same_bytes(name):
+    assert_threads_same(name)
 
 
 @pytest.mark.parametrize("size,nwant,total", [(256, 2, 22825), (512, 3, 28317)])
