@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -20,35 +19,11 @@ import pytest
 pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
 
-ROOT = Path(__file__).resolve().parents[1]
+from queryloop import DOCS, QUERY, ROOT, check_readers, hits_of, marker, start_readers, write_corpus  # noqa: E402
+
 GENERATIONS = 2
 READERS = 2
 QUERIES = 8
-DOCS = 4
-QUERY = "zqshared kernel pages"
-
-READER = r'''
-import gc, json, os, sys
-sys.path.insert(0, sys.argv[4])
-from click.testing import CliRunner
-from llmkit.cli import main
-idx, stop, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-for i in range(n):
-    if os.path.exists(stop):
-        break
-    runner, code = CliRunner(), 0
-    with runner.isolation() as (out, err, *_):
-        try:  # the real entry point, error mapping included, as `llmkit rag query` runs it
-            main(["rag", "query", idx, sys.argv[5], "--jsonl", "-k", "10"])
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        sys.stdout.flush()
-        text, errors = out.getvalue().decode(), err.getvalue().decode()
-    gc.collect()  # the query's index view goes, and with it the store (as when `rag query` exits)
-    hits = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
-    print(json.dumps({"code": code, "err": errors[-400:] if code else "", "hits": [[h["doc"], h["text"]] for h in hits]}),
-          flush=True)
-'''
 
 
 def _env(**extra) -> dict:
@@ -67,17 +42,7 @@ def _start(*args, env=None) -> subprocess.Popen:
 
 def _write_corpus(d: Path, gen: int) -> None:
     d.mkdir(exist_ok=True)
-    for i in range(DOCS):
-        (d / f"doc{i}.md").write_text(f"# Doc {i}\nzqshared kernel pages, marker zqgen{gen}, topic {i} "
-                                      f"{'memory' if i % 2 else 'scheduler'}.\n")
-
-
-def _hits(stdout: str) -> list:
-    return [[h["doc"], h["text"]] for h in map(json.loads, stdout.splitlines())]
-
-
-def _marks(hits) -> set[str]:
-    return {m for _, text in hits for m in re.findall(r"zqgen\d+", text)}
+    write_corpus(d, gen)
 
 
 @pytest.mark.slow
@@ -86,12 +51,9 @@ def test_queries_during_milvus_reindexing_never_fail(tmp_path):
     _write_corpus(corpus, 1)
     r = _cli("rag", "index", str(idx), str(corpus), "--store", "milvus+local:v.db")
     assert r.returncode == 0, r.stderr
-    ref = {"zqgen1": _hits(_cli("rag", "query", str(idx), QUERY, "--jsonl", "-k", "10").stdout)}
+    ref = {"zqgen1": hits_of(_cli("rag", "query", str(idx), QUERY, "--jsonl", "-k", "10").stdout)}
     assert len(ref["zqgen1"]) == DOCS
-    script = tmp_path / "reader.py"
-    script.write_text(READER)
-    readers = [subprocess.Popen([sys.executable, str(script), str(idx), str(stop), str(QUERIES), str(ROOT), QUERY],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(READERS)]
+    readers = start_readers(tmp_path, idx, stop, QUERIES, READERS)
     t0 = time.monotonic()
     try:
         for gen in range(2, GENERATIONS + 1):
@@ -100,19 +62,10 @@ def test_queries_during_milvus_reindexing_never_fail(tmp_path):
             assert r.returncode == 0, r.stderr
             q = _cli("rag", "query", str(idx), QUERY, "--jsonl", "-k", "10")
             assert q.returncode == 0, q.stderr
-            ref[f"zqgen{gen}"] = _hits(q.stdout)
+            ref[f"zqgen{gen}"] = hits_of(q.stdout)
     finally:
         stop.write_text("done")
-        outs = [p.communicate(timeout=300) for p in readers]
-    results = [json.loads(line) for out, _ in outs for line in out.splitlines() if line.startswith("{")]
-    assert all(p.returncode == 0 for p in readers), [e[-2000:] for _, e in outs]
-    errors = [r["err"] for r in results if r["code"] != 0]
-    assert not errors, errors[:3]
-    assert results, "no query ran"
-    for r in results:
-        marks = _marks(r["hits"])
-        assert len(marks) == 1, marks  # never a mix of two generations, never a chunk without its vector
-        assert r["hits"] == ref[marks.pop()]
+        results = check_readers(readers, ref)
     # the readers are gone: a run that changes nothing retires every older generation, and what only
     # they had is gone from the engine (generation N-1 stays for readers that opened it before the swap)
     r = _cli("rag", "index", str(idx), str(corpus))
@@ -125,7 +78,7 @@ def test_queries_during_milvus_reindexing_never_fail(tmp_path):
     rows = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=120)
     assert rows.returncode == 0, rows.stderr
     assert int(rows.stdout.split()[-1]) == DOCS
-    seen = sorted({m for r in results for m in _marks(r["hits"])})
+    seen = sorted({m for r in results for m in marker(r["hits"])})
     print(f"{len(results)} queries during {GENERATIONS - 1} milvus+local re-index runs "
           f"({time.monotonic() - t0:.0f} s), generations seen {seen}: 0 errors")
 
