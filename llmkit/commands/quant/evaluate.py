@@ -42,21 +42,31 @@ def compare_cmd(a, b, as_json):
               help="Write the (one) model's log-probabilities in llama-perplexity's --kl-divergence-base format.")
 @click.option("--kld", "kld_base", type=click.Path(dir_okay=False, exists=True),
               help="KL divergence of each model against this base file (its tokens; FILE is not needed).")
+@click.option("-b", "--batch-size", "n_batch", default=2048, show_default=True, type=int,
+              help="Tokens per llama.cpp batch: max(1, N / ctx) chunks evaluated together (llama-perplexity's -b).")
+@click.option("--ubatch-size", "n_ubatch", default=512, show_default=True, type=int,
+              help="Physical batch size (llama-perplexity's -ub).")
+@click.option("--flash-attn", "flash_attn", type=click.Choice(["auto", "on", "off"]), default="auto",
+              show_default=True, help="Flash attention (llama-perplexity's -fa; auto is on for the CPU).")
 @click.option("--threads", type=int)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per model, one per line.")
-def ppl_cmd(models, text_path, n_ctx, chunks, save_logits, kld_base, threads, as_json):
-    """Perplexity of each model on FILE through llama.cpp (chunked like llama-perplexity); with a
-    saved base, KL divergence and the other statistics llama-perplexity prints.
+def ppl_cmd(models, text_path, n_ctx, chunks, save_logits, kld_base, n_batch, n_ubatch, flash_attn, threads, as_json):
+    """Perplexity of each model on FILE through llama.cpp, computed as llama-perplexity computes it
+    (same figure for the same -c, --chunks, -b, --ubatch-size and --flash-attn); with a saved base,
+    KL divergence and the other statistics llama-perplexity prints.
 
     \b
     llmkit quant ppl -m base-f16.gguf --save-logits base.kld wiki.txt -c 512
     llmkit quant ppl -m q4_k_m.gguf -m q3_k_m.gguf --kld base.kld
     """
+    from llmkit.quant.quality.scoring import EvalOptions
+
+    opts = EvalOptions(n_batch, n_ubatch, flash_attn, threads)
     out = Output(jsonl=as_json)
     if save_logits and kld_base:
         raise click.UsageError("--save-logits writes a base file and --kld reads one: run them separately.")
     if kld_base:
-        return _kld_report(out, models, kld_base, threads, as_json)
+        return _kld_report(out, models, kld_base, opts, as_json)
     if not text_path:
         raise click.UsageError("give the text FILE to score (or --kld BASE_FILE).")
     from llmkit.io import read_text
@@ -68,11 +78,12 @@ def ppl_cmd(models, text_path, n_ctx, chunks, save_logits, kld_base, threads, as
         from llmkit.quant.quality.kld import save_base
 
         with progress_bar("base logits") as bar:
-            r = save_base(models[0], text, save_logits, n_ctx, chunks, threads, progress=lambda d, n: bar(d, n, ""))
+            r = save_base(models[0], text, save_logits, n_ctx, chunks, progress=lambda d, n: bar(d, n, ""),
+                          options=opts)
         if as_json:
             out.record(r)
         else:
-            out.data(f"{r['model']}\tPPL {r['ppl']:.4f} ± {r['ppl_uncertainty']:.4f}\t({r['tokens_scored']} tokens in "
+            out.data(f"{r['model']}\tPPL {r['ppl']:.4f} ± {r['ppl_uncertainty']:.5f}\t({r['tokens_scored']} tokens in "
                      f"{r['chunks']} chunks of {r['n_ctx']}; log-probabilities written to {save_logits})")
         return
     from llmkit.quant.quality.perplexity import perplexity
@@ -80,16 +91,17 @@ def ppl_cmd(models, text_path, n_ctx, chunks, save_logits, kld_base, threads, as
     rows = []
     for m in models:
         with progress_bar(f"ppl {m}") as bar:
-            r = perplexity(m, text, n_ctx=n_ctx, max_chunks=chunks, threads=threads, progress=lambda d, n: bar(d, n, ""))
+            r = perplexity(m, text, n_ctx=n_ctx, max_chunks=chunks, progress=lambda d, n: bar(d, n, ""), options=opts)
         rows.append(r)
         if as_json:
             out.record(r.to_dict())
     if not as_json:
         for r in rows:
-            out.data(f"{r.model}\tPPL {r.ppl:.4f}\t({r.tokens_scored} tokens in {r.chunks} chunks of {r.n_ctx}, {r.seconds:.1f} s)")
+            out.data(f"{r.model}\tPPL {r.ppl:.4f} ± {r.ppl_uncertainty:.5f}\t({r.tokens_scored} tokens in {r.chunks} "
+                     f"chunks of {r.n_ctx}, {r.seconds:.1f} s)")
 
 
-def _kld_report(out, models, base, threads, as_json) -> None:
+def _kld_report(out, models, base, opts, as_json) -> None:
     from rich.table import Table
 
     from llmkit.quant.quality.kld import kl_divergence
@@ -97,7 +109,7 @@ def _kld_report(out, models, base, threads, as_json) -> None:
     results = []
     for m in models:
         with progress_bar(f"kld {m}") as bar:
-            r = kl_divergence(m, base, threads, progress=lambda d, n: bar(d, n, ""))
+            r = kl_divergence(m, base, progress=lambda d, n: bar(d, n, ""), options=opts)
         results.append(r)
         if as_json:
             out.record(r.to_dict())

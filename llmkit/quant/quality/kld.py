@@ -9,12 +9,12 @@ format, so files interchange with llama.cpp's tool both ways:
     (padded to even), level = round((logit - min') / scale), min' = max(min logit, max logit - 16),
     scale = (max logit - min') / 65535, log p = scale * level + min_log_prob.
 
-Chunking and BOS as llama-perplexity: the text is tokenized with the model's BOS, cut into chunks of
-n_ctx tokens, the first token of each chunk replaced by BOS when the model uses one, only the second
-half of each chunk scored. Statistics as its kl_divergence(): PPL(Q), PPL(base) and their correlation,
-ln(PPL(Q)/PPL(base)) with the covariance term in its uncertainty, mean KLD (summed over the base's
-tokens with log p_base > -16) with percentiles (linear interpolation), the share of positions whose
-top token is the same, and Δp = p(Q) - p(base) of the true token (mean, RMS, percentiles).
+Chunks, BOS and the evaluation layout as llama-perplexity (scoring.py). Statistics as its
+kl_divergence(), with its float operations (float32 per-position values, their sums in double,
+percentiles interpolated in float): PPL(Q), PPL(base) and their correlation, ln(PPL(Q)/PPL(base))
+with the covariance term in its uncertainty, mean KLD (summed over the base's tokens with
+log p_base > -16) with percentiles (linear interpolation), the share of positions whose top token is
+the same, and Δp = p(Q) - p(base) of the true token (mean, RMS, percentiles).
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from __future__ import annotations
 import math
 import struct
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
 from llmkit.errors import BadFileFormat, BadInput
-from llmkit.quant.quality.scoring import chunk_logits, mean_uncertainty, open_model, score_chunks, tokens_for
+from llmkit.quant.quality.scoring import EvalOptions, Scorer, expf, mean_uncertainty, score_chunks, tokens_for
+
+F32 = np.float32
 
 MAGIC = b"_logits_"
 PERCENTILES = (0.999, 0.99, 0.95, 0.90, 0.5, 0.10, 0.05, 0.01, 0.001)
@@ -46,7 +48,7 @@ def pack(logits: np.ndarray) -> np.ndarray:
     m, v = L.shape
     mx = L.max(axis=1)
     mn = np.maximum(L.min(axis=1), mx - np.float32(16))
-    sum_exp = np.exp(L - mx[:, None]).astype(np.float64).sum(axis=1)
+    sum_exp = expf(L - mx[:, None]).astype(np.float64).sum(axis=1)
     lse = np.log(sum_exp).astype(np.float32)
     min_lp = (mn - mx - lse).astype(np.float32)
     scale = ((mx - mn) / np.float32(65535)).astype(np.float32)
@@ -107,43 +109,52 @@ def read_header(path: str) -> BaseFile:
 
 
 def save_base(model_path: str, text: str, out_path: str, n_ctx: int = 512, max_chunks: int = 0, threads=None,
-              progress: Callable[[int, int], None] | None = None) -> dict:
+              progress: Callable[[int, int], None] | None = None, options: EvalOptions | None = None) -> dict:
     """Score the text with the base model and write its log-probabilities (llama-perplexity's format).
-    Returns the base's perplexity figures."""
+    Returns the base's perplexity figures (the float ones the tool prints in this mode)."""
     from llmkit.io import atomic_file
 
     t0 = time.perf_counter()
-    model, bos = open_model(model_path, n_ctx, threads)
-    toks = tokens_for(model, text, n_ctx, max_chunks)
-    n_chunk = len(toks) // n_ctx
-    n_vocab = int(model.n_vocab())
-    with atomic_file(out_path) as f:
-        f.write(MAGIC + struct.pack("<Iii", n_ctx, n_vocab, n_chunk))
-        f.write(toks.astype("<i4").tobytes())
+    with Scorer(model_path, n_ctx, _with_threads(options, threads)) as s:
+        toks = tokens_for(s, text, max_chunks)
+        n_chunk = len(toks) // n_ctx
+        with atomic_file(out_path) as f:
+            f.write(MAGIC + struct.pack("<Iii", n_ctx, s.n_vocab, n_chunk))
+            f.write(toks.astype("<i4").tobytes())
 
-        def write(L):
-            for a in range(0, len(L), 32):
-                f.write(pack(L[a:a + 32]).astype("<u2").tobytes())
+            def write(L):
+                for a in range(0, len(L), 32):
+                    f.write(pack(L[a:a + 32]).astype("<u2").tobytes())
 
-        mean, unc, count = score_chunks(model, bos, toks, n_ctx, progress, on_logits=write)
+            mean, unc, count = score_chunks(s, toks, progress, on_logits=write)
     return {"model": model_path, "ppl": math.exp(mean), "ppl_uncertainty": math.exp(mean) * unc, "chunks": n_chunk,
             "n_ctx": n_ctx, "tokens_scored": count, "seconds": time.perf_counter() - t0}
 
 
+def _with_threads(options: EvalOptions | None, threads) -> EvalOptions:
+    """The options, with `threads` (the older positional parameter) when it is given."""
+    return replace(options or EvalOptions(), **({"threads": threads} if threads else {}))
+
+
 def _percentile(sorted_values: np.ndarray, fraction: float) -> float:
+    """Linear interpolation between neighbours, in float as kl_divergence()'s percentile lambda."""
     if fraction <= 0:
         return float(sorted_values[0])
     if fraction >= 1:
         return float(sorted_values[-1])
-    p = fraction * (len(sorted_values) - 1)
+    p = F32(fraction) * F32(len(sorted_values) - 1)
     i = int(p)
-    p -= i
-    return float((1 - p) * sorted_values[i] + p * sorted_values[min(i + 1, len(sorted_values) - 1)])
+    p = F32(p - F32(i))
+    lo, hi = sorted_values[i], sorted_values[min(i + 1, len(sorted_values) - 1)]
+    return float(F32(F32(F32(1) - p) * lo) + F32(p * hi))
 
 
 def _median(sorted_values: np.ndarray) -> float:
+    """The middle value, or the float mean of the two middle ones."""
     n = len(sorted_values)
-    return float(0.5 * (sorted_values[n // 2] + sorted_values[n // 2 - 1]) if n % 2 == 0 else sorted_values[n // 2])
+    if n % 2:
+        return float(sorted_values[n // 2])
+    return float(F32(0.5) * F32(sorted_values[n // 2] + sorted_values[n // 2 - 1]))
 
 
 @dataclass
@@ -194,44 +205,45 @@ def _pct_name(fraction: float) -> str:
 
 
 def kl_divergence(model_path: str, base_path: str, threads=None,
-                  progress: Callable[[int, int], None] | None = None) -> KLD:
-    """Score the base file's tokens with `model_path` and compare with the saved base (module doc)."""
+                  progress: Callable[[int, int], None] | None = None, options: EvalOptions | None = None) -> KLD:
+    """Score the base file's tokens with `model_path` and compare with the saved base (module doc).
+    The chunks are evaluated as llama-perplexity --kl-divergence run with -c equal to the file's n_ctx."""
     t0 = time.perf_counter()
     hdr = read_header(base_path)
-    model, bos = open_model(model_path, hdr.n_ctx, threads)
-    if int(model.n_vocab()) != hdr.n_vocab:
-        raise BadInput(f"'{base_path}' was written with a {hdr.n_vocab}-token vocabulary, '{model_path}' has "
-                       f"{model.n_vocab()}: give the base of this model (same tokenizer).")
-    if hdr.tokens.max(initial=0) >= hdr.n_vocab or hdr.tokens.min(initial=0) < 0:
-        raise BadFileFormat(f"'{base_path}' holds token ids outside its vocabulary; the file is damaged.")
     nv, m = row_width(hdr.n_vocab), hdr.scored
     s = dict(nll=0.0, nll2=0.0, base=0.0, base2=0.0, cross=0.0, kld=0.0, kld2=0.0, dp=0.0, dp2=0.0, dp4=0.0)
     same, count = 0, 0
     klds, dps = [], []
-    with open(base_path, "rb") as f:
+    with Scorer(model_path, hdr.n_ctx, _with_threads(options, threads)) as sc, open(base_path, "rb") as f:
+        if sc.n_vocab != hdr.n_vocab:
+            raise BadInput(f"'{base_path}' was written with a {hdr.n_vocab}-token vocabulary, '{model_path}' has "
+                           f"{sc.n_vocab}: give the base of this model (same tokenizer).")
+        if hdr.tokens.max(initial=0) >= hdr.n_vocab or hdr.tokens.min(initial=0) < 0:
+            raise BadFileFormat(f"'{base_path}' holds token ids outside its vocabulary; the file is damaged.")
         f.seek(hdr.data_offset)
-        for i in range(hdr.n_chunk):
+        for i, L in sc.chunks(hdr.tokens):
             rows = np.frombuffer(f.read(2 * nv * m), "<u2").reshape(m, nv)
-            chunk = hdr.tokens[i * hdr.n_ctx:(i + 1) * hdr.n_ctx]
-            L = chunk_logits(model, chunk, bos)
-            targets = chunk[hdr.n_ctx // 2 + 1:]
+            targets = hdr.tokens[i * hdr.n_ctx + hdr.n_ctx // 2 + 1:(i + 1) * hdr.n_ctx]
             # blocks of 32 positions: a 150k-token vocabulary makes each (positions x vocab) temporary large
             parts = [_compare(L[a:a + 32], rows[a:a + 32], targets[a:a + 32], hdr.n_vocab) for a in range(0, m, 32)]
             nll, nll_b, kl, dp, top = (np.concatenate([p[k] for p in parts]) for k in range(5))
-            s["nll"] += float(nll.sum())
-            s["nll2"] += float((nll * nll).sum())
-            s["base"] += float(nll_b.sum())
-            s["base2"] += float((nll_b * nll_b).sum())
-            s["cross"] += float((nll * nll_b).sum())
+            # the tool's sums: float values (and float products of them) added up in double
+            f64 = np.float64
+            s["nll"] += float(nll.astype(f64).sum())
+            s["nll2"] += float((nll * nll).astype(f64).sum())
+            s["base"] += float(nll_b.astype(f64).sum())
+            s["base2"] += float((nll_b * nll_b).astype(f64).sum())
+            s["cross"] += float((nll * nll_b).astype(f64).sum())
             s["kld"] += float(kl.sum())
             s["kld2"] += float((kl * kl).sum())
-            s["dp"] += float(dp.sum())
-            s["dp2"] += float((dp * dp).sum())
-            s["dp4"] += float(((dp * dp) ** 2).sum())
+            dp2 = (dp * dp).astype(f64)
+            s["dp"] += float(dp.astype(f64).sum())
+            s["dp2"] += float(dp2.sum())
+            s["dp4"] += float((dp2 * dp2).sum())
             same += int(top.sum())
             count += m
-            klds.append(kl.astype(np.float32))
-            dps.append(dp.astype(np.float32))
+            klds.append(kl.astype(F32))
+            dps.append(dp)
             if progress:
                 progress(i + 1, hdr.n_chunk)
     return summarize(model_path, base_path, s, same, count, np.concatenate(klds), np.concatenate(dps),
@@ -239,23 +251,24 @@ def kl_divergence(model_path: str, base_path: str, threads=None,
 
 
 def _compare(L: np.ndarray, rows: np.ndarray, targets: np.ndarray, n_vocab: int):
-    """Per position: (nll, nll_base, KLD, Δp, same top) as llama-perplexity's log_softmax with a base."""
+    """Per position, as llama-perplexity's log_softmax against a base row (its float operations):
+    float32 nll, nll_base and Δp, float64 KLD (float terms summed in double), same top token."""
     idx = np.arange(len(L))
     mx = L.max(axis=1)
     imax = L.argmax(axis=1)
-    lse = np.log(np.exp(L - mx[:, None]).astype(np.float64).sum(axis=1)).astype(np.float32)
-    head = np.ascontiguousarray(rows[:, :4]).view(np.float32)
+    lse = np.log(expf(L - mx[:, None]).astype(np.float64).sum(axis=1)).astype(F32)
+    head = np.ascontiguousarray(rows[:, :4]).view(F32)
     scale, min_lp = head[:, 0], head[:, 1]
     lp_base = unpack(rows, n_vocab)
-    nll = (mx + lse - L[idx, targets]).astype(np.float32)
-    nll_b = (-(scale * rows[idx, 4 + targets].astype(np.float32) + min_lp)).astype(np.float32)
-    norm = (mx + lse).astype(np.float32)
-    keep = lp_base > np.float32(-16)
-    terms = np.where(keep, np.exp(lp_base) * (lp_base - L + norm[:, None]), np.float32(0))
+    nll = (mx + lse) - L[idx, targets]
+    nll_b = -(scale * rows[idx, 4 + targets].astype(F32) + min_lp)
+    norm = mx + lse
+    keep = lp_base > F32(-16)
+    terms = np.where(keep, expf(lp_base) * ((lp_base - L) + norm[:, None]), F32(0))
     kl = terms.astype(np.float64).sum(axis=1)
     top = imax == lp_base.argmax(axis=1)
-    dp = (np.exp(-nll) - np.exp(-nll_b)).astype(np.float32)
-    return nll.astype(np.float64), nll_b.astype(np.float64), kl, dp.astype(np.float64), top
+    dp = expf(-nll) - expf(-nll_b)
+    return nll, nll_b, kl, dp, top
 
 
 def summarize(model_path, base_path, s, same, count, klds, dps, seconds) -> KLD:

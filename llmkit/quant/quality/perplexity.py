@@ -1,13 +1,13 @@
-"""Perplexity through llama.cpp, computed like llama-perplexity (see scoring.py)."""
+"""Perplexity through llama.cpp, computed as llama-perplexity computes it (see scoring.py)."""
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from llmkit.quant.quality.scoring import open_model, score_chunks, tokens_for
+from llmkit.quant.quality.scoring import EvalOptions, Scorer, score_chunks, tokens_for
 
 
 @dataclass
@@ -20,20 +20,22 @@ class Perplexity:
     n_ctx: int
     seconds: float
     ppl_uncertainty: float = 0.0
+    n_seq: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def perplexity(model_path: str, text: str, n_ctx: int = 512, max_chunks: int = 0, threads: int | None = None,
-               progress: Callable[[int, int], None] | None = None) -> Perplexity:
-    """llama-perplexity's method: the text is tokenized with the model's BOS and cut into chunks of
-    n_ctx tokens (the first token of each replaced by BOS when the model uses one); within a chunk only
-    the second half is scored, each token predicted from at least n_ctx/2 tokens of context.
-    PPL = exp(mean negative log-likelihood), with its uncertainty as llama-perplexity prints it."""
+               progress: Callable[[int, int], None] | None = None, options: EvalOptions | None = None) -> Perplexity:
+    """llama-perplexity's figure: PPL = exp(mean negative log-likelihood of the second half of every
+    chunk), and its uncertainty PPL * sqrt(var / (count - 1)), "Final estimate: PPL = X +/- Y"."""
     t0 = time.perf_counter()
-    model, bos = open_model(model_path, n_ctx, threads)
-    toks = tokens_for(model, text, n_ctx, max_chunks)
-    mean, unc, count = score_chunks(model, bos, toks, n_ctx, progress)
-    return Perplexity(model_path, math.exp(mean), mean, count, len(toks) // n_ctx, n_ctx, time.perf_counter() - t0,
-                      math.exp(mean) * unc)
+    opts = replace(options or EvalOptions(), **({"threads": threads} if threads else {}))
+    with Scorer(model_path, n_ctx, opts) as s:
+        toks = tokens_for(s, text, max_chunks)
+        mean, unc, count = score_chunks(s, toks, progress)
+        n_seq = s.n_seq
+    ppl = math.exp(mean)
+    return Perplexity(model_path, ppl, mean, count, len(toks) // n_ctx, n_ctx, time.perf_counter() - t0, ppl * unc,
+                      n_seq)
