@@ -135,9 +135,14 @@ def model_rows(cfg) -> list[Row]:
         ref = Cmd("llama-perplexity", [perp, "-m", model, "-f", text, "-c", ctx, "--chunks", chunks, "-t", 1, "-b", ctx],
                   stderr=err)
         ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "ppl", "-m", model, text, "-c", ctx, "--chunks", chunks,
-                              "--threads", 1, "--json"], stdout=out)
+                              "--threads", 1, "-b", ctx, "--json"], stdout=out)
         runs = compare([ref, ours], cfg, warmup=False)
         m = re.search(r"Final estimate: PPL = ([0-9.]+)", open(err, errors="replace").read())
+        for _ in range(5):  # llama.cpp's async logger can lose its last lines at exit: rerun, untimed
+            if m:
+                break
+            run_once(ref)
+            m = re.search(r"Final estimate: PPL = ([0-9.]+)", open(err, errors="replace").read())
         ppl_ref = float(m.group(1)) if m else float("nan")
         ppl_ours = json.loads(open(out).read().strip().splitlines()[0]).get("ppl", float("nan"))
         wa, wb = walls(runs[ref.label]), walls(runs[ours.label])
