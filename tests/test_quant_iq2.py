@@ -108,3 +108,20 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, ftype, pure):  # n
         from llmkit.gguf.reader import read_gguf
 
         assert {t.type_name for t in read_gguf(str(ours)).tensors} == {"IQ2_S", "F32"}
+
+
+def test_first_compilation_is_announced_once(setup, tmp_path):  # noqa: F811
+    """A kernel's first compilation (an empty numba cache) is said on stderr; the next run loads it."""
+    import os
+    import sys
+
+    d, base, imx, _ = setup
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "PYTHONPATH": str(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))}
+    args = [sys.executable, "-m", "llmkit", "quant", str(base), "-t", "IQ2_XXS", "--imatrix", str(imx)]
+    first = subprocess.run(args + ["-o", str(tmp_path / "a.gguf")], capture_output=True, text=True, env=env, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "compiling llmkit's iq2_xxs quantization kernel" in first.stderr
+    again = subprocess.run(args + ["-o", str(tmp_path / "b.gguf")], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0 and "compiling" not in again.stderr, again.stderr
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()

@@ -70,6 +70,9 @@ def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads,
         from llmkit.io import read_text
 
         calib = read_text(calib_path)
+    from llmkit.quant.formats import jit
+
+    jit.NOTICE = Output().info  # a kernel's first compilation takes seconds: say so on stderr
     bars = _StageBars()
     try:
         run = quantize(src, dst, qtype, pure=pure, imatrix=imx, allow_requantize=allow_requantize, threads=threads,
@@ -78,6 +81,7 @@ def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads,
                        damp=damp, refit=not no_refit, progress=bars)
     finally:
         bars.close()
+        jit.NOTICE = None
     _emit(run, src, dst, report, as_json)
 
 

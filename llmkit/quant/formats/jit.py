@@ -71,9 +71,31 @@ def kernels():
     return _KERNELS or None
 
 
+# Called with one line before a kernel compiles for the first time (not found in numba's cache):
+# the CLI shows it on stderr, since a first run waits seconds per kernel. None: say nothing.
+NOTICE = None
+_NOTED: set = set()
+
+
+def note_if_cold(module: str, kernel: str) -> None:
+    """Tell NOTICE when kernel `kernel` of llmkit.quant.formats.<module> has no cached compilation yet
+    (numba names its index files <module>.<kernel>-<line>.py<ver>.nbi under NUMBA_CACHE_DIR)."""
+    if NOTICE is None or (module, kernel) in _NOTED:
+        return
+    _NOTED.add((module, kernel))
+    from pathlib import Path
+
+    root = Path(os.environ.get("NUMBA_CACHE_DIR", ""))
+    if root.name and any(root.rglob(f"{module}.{kernel}-*.nbi")):
+        return
+    NOTICE(f"compiling llmkit's {kernel} quantization kernel (first use after an install: a few seconds, "
+           f"cached in {root})")
+
+
 def run(name: str, x: np.ndarray, type_size: int, block: int) -> np.ndarray:
     """Quantize (n_blocks, block) float32 with kernel `name` -> (n_blocks, type_size) uint8."""
     k = kernels()
+    note_if_cold("_kernels", name)
     x = np.ascontiguousarray(x, dtype=F32).reshape(-1, block)
     out = np.empty((len(x), type_size), np.uint8)
     getattr(k, name)(x, out)

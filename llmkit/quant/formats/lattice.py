@@ -123,6 +123,9 @@ class LatticeFormat(Format):
         if not self._warm:
             with _WARM_LOCK:
                 if not self._warm:
+                    from llmkit.quant.formats import jit
+
+                    jit.note_if_cold(k.__name__.rpartition(".")[2], self.kernel)
                     out = np.empty((1, self.type_size), np.uint8)
                     self.run(k, np.zeros((1, self.block), F32), np.ones(self.block, F32), out)
                     self._warm = True
