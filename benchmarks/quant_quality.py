@@ -10,7 +10,8 @@ fixture; evaluation text: Python's own standard library sources (a different tex
 calibration flatters no method). For every mix, in one run:
 
     llama.cpp's mix (llama.cpp's quantizer, same imatrix) -> its file size is the budget
-    llmkit --target-size of that size (measured errors + KLD probes)
+    llmkit --target-size of that size (measured errors + KLD probes; with --no-calib only the
+        imatrix: each kind's bytes split as llama.cpp's mixes split them, as a user who gives no text gets)
     [--gptq] llmkit GPTQ with llama.cpp's mix of types, and GPTQ + --target-size
 
 -> bytes, bits per weight, PPL(Q), mean KLD and its p99, same-top-token share, wall time; the KLD
@@ -64,6 +65,8 @@ def main() -> None:
     ap.add_argument("-c", "--ctx", type=int, default=512)
     ap.add_argument("--eval-chunks", type=int, default=16)
     ap.add_argument("--calib-chunks", type=int, default=16)
+    ap.add_argument("--no-calib", action="store_true",
+                    help="run --target-size with only the imatrix (no --calib probes)")
     ap.add_argument("--work", default=None, help="keep intermediate files here (default: a temp dir)")
     args = ap.parse_args()
 
@@ -93,9 +96,9 @@ def main() -> None:
         size = os.path.getsize(ref)
         runs = [(f"llama.cpp {mix} + imatrix", ref, t)]
         tgt = os.path.join(work, f"target-{mix}.gguf")
-        t = llmkit("quant", f16, "--target-size", str(size), "--imatrix", imx, "--calib", calib, "-c", "256",
-                   "--chunks", "4", "-o", tgt)
-        runs.append((f"llmkit --target-size (= {mix})", tgt, t))
+        probes = [] if args.no_calib else ["--calib", calib, "-c", "256", "--chunks", "4"]
+        t = llmkit("quant", f16, "--target-size", str(size), "--imatrix", imx, *probes, "-o", tgt)
+        runs.append((f"llmkit --target-size (= {mix}){' imatrix only' if args.no_calib else ''}", tgt, t))
         if args.gptq:
             gq = os.path.join(work, f"gptq-{mix}.gguf")
             extra = [] if os.path.exists(hess) else ["--calib", calib, "-c", str(args.ctx), "--chunks", str(args.calib_chunks)]

@@ -280,3 +280,113 @@ def test_gptq_says_which_types_it_does_not_write(model, tmp_path):
                  "-o", str(out2)])
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "GPTQ writes" in r.stderr and "--method rtn" in r.stderr and not out2.exists()
+
+
+LADDER = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0")
+
+
+def _ladder_items(seed=0, n_per_kind=4):
+    """Tensors of two kinds on llama.cpp's K-quant ladder, errors about 4^-bits times a random
+    per-tensor scale (and a little noise per type)."""
+    from llmkit.quant.budget.measure import Item, padded
+
+    rng = np.random.default_rng(seed)
+    items = []
+    for kind in ("attn_q", "attn_v"):
+        for k in range(n_per_kind):
+            shape = [256, 64]
+            b = {t: padded(t, shape, 32) for t in LADDER}
+            scale = 1000.0 * rng.lognormal(0, 1.5)
+            e = {t: scale * 4.0 ** (-8 * b[t] / (256 * 64)) * rng.uniform(0.7, 1.3) for t in LADDER}
+            items.append(Item(f"blk.{k}.{kind}.weight", shape, kind, None, b, e))
+    return items
+
+
+def test_kind_split_reproduces_a_mix_of_uniform_errors():
+    """Tensors of a kind with equal errors: at the mix's size each kind spends the mix's bytes, and
+    the solver makes exactly the mix's choices (attn_v Q5_K, attn_q Q3_K)."""
+    from llmkit.quant.budget.allocate import solve_by_kind
+    from llmkit.quant.budget.measure import Item, padded
+    from llmkit.quant.budget.priors import kind_budgets, mix_bytes
+
+    items = []
+    for kind in ("attn_q", "attn_v"):
+        for k in range(4):
+            b = {t: padded(t, [256, 64], 32) for t in LADDER}
+            items.append(Item(f"blk.{k}.{kind}.weight", [256, 64], kind, None, b,
+                              {t: 4.0 ** (-8 * b[t] / (256 * 64)) for t in LADDER}))
+    mix = {i.name: "Q5_K" if i.kind == "attn_v" else "Q3_K" for i in items}
+    budget = mix_bytes(items, mix)
+    kb = kind_budgets(items, {"M": mix, "Q8_0": {i.name: "Q8_0" for i in items}}, budget)
+    assert kb == {"attn_q": 4 * padded("Q3_K", [256, 64], 32), "attn_v": 4 * padded("Q5_K", [256, 64], 32)}
+    used, _, sens = solve_by_kind(items, budget, kb)
+    assert {i.name: i.chosen for i in items} == mix and used <= budget
+    assert sens["attn_v"] > sens["attn_q"]  # attn_v's bytes imply a higher weight on its errors
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_kind_split_never_worse_than_the_mix_in_any_kind(seed):
+    """At a mix's own size every kind's measured error is at most the mix's (so the file is predicted
+    no worse than llama.cpp's, whatever the kinds' true sensitivities), within the budget."""
+    from llmkit.quant.budget.allocate import solve_by_kind
+    from llmkit.quant.budget.priors import kind_budgets, mix_bytes
+
+    items = _ladder_items(seed)
+    mix = {i.name: ("Q5_K" if n % 2 else "Q4_K") if i.kind == "attn_v" else "Q3_K" for n, i in enumerate(items)}
+    budget = mix_bytes(items, mix)
+    used, _, _ = solve_by_kind(items, budget, kind_budgets(items, {"M": mix}, budget))
+    assert used <= budget
+    for kind in ("attn_q", "attn_v"):
+        ours = sum(i.error[i.chosen] for i in items if i.kind == kind)
+        theirs = sum(i.error[mix[i.name]] for i in items if i.kind == kind)
+        assert ours <= theirs * (1 + 1e-12), (kind, ours, theirs)
+
+
+def test_kind_budgets_interpolate_between_mixes():
+    """Between two mixes' sizes each kind's share lies on the line between theirs; the shares add up
+    to the budget."""
+    from llmkit.quant.budget.priors import kind_budgets, mix_bytes
+
+    items = _ladder_items()
+    lo = {i.name: "Q3_K" for i in items}
+    hi = {i.name: "Q6_K" if i.kind == "attn_v" else "Q4_K" for i in items}
+    a, b = mix_bytes(items, lo), mix_bytes(items, hi)
+    kb = kind_budgets(items, {"lo": lo, "hi": hi}, (a + b) // 2)
+    assert abs(sum(kb.values()) - (a + b) // 2) < 1e-6
+    assert kb["attn_v"] > kb["attn_q"] > sum(i.bytes["Q3_K"] for i in items if i.kind == "attn_q")
+
+
+def test_allocation_never_predicted_worse_than_a_mix_that_fits():
+    """If the solver's allocation were predicted worse than one of llama.cpp's mixes of no more bytes,
+    that mix (plus upgrades) is taken instead."""
+    from llmkit.quant.budget.allocate import no_worse_than_mixes
+    from llmkit.quant.budget.priors import mix_bytes
+
+    items = _ladder_items()
+    mix = {i.name: "Q5_K" if i.kind == "attn_v" else "Q3_K" for i in items}
+    s = {"attn_v": 50.0, "attn_q": 1.0}
+    budget = mix_bytes(items, mix) + 100
+    for i in items:  # a poor allocation of the same bytes: the bits on the wrong kind
+        i.chosen = "Q3_K" if i.kind == "attn_v" else "Q5_K"
+    bad = sum(s[i.kind] * i.error[i.chosen] for i in items)
+    used, pred = no_worse_than_mixes(items, budget, s, {"M": mix}, 32, mix_bytes(items, mix), bad)
+    assert used <= budget and pred <= sum(s[i.kind] * i.error[mix[i.name]] for i in items) < bad
+    assert all(i.chosen == mix[i.name] for i in items)
+
+
+def test_imatrix_only_budget_weights_kinds_as_llama_cpp_does(model, tmp_path):
+    """No --calib: each kind spends what llama.cpp's mixes give it at this size; the file meets the
+    budget, the report names the source, and the kinds' implied weights rank attn_v and ffn_down
+    above attn_q and ffn_gate (as every mix does)."""
+    d, m = model
+    imx = tmp_path / "imx.gguf"
+    assert run_cli(["quant", "imatrix", "-m", str(m), "--text", str(d / "calib.txt"), "-o", str(imx), "-c", "128",
+                    "--chunks", "2"]).exit_code == 0
+    out = tmp_path / "p.gguf"
+    r = run_cli(["quant", str(m), "--target-bpw", "3.5", "--imatrix", str(imx), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    a = json.loads(r.stdout)["allocation"]
+    assert a["sensitivity_source"] == "llama.cpp mixes"
+    s = a["sensitivity"]
+    assert min(s["attn_v"], s["ffn_down"]) > max(s["attn_q"], s["ffn_gate"]), s
+    assert 3.5 * 0.99 <= json.loads(r.stdout)["bpw"] <= 3.5

@@ -4,7 +4,7 @@ llama.cpp's mixes (Q4_K_M, ...) give every model the same recipe. Here each tens
 for this model, ExLlamaV2-style: a measured error for every candidate type, then the cheapest
 allocation of bits under the budget.
 
-1. Error of a candidate: a deterministic sample of the tensor's rows (evenly spaced, about 128k
+1. Error of a candidate: a deterministic sample of the tensor's rows (evenly spaced, about 32k
    weights) is quantized with llmkit's byte-exact quantizers and dequantized; the error is the
    activation-weighted squared error sum_j w_j (x_ij - q_ij)^2 (w = the imatrix's mean squared input
    per column, i.e. the expected squared output error of the matrix; 1 without an imatrix), scaled
@@ -14,11 +14,30 @@ allocation of bits under the budget.
    ffn_down, token_embd, output): that kind quantized to Q4_0, everything else Q8_0, and the KL
    divergence to the all-Q8_0 model measured on the text (through llama.cpp); the kind's
    sensitivity is that KLD per unit of the kind's added error, so the allocator minimises a
-   predicted KLD. Without calibration text every kind counts the same.
+   predicted KLD. Without calibration text (`priors.py`) each kind keeps the bytes llama.cpp's
+   own mixes give it at this size (the mix of this size as llama.cpp's rules type this model, or
+   the line between the two mixes around it) and spends them on the tensors and types that its
+   measured errors favour: llama.cpp's rules, tuned on many models, say how much each kind matters
+   (attention-V, FFN-down, attention-output and the output matrix get more bits); the measured
+   errors say which tensors within a kind are hard and which types (K-quant or lattice i-quant)
+   serve each best. At a mix's own size every kind's measured error is at most the mix's,
+   whatever the kinds' true sensitivities. A kind's weight (for the bytes rounding leaves and for
+   the predicted error) is the inverse of its price lambda_kind.
+   Measured on Qwen2.5-Coder-1.5B (F16 from the packaged Q4_K_M, its imatrix; mean KLD to the F16
+   on other text, -c 256, 16 chunks), at Q3_K_M's size: every kind counted the same gave 1.31x
+   llama.cpp Q3_K_M + imatrix's KLD; weights fitted so that llama.cpp's mixes are Lagrangian optima
+   of the measured errors (inverse optimisation) gave 1.06x; the per-kind split 0.94x (0.0567 vs 0.0605); at IQ3_XXS's size 0.77x (0.157 vs 0.204, every kind
+   the same: 2.56x); at IQ2_M's size 1.26x (0.395 vs 0.314, every kind the same: 2.04x) — below
+   ~2.5 bits the split still loses to llama.cpp's mix.
+   Not tried for lack of time: probes on text sampled from the model itself (generation plus one
+   probe model per kind cost several llama-quantize runs).
 3. Solver: a multiple-choice knapsack by Lagrangian relaxation (each tensor takes the type that
    minimises sensitivity x error + lambda x bytes; lambda bisected to the largest allocation that
    fits), then the remaining bytes are spent on the upgrades with the best error saved per byte.
    The file lands at most a few tensors' worth of bytes, and within 0.5 %, under the budget.
+   Without text the result is also checked against every llama.cpp mix that fits: should one be
+   predicted better (a solver gap), that mix plus upgrades is taken, so the allocation is never
+   predicted worse than llama.cpp's recipe of its size.
 
 1-D tensors (norms) and tensors llama.cpp never quantizes keep their type; a candidate needs row
 lengths its block size divides. At or below 4.5 bits per weight with an imatrix the candidates include
@@ -37,6 +56,7 @@ from llmkit.errors import BadInput
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.types import ALIGNMENT
 from llmkit.quant.budget.measure import GRID_MAX_BPW, Item, grid_names, measure, shape_items
+from llmkit.quant.budget.priors import kind_budgets, llama_mixes, mix_bytes
 from llmkit.quant.budget.probe import cached_probe, probe_key, probe_sensitivity, store_probe
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers
@@ -50,7 +70,7 @@ class Allocation:
     used: int
     predicted: float  # sensitivity-weighted error sum (predicted KLD with probes)
     sensitivity: dict  # kind -> factor
-    sensitivity_source: str  # "probe" | "cached probe" | "none"
+    sensitivity_source: str  # "probe" | "cached probe" | "llama.cpp mixes" | "none"
     items: list[Item]
     seconds: float = 0.0
 
@@ -64,17 +84,15 @@ class Allocation:
 def solve(items: list[Item], budget: int, sensitivity: dict | None = None) -> tuple[int, float]:
     """Choose each item's type: minimise sum(sensitivity x error) with sum(bytes) <= budget.
     Returns (bytes used, predicted error)."""
+    used, predicted, _ = lagrange(items, budget, sensitivity)
+    return used, predicted
+
+
+def lagrange(items: list[Item], budget: int, sensitivity: dict | None = None) -> tuple[int, float, float]:
+    """solve(), also returning the price lambda (error per byte) of the allocation."""
     s = sensitivity or {}
     free = [i for i in items if i.fixed is None]
-    fixed_bytes = sum(i.bytes[i.fixed] for i in items if i.fixed is not None)
-    lo_total = fixed_bytes + sum(min(i.bytes.values()) for i in free)
-    hi_total = fixed_bytes + sum(max(i.bytes.values()) for i in free)
-    if budget < lo_total:
-        raise BadInput(f"the budget of {budget:,} bytes is below the smallest possible model ({lo_total:,} bytes with "
-                       "every tensor at its smallest type). Raise the budget.")
-    if budget >= hi_total:
-        raise BadInput(f"the budget of {budget:,} bytes reaches the largest candidate mix ({hi_total:,} bytes, F16 "
-                       "where it fits): nothing to allocate. Lower the budget, or quantize to F16 without one.")
+    fixed_bytes = check_budget(items, budget)
 
     def cost(i, t):
         return s.get(i.kind, 1.0) * i.error[t]
@@ -97,8 +115,61 @@ def solve(items: list[Item], budget: int, sensitivity: dict | None = None) -> tu
             lo = mid
         else:
             hi = mid
-    used = pick(hi)
-    # spend what is left: upgrades by error saved per extra byte, best first
+    used = spend(free, pick(hi), budget, cost)
+    for i in items:
+        if i.fixed is not None:
+            i.chosen = i.fixed
+    return used, float(sum(cost(i, i.chosen) for i in free)), hi
+
+
+def solve_by_kind(items: list[Item], budget: int, kind_bytes: dict) -> tuple[int, float, dict]:
+    """Each kind of tensor spends `kind_bytes[kind]` (llama.cpp's split of this budget), on the
+    types and tensors its measured errors favour; what rounding leaves is spent across kinds at the
+    kinds' own prices. Returns (bytes used, predicted error, kind -> weight): a kind's weight is the
+    inverse of its price, so that the predicted error counts every kind as its budget implies."""
+    free = [i for i in items if i.fixed is None]
+    fixed_bytes = check_budget(items, budget)
+    price = {}
+    for kind, b in kind_bytes.items():
+        group = [i for i in free if i.kind == kind]
+        least, most = sum(min(i.bytes.values()) for i in group), sum(max(i.bytes.values()) for i in group)
+        b = min(max(b, least), most - 1)
+        _, _, price[kind] = lagrange(group, b)
+    logs = [np.log(p) for p in price.values() if p > 0]
+    mid = float(np.exp(-np.mean(logs))) if logs else 1.0
+    sens = {k: (1.0 / p / mid if p > 0 else 1.0) for k, p in price.items()}
+    used = fixed_bytes + sum(i.bytes[i.chosen] for i in free)
+    if used > budget:  # a kind's share clipped up to its smallest types: the global solver decides
+        used, predicted = solve(items, budget, sens)
+        return used, predicted, sens
+
+    def cost(i, t):
+        return sens.get(i.kind, 1.0) * i.error[t]
+
+    used = spend(free, used, budget, cost)
+    for i in items:
+        if i.fixed is not None:
+            i.chosen = i.fixed
+    return used, float(sum(cost(i, i.chosen) for i in free)), sens
+
+
+def check_budget(items: list[Item], budget: int) -> int:
+    """A budget between the smallest and the largest candidate allocation; returns the fixed tensors' bytes."""
+    free = [i for i in items if i.fixed is None]
+    fixed_bytes = sum(i.bytes[i.fixed] for i in items if i.fixed is not None)
+    lo_total = fixed_bytes + sum(min(i.bytes.values()) for i in free)
+    hi_total = fixed_bytes + sum(max(i.bytes.values()) for i in free)
+    if budget < lo_total:
+        raise BadInput(f"the budget of {budget:,} bytes is below the smallest possible model ({lo_total:,} bytes with "
+                       "every tensor at its smallest type). Raise the budget.")
+    if budget >= hi_total:
+        raise BadInput(f"the budget of {budget:,} bytes reaches the largest candidate mix ({hi_total:,} bytes, F16 "
+                       "where it fits): nothing to allocate. Lower the budget, or quantize to F16 without one.")
+    return fixed_bytes
+
+
+def spend(free: list[Item], used: int, budget: int, cost) -> int:
+    """Spend what is left of the budget: upgrades by error saved per extra byte, best first."""
     while True:
         best, best_gain = None, 0.0
         for i in free:
@@ -110,13 +181,32 @@ def solve(items: list[Item], budget: int, sensitivity: dict | None = None) -> tu
                 if gain > best_gain:
                     best, best_gain = (i, t, extra), gain
         if best is None:
-            break
+            return used
         i, t, extra = best
         i.chosen = t
         used += extra
-    for i in items:
-        if i.fixed is not None:
-            i.chosen = i.fixed
+
+
+def no_worse_than_mixes(items: list[Item], budget: int, sensitivity: dict, mixes: dict, align: int, used: int,
+                        predicted: float) -> tuple[int, float]:
+    """The solver's allocation, or (if its predicted error is higher) the best llama.cpp mix that fits
+    with the rest of the budget spent on upgrades: never predicted worse than llama.cpp's own mix."""
+    def cost(i, t):
+        return sensitivity.get(i.kind, 1.0) * i.error[t]
+
+    free = [i for i in items if i.fixed is None]
+    best = None
+    for name, types in mixes.items():
+        if not all(types[i.name] in i.error for i in free) or mix_bytes(items, types, align) > budget:
+            continue
+        p = sum(cost(i, types[i.name]) for i in free)
+        if p < predicted and (best is None or p < best[0]):
+            best = (p, types)
+    if best is None:
+        return used, predicted
+    for i in free:
+        i.chosen = best[1][i.name]
+    used = spend(free, mix_bytes(items, best[1], align), budget, cost)
     return used, float(sum(cost(i, i.chosen) for i in free))
 
 
@@ -143,14 +233,21 @@ def allocate(src: str, *, target_bpw: float | None = None, target_size: int | No
         shaped = shape_items(g, align, grid_names(imatrix))
     check_reachable(shaped, budget, head, n_weights, target_bpw is not None)  # before the minutes of measuring
     items = measure(src, imatrix, threads, progress, hessian_path=hessian_path, grid=grid)
-    sens, source = {}, "none"
     if calib_text:
         key = probe_key(src, imatrix, calib_text, n_ctx, chunks)
         sens, source = cached_probe(key), "cached probe"
         if sens is None:
             sens, source = probe_sensitivity(src, items, calib_text, imatrix, n_ctx, chunks, threads, progress), "probe"
             store_probe(key, sens)
-    used, predicted = solve(items, budget, sens)
+        used, predicted = solve(items, budget, sens)
+    else:  # no text: each kind gets the bytes llama.cpp's mixes give it at this size
+        mixes = llama_mixes(g, items, imatrix is not None)
+        if mixes:
+            used, predicted, sens = solve_by_kind(items, budget, kind_budgets(items, mixes, budget, align))
+            used, predicted = no_worse_than_mixes(items, budget, sens, mixes, align, used, predicted)
+            source = "llama.cpp mixes"
+        else:  # llama.cpp's rules type no file of this model: every kind counts the same
+            (used, predicted), sens, source = solve(items, budget), {}, "none"
     return Allocation({i.name: i.chosen for i in items if i.fixed is None}, budget, used, predicted, sens, source,
                       items, time.perf_counter() - t0)
 

@@ -1,7 +1,7 @@
 """What each candidate type would cost a tensor: its bytes and its measured error (module doc of
 allocate.py, step 1).
 
-A deterministic sample of the tensor's rows (evenly spaced, about 128k weights) is quantized with
+A deterministic sample of the tensor's rows (evenly spaced, about 32k weights) is quantized with
 llmkit's byte-exact quantizers and dequantized; the error is the activation-weighted squared error
 sum_j w_j (x_ij - q_ij)^2 (w = the imatrix's mean squared input per column; 1 without one), scaled
 to all rows. With GPTQ's Hessians it is the output error tr(D H D^T) instead.
@@ -33,7 +33,10 @@ CANDIDATES = ("Q2_K", "Q3_K", "IQ4_XS", "Q4_K", "IQ4_NL", "Q4_0", "Q4_1", "Q5_K"
 # models only) and MXFP4 (MoE experts) are never candidates.
 GRID_CANDIDATES = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
 GRID_MAX_BPW = 4.5
-SAMPLE_WEIGHTS = 1 << 17
+# 32k weights: on Qwen2.5-Coder-1.5B the allocations from 32k-weight samples are predicted within
+# 1.3 % of those from 128k (Q3_K_M, IQ3_XXS and IQ2_M sizes, errors re-scored on 128k), in a quarter
+# of the time (measuring every candidate is most of a budget run's cost)
+SAMPLE_WEIGHTS = 1 << 15
 
 
 
