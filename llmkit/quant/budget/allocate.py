@@ -24,13 +24,15 @@ allocation of bits under the budget.
    whatever the kinds' true sensitivities. A kind's weight (for the bytes rounding leaves and for
    the predicted error) is the inverse of its price lambda_kind.
    Measured on Qwen2.5-Coder-1.5B (F16 from the packaged Q4_K_M, its imatrix; mean KLD to the F16
-   on other text, -c 256, 16 chunks), at Q3_K_M's size: every kind counted the same gave 1.31x
-   llama.cpp Q3_K_M + imatrix's KLD; weights fitted so that llama.cpp's mixes are Lagrangian optima
-   of the measured errors (inverse optimisation) gave 1.06x; the per-kind split 0.94x (0.0567 vs 0.0605); at IQ3_XXS's size 0.77x (0.157 vs 0.204, every kind
-   the same: 2.56x); at IQ2_M's size 1.26x (0.395 vs 0.314, every kind the same: 2.04x) — below
-   ~2.5 bits the split still loses to llama.cpp's mix.
-   Not tried for lack of time: probes on text sampled from the model itself (generation plus one
-   probe model per kind cost several llama-quantize runs).
+   on other text, -c 256, 16 chunks), relative to llama.cpp's mix + imatrix of the same size:
+   every kind counted the same: 1.31x (Q3_K_M), 2.56x (IQ3_XXS), 2.04x (IQ2_M); weights fitted
+   so that llama.cpp's mixes are Lagrangian optima of the measured errors (inverse optimisation,
+   one weight per kind): 1.06x, 0.96x; the per-kind split: 0.94x, 0.77x, 1.26x (worse). Also
+   tried, no better: errors relative to each tensor's output power (0.95x, -, 1.28x), and no
+   type below the fewest bits llama.cpp's mix gives any tensor (0.92x, 0.93x, 1.22x). At IQ2_M
+   the loss is in where bits go within a kind: llama.cpp gives the first layers' FFN-down more,
+   the measured errors the last layers. Not tried for lack of time: probes on text sampled from
+   the model itself, and llama.cpp's per-layer groups as budgets of their own.
 3. Solver: a multiple-choice knapsack by Lagrangian relaxation (each tensor takes the type that
    minimises sensitivity x error + lambda x bytes; lambda bisected to the largest allocation that
    fits), then the remaining bytes are spent on the upgrades with the best error saved per byte.

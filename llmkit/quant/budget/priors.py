@@ -20,8 +20,6 @@ errors; halfway to a mix that gives every matrix Q4_K (144 bytes), attn_v's is 6
 
 from __future__ import annotations
 
-import numpy as np
-
 from llmkit.errors import BadInput
 from llmkit.quant.budget.measure import Item, padded
 from llmkit.quant.plan import rules
@@ -81,19 +79,3 @@ def kind_budgets(items: list[Item], mixes: dict[str, dict[str, str]], budget: in
     t, p = below[-1] if below else above[0]
     return {k: v * room / t for k, v in p.items()}
 
-
-def bits_floor(items: list[Item], mixes: dict[str, dict[str, str]], budget: int, align: int = 32) -> float:
-    """The fewest bits per weight llama.cpp's mix nearest this size gives any tensor (0 without mixes):
-    types below it are left out of the allocation."""
-    from llmkit.gguf.types import tensor_bytes
-
-    free = [i for i in items if i.fixed is None]
-    room = budget - sum(i.bytes[i.fixed] for i in items if i.fixed is not None)
-    best = None
-    for types in mixes.values():
-        gap = abs(sum(padded(types[i.name], i.shape, align) for i in free) - room)
-        if best is None or gap < best[0]:
-            best = (gap, types)
-    if best is None:
-        return 0.0
-    return min(8 * tensor_bytes(best[1][i.name], i.shape) / float(np.prod(i.shape)) for i in free)
