@@ -7,7 +7,7 @@ import sys
 import click
 
 from llmkit.commands._common import Output, read_prompt, stdout_stream
-from llmkit.commands.llama_options import model_options, server_errors
+from llmkit.commands.llama_options import LOCAL_ONLY, model_options, refuse_local_only, server_errors
 
 
 @click.command("generate")
@@ -62,7 +62,7 @@ def command(prompt, model_path, opts, n_predict, temp, top_k, top_p, min_p, repe
 
     out = Output()
     if server:
-        _refuse_local_only()
+        refuse_local_only(LOCAL_ONLY)
     if batch_path or output_path:
         if not (batch_path and server):
             raise click.UsageError("--batch runs on llama-servers: pass --server URL[,URL...] and --batch FILE "
@@ -159,26 +159,6 @@ def command(prompt, model_path, opts, n_predict, temp, top_k, top_p, min_p, repe
         line += (f"\nKV slot: {slot_note} reused {d['prefill_reused']} prompt tokens ({d['shifted']} by shifting); "
                  f"time to first token {d['ttft_s'] * 1000:.0f} ms")
     out.info(line)
-
-
-# options that act on the in-process model only: a server runs its own model, cache and drafting
-_LOCAL_ONLY = {"model_path": "-m/--model", "chat": "--chat", "system": "--system", "context_shift": "--context-shift",
-               "keep": "--keep", "draft_path": "--draft-model", "draft_max": "--draft-max", "draft_min": "--draft-min",
-               "fixed_draft": "--fixed-draft", "lookup": "--lookup", "slot_path": "--slot", "slot_dir": "--slot-dir",
-               "cache_reuse": "--cache-reuse"}
-
-
-def _refuse_local_only() -> None:
-    """With --server, an option only the in-process path honours is a usage error (not silently dropped)."""
-    from click.core import ParameterSource
-
-    ctx = click.get_current_context()
-    given = [flag for name, flag in _LOCAL_ONLY.items()
-             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
-    if given:
-        raise click.UsageError(f"{', '.join(given)} act on the in-process model and do nothing with --server: drop "
-                               f"{'them' if len(given) > 1 else 'it'} (start llama-server with its own -m, -md, "
-                               "--ctx-size and slot options; chat messages go in a --batch file).")
 
 
 def _batch(server, batch_path, output_path, on_error, retries, defaults, out) -> None:

@@ -63,3 +63,23 @@ def server_errors():
         raise BadInput(f"{e} Start it, or check --server.") from None
     except BadSlotId as e:
         raise BadInput(f"--slot must be a slot number >= 0, got {e.slot_id}.") from None
+
+
+# `generate`'s options that act on the in-process model only: a server runs its own model, cache and drafting
+LOCAL_ONLY = {"model_path": "-m/--model", "chat": "--chat", "system": "--system", "context_shift": "--context-shift",
+              "keep": "--keep", "draft_path": "--draft-model", "draft_max": "--draft-max", "draft_min": "--draft-min",
+              "fixed_draft": "--fixed-draft", "lookup": "--lookup", "slot_path": "--slot", "slot_dir": "--slot-dir",
+              "cache_reuse": "--cache-reuse"}
+
+
+def refuse_local_only(local_only: dict) -> None:
+    """With --server, an option only the in-process path honours is a usage error (not silently dropped)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    given = [flag for name, flag in local_only.items()
+             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} act on the in-process model and do nothing with --server: drop "
+                               f"{'them' if len(given) > 1 else 'it'} (start llama-server with its own -m, -md, "
+                               "--ctx-size and slot options; chat messages go in a --batch file).")
