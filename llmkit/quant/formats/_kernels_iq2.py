@@ -217,6 +217,20 @@ def _sumx2(xr, o):
     return s
 
 
+
+@njit(inline="always", **OPTS)
+def _super_scale(out, r, ob, max_scale, stored, clear):
+    """Write d = max_scale / 31 as fp16 (times `stored`) at out[r, ob] -> (1/d, False); all-zero: (0, True)."""
+    if max_scale == ZERO:
+        for i in range(clear):
+            out[r, ob + i] = 0
+        return ZERO, True
+    d = max_scale / F(31)
+    b = fp16_bits(d * stored)
+    out[r, ob] = b & 0xFF
+    out[r, ob + 1] = b >> 8
+    return ONE / d, False
+
 @njit(**OPTS)
 def iq2_xxs(x, qw, out, lev, kmap, nbrs):
     """quantize_row_iq2_xxs_impl: 8 sub-blocks of 32, 4-bit scales, 256-point grid, 7 sign bits per 8."""
@@ -295,15 +309,9 @@ def iq2_xxs(x, qw, out, lev, kmap, nbrs):
                     q2[2 * ib + 1] |= bsig[k] << (7 * k)
                 scales[ib] = scale
                 max_scale = max_scale if max_scale > scale else scale
-            if max_scale == ZERO:
-                for i in range(66):
-                    out[r, ob + i] = 0
+            idd, empty = _super_scale(out, r, ob, max_scale, ONE, 66)
+            if empty:
                 continue
-            d = max_scale / F(31)
-            b = fp16_bits(d)
-            out[r, ob] = b & 0xFF
-            out[r, ob + 1] = b >> 8
-            idd = ONE / d
             for ib in range(8):
                 l = max(0, min(15, nint(HALF * (idd * scales[ib] - ONE))))
                 q2[2 * ib + 1] |= l << 28
@@ -404,15 +412,9 @@ def iq2_xs(x, qw, out, lev, kmap, nbrs):
                 for k in range(2):
                     q2[2 * ib + k] = gis[k] | (bsig[k] << 9)
                 max_scale = max_scale if max_scale > s else s
-            if max_scale == ZERO:
-                for i in range(66):
-                    out[r, ob + i] = 0
+            idd, empty = _super_scale(out, r, ob, max_scale, ONE, 66)
+            if empty:
                 continue
-            d = max_scale / F(31)
-            b = fp16_bits(d)
-            out[r, ob] = b & 0xFF
-            out[r, ob + 1] = b >> 8
-            idd = ONE / d
             for ib in range(16):
                 l = max(0, min(15, nint(HALF * (idd * scales[ib] - ONE))))
                 out[r, ob + 66 + ib // 2] |= l << (4 * (ib % 2))
@@ -449,13 +451,9 @@ def iq2_s(x, qw, out, lev, kmap, nbrs):
                     out[r, ob + 66 + i8 // 4] |= (gis[k] >> 8) << (2 * (i8 % 4))
                     out[r, ob + 34 + i8] = bsig[k] & 0xFF
                 max_scale = max_scale if max_scale > s else s
-            if max_scale == ZERO:
+            idd, empty = _super_scale(out, r, ob, max_scale, F(0.9875), 0)
+            if empty:
                 continue
-            d = max_scale / F(31)
-            b = fp16_bits(d * F(0.9875))
-            out[r, ob] = b & 0xFF
-            out[r, ob + 1] = b >> 8
-            idd = ONE / d
             for ib in range(16):
                 l = max(0, min(15, nint(HALF * (idd * scales[ib] - ONE))))
                 out[r, ob + 74 + ib // 2] |= l << (4 * (ib % 2))
