@@ -44,6 +44,8 @@ class Config:
     quick: bool = False
     smoke: bool = False
     work: str = ""
+    quant_model: str = ""  # a real F16/F32 GGUF for the quant area's real-size rows (run.py --quant-model)
+    quant_imatrix: str = ""  # its imatrix (run.py --quant-imatrix), for the rows that need one
 
     @property
     def mode(self) -> str:

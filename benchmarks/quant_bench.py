@@ -113,6 +113,34 @@ def quantize_rows(cfg, q: str) -> tuple[list[Row], str]:
                   "(tests/imatrixmake.py) given to both sides")
 
 
+def real_rows(cfg, q: str) -> list[Row]:
+    """The same whole-process comparison on a real model (run.py --quant-model, --quant-imatrix), 2 threads:
+    the sizes users quantize, where throughput and not start-up decides."""
+    src, imx = cfg.quant_model, cfg.quant_imatrix
+    size = os.path.getsize(src) / 2**30
+    work = cfg.tmp("quant-real")
+    plain = cfg.pick("Q8_0,Q4_0,Q5_1,Q6_K,Q5_K_M,Q4_K_M,IQ4_XS", "Q8_0,Q4_0,Q4_K_M", "Q8_0").split(",")
+    with_imx = cfg.pick("Q3_K_M,Q2_K,IQ3_XXS,IQ2_M", "Q3_K_M,IQ2_M", "").split(",") if imx else []
+    rows = []
+    for i, t in enumerate(plain + [t for t in with_imx if t]):
+        use = ["--imatrix", imx] if t in with_imx else []
+        slow = t.startswith("IQ")  # minutes per run on a 1.5B model: one run per side in --quick
+        a, b = os.path.join(work, "ref.gguf"), os.path.join(work, "ours.gguf")
+        ref = Cmd("llama-quantize", [q, *use, src, a, t, 2])
+        ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "quantize", src, "-t", t, *use, "-o", b,
+                              "--threads", 2])
+        # one warm-up round before the first row reads the base into the page cache; later rows find it there
+        runs = compare([ref, ours], cfg, warmup=i == 0, min_runs=cfg.pick(3, 1 if slow else 3, 1))
+        wa, wb = walls(runs[ref.label]), walls(runs[ours.label])
+        rows.append(Row(f"quant-real-{t.lower()}{'-imatrix' if use else ''}-t2",
+                        f"quantize {os.path.basename(src)} ({size:.1f} GiB) → {t}{' with its imatrix' if use else ''}, "
+                        "2 threads, whole process (wall, peak RSS)", f"{wa.fmt()}, {rss(runs[ref.label]):.0f} MB",
+                        f"{wb.fmt()}, {rss(runs[ours.label]):.0f} MB", speed(wa.median, wb.median, "llama.cpp"),
+                        same_tensors(a, b), cmds_of(ref, ours)))
+        os.unlink(a), os.unlink(b)
+    return rows
+
+
 def calib_text(cfg) -> str:
     path = os.path.join(cfg.tmp("quant"), "calib.txt")
     with gzip.open(os.path.join(ROOT, "tests/fixtures/kernel-docs.txt.gz"), "rt", encoding="utf-8") as f:
@@ -180,7 +208,12 @@ def rows(cfg):
     setup = [desc, "llama.cpp side: the binaries in ~/.cache/llmkit/llama-server-*/ (not the Python binding)",
              "text for perplexity/imatrix: first 400 kB of tests/fixtures/kernel-docs.txt.gz; model: the packaged "
              "SmolLM2-135M-Instruct Q4_1"]
-    return "llama.cpp tools vs llmkit quant", setup, qrows + model_rows(cfg)
+    real = []
+    if cfg.quant_model:
+        real = real_rows(cfg, q)
+        setup.append(f"quant-real-* rows: {cfg.quant_model}" + (f" with the imatrix {cfg.quant_imatrix}"
+                                                                  if cfg.quant_imatrix else "") + " (run.py --quant-model)")
+    return "llama.cpp tools vs llmkit quant", setup, qrows + real + model_rows(cfg)
 
 
 if __name__ == "__main__":

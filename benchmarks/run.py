@@ -88,10 +88,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small inputs, 3 runs (5 under a second)")
     ap.add_argument("--smoke", action="store_true", help="tiny inputs: check the plumbing, figures are meaningless")
     ap.add_argument("-o", "--output", default=os.path.join(harness.BENCH, "RESULTS.md"))
+    ap.add_argument("--quant-model", default="", metavar="GGUF",
+                    help="quant area: also time both quantizers on this real F16/F32 model (rows quant-real-*)")
+    ap.add_argument("--quant-imatrix", default="", metavar="IMATRIX",
+                    help="the imatrix of --quant-model (its i-quant and Q3_K_M rows use it)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (inputs and outputs of every row)")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="llmkit-bench-")
-    cfg = harness.Config(quick=a.quick or a.smoke, smoke=a.smoke, work=work)
+    cfg = harness.Config(quick=a.quick or a.smoke, smoke=a.smoke, work=work, quant_model=a.quant_model,
+                         quant_imatrix=a.quant_imatrix)
     sections, failed = {}, []
     t_all = time.perf_counter()
     try:
