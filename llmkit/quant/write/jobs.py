@@ -9,7 +9,7 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.gguf.reader import TensorInfo
-from llmkit.gguf.tensors import read_tensor
+from llmkit.gguf.tensors import read_tensor, row_slab
 from llmkit.quant.formats import get_format, to_f32
 
 _MALLOC_TUNED = False
@@ -108,6 +108,12 @@ def rows_job(path: str, data_offset: int, rows: TensorInfo, fmt_name: str, w) ->
     with open(path, "rb") as f:
         raw = read_tensor(f, rows, data_offset)
     return quantize_checked(get_format(fmt_name), to_f32(raw, rows), w, rows.name).tobytes()
+
+
+def slab_job(fmt, raw: np.ndarray, t: TensorInfo, r0: int, r1: int, w) -> np.ndarray:
+    """Worker thread: rows [r0, r1) of a tensor's raw bytes (not F32) converted to float32 here, then quantized."""
+    row = t.nbytes // t.n_rows
+    return quantize_checked(fmt, to_f32(raw[r0 * row:r1 * row], row_slab(t, r0, r1 - r0)), w, t.name)
 
 
 def quantize_checked(fmt, x: np.ndarray, w, name: str) -> np.ndarray:

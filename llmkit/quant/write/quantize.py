@@ -28,7 +28,7 @@ from llmkit.quant.formats import get_format, jit, to_f32
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers, plan_tensors
 from llmkit.quant.quality.stats import error_stats
-from llmkit.quant.write.jobs import Buffers, Workers, check_finite, quantize_checked, rows_job, tune_malloc
+from llmkit.quant.write.jobs import Buffers, Workers, check_finite, quantize_checked, rows_job, slab_job, tune_malloc
 
 READ_AHEAD = 32 << 20  # unwritten input bytes held in memory before the oldest tensor is awaited
 QNT_VERSION = 2
@@ -110,7 +110,8 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
     tune_malloc()
     pool = Workers(threads or os.cpu_count() or 1)
     jit.decide_for_run([(int(np.prod(t.shape)), get_format(new)) for t, new in plan  # small jobs skip numba's
-                        if new != t.type_name and not (imatrix is not None and t.name in imatrix)])  # start-up
+                        if new != t.type_name and not (imatrix is not None and t.name in imatrix  # start-up
+                                                       and not get_format(new).weighted_kernel)])
     # fork the worker processes now, before any thread runs: a child forked while a pool thread holds
     # an import lock (numba's first kernel call imports numpy.ma) waits for it forever
     if any(new != t.type_name and t.nbytes >= Workers.PROCESS_MIN_BYTES for t, new in plan):
@@ -176,7 +177,7 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
     weighted = imatrix is not None and fmt.uses_imatrix and t.name in imatrix
     searched = not fmt.nan_reaches_scale or weighted
     # a compiled kernel releases the GIL: threads then scale without the processes' pickling
-    procs = pool.processes(t.nbytes, searched and not (fmt.compiled() and (fmt.weighted_compiled or not weighted)))
+    procs = pool.processes(t.nbytes, searched and not fmt.compiled_for(weighted))
     if new == t.type_name or measure or procs is None:
         raw = read_tensor(fin, t, data_offset, buffers.get(t.nbytes))
         if new == t.type_name:
@@ -185,7 +186,10 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
             if measure:
                 tr.rmse, tr.max_abs_err, tr.cosine = 0.0, 0.0, 1.0
             return _Queued([], lambda: ([raw], tr), raw)
-        x = to_f32(raw, t)
+        # F32 rows are a view of the buffer; other inputs (F16, BF16, a quantized tensor) are converted
+        # job by job in the worker threads, not here: the conversion runs in parallel with the rounding
+        # and no float32 copy of the whole tensor is made (a 1.5B model's token_embd: 930 MB)
+        x = to_f32(raw, t) if t.type == 0 or measure else None
     else:
         raw = x = None  # worker processes read their own rows from the file
     ne0 = t.shape[0]
@@ -206,8 +210,10 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
             w = np.asarray(qw[e * ne0:(e + 1) * ne0], dtype=np.float32)
         for r0 in range(m0, min(m0 + rows_per_matrix, n_rows), rows_per_chunk):
             r1 = min(r0 + rows_per_chunk, m0 + rows_per_matrix, n_rows)
-            if x is None:
+            if raw is None:
                 jobs.append(procs.submit(rows_job, fin.name, data_offset, row_slab(t, r0, r1 - r0), new, w))
+            elif x is None:
+                jobs.append(pool.threads.submit(slab_job, fmt, raw, t, r0, r1, w))
             else:
                 jobs.append(pool.threads.submit(quantize_checked, fmt, x[r0:r1], w, t.name))
 
