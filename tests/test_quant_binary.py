@@ -83,8 +83,9 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, monkeypatch, ftype
 
     d, base, imx_gguf, imx_dat = setup
     monkeypatch.setenv("LLMKIT_JIT", "1")
-    seen, real = [], jit.run
+    seen, real, real_w = [], jit.run, jit.run_weighted
     monkeypatch.setattr(jit, "run", lambda name, *a: seen.append(name) or real(name, *a))
+    monkeypatch.setattr(jit, "run_weighted", lambda name, *a: seen.append(name) or real_w(name, *a))
     path = {None: None, "gguf": imx_gguf, "dat": imx_dat}[imx]
     ref, ours = d / f"bin-{ftype}-{imx}.gguf", d / f"ours-{ftype}-{imx}.gguf"
     binary_quantize(tools, base, ref, ftype, path)
@@ -95,6 +96,8 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, monkeypatch, ftype
     if path is None and ftype != "IQ4_XS":  # the compiled kernel of the main type ran (IQ4 has none)
         main = {"Q3_K_M": "q3_k", "Q4_K_M": "q4_k", "Q5_K_S": "q5_k"}.get(ftype, ftype.lower())
         assert main in seen, seen
+    if path is not None and ftype in ("Q3_K_S", "Q6_K", "Q4_K_M"):  # the imatrix kernels ran (Q4_K_M: its Q6_K)
+        assert {"Q3_K_S": "q3_k_w", "Q6_K": "q6_k_w", "Q4_K_M": "q6_k_w"}[ftype] in seen, seen
     meta = metadata(ours)
     if path is None:
         assert not [k for k in meta if k.startswith("quantize.")]

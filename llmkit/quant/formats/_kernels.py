@@ -394,9 +394,19 @@ def _group_max(x, off, n):
 @njit(inline="always", **OPTS)
 def make_qx(x, off, n, nmax, L, scr):
     """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) on x[off:off+n]; L[off:off+n] = level + nmax.
-    scr: (4, n) float32 scratch. Each candidate's levels and products are computed in a loop of
-    their own (LLVM vectorizes it; the products are the same float32 values as inline), and only
-    the two sums run in C's sequential order."""
+    scr: (4, n) float32 scratch. The weights of rmse_type 1 are x^2."""
+    for i in range(n):
+        v = x[off + i]
+        scr[0, i] = v * v
+    return make_qx_weighted(x, off, n, nmax, L, scr)
+
+
+@njit(inline="always", **OPTS)
+def make_qx_weighted(x, off, n, nmax, L, scr):
+    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw) with the weights qw already in scr[0, :n].
+    Each candidate's levels and products are computed in a loop of their own (LLVM vectorizes it;
+    the products are the same float32 values as inline), and only the two sums run in C's
+    sequential order."""
     mx, amax = _group_max(x, off, n)
     if amax < GROUP_MAX_EPS:
         for i in range(n):
@@ -407,9 +417,7 @@ def make_qx(x, off, n, nmax, L, scr):
     a = scr[2]
     b = scr[3]
     for i in range(n):
-        v = x[off + i]
-        w[i] = v * v
-        wv[i] = w[i] * v
+        wv[i] = w[i] * x[off + i]
     iscale = F(-nmax) / mx
     sumlx = ZERO
     suml2 = ZERO
@@ -449,6 +457,18 @@ def make_qx(x, off, n, nmax, L, scr):
 
 @njit(**OPTS)
 def q6_k(x, out):
+    _q6_k(x, x, False, out)
+
+
+@njit(**OPTS)
+def q6_k_w(x, qw, out):
+    """quantize_row_q6_K_impl with quant_weights: make_qx_quants weighted by the imatrix itself
+    (ggml leaves its sigma2 weighting commented out for Q6_K). qw: (n_blocks, 256)."""
+    _q6_k(x, qw, True, out)
+
+
+@njit(inline="always", **OPTS)
+def _q6_k(x, qw, weighted, out):
     L = np.empty(256, np.int64)
     scr = np.empty((4, 16), F)  # make_qx's scratch
     scales = np.empty(16, F)
@@ -457,7 +477,12 @@ def q6_k(x, out):
         max_scale = ZERO
         max_abs = ZERO
         for ib in range(16):
-            s = make_qx(xi, 16 * ib, 16, 32, L, scr)
+            if weighted:
+                for j in range(16):
+                    scr[0, j] = qw[i, 16 * ib + j]
+                s = make_qx_weighted(xi, 16 * ib, 16, 32, L, scr)
+            else:
+                s = make_qx(xi, 16 * ib, 16, 32, L, scr)
             scales[ib] = s
             if abs(s) > max_abs:
                 max_abs = abs(s)
@@ -593,32 +618,74 @@ def make_q3(x, off, n, nmax, L):
 @njit(**OPTS)
 def q3_k(x, out):
     """quantize_row_q3_K_ref: 16 sub-blocks of 16, make_q3_quants, 6-bit signed scales in 12 bytes."""
+    _q3_k(x, x, False, out)
+
+
+@njit(**OPTS)
+def q3_k_w(x, qw, out):
+    """quantize_row_q3_K_impl with quant_weights: each sub-block's make_qx_quants weighted by
+    qw * sqrt(sigma2 + x^2) (sigma2 = 2 * mean x^2 of the super-block), the 16 scales by a
+    make_qx_quants weighted by each sub-block's weight sum. qw: (n_blocks, 256)."""
+    _q3_k(x, qw, True, out)
+
+
+@njit(inline="always", **OPTS)
+def _q3_k(x, qw, weighted, out):
     L = np.empty(256, np.int64)
+    Ls = np.empty(16, np.int64)
     scales = np.empty(16, F)
+    scr = np.empty((4, 16), F)
+    scr2 = np.empty((4, 16), F)
     for i in range(x.shape[0]):
         xi = x[i]
-        amax = ZERO
-        max_scale = ZERO
-        for j in range(16):
-            s = make_q3(xi, 16 * j, 16, 4, L)
-            scales[j] = s
-            if abs(s) > amax:
-                amax = abs(s)
-                max_scale = s
-        for k in range(12):
-            out[i, 96 + k] = 0
-        d = ZERO
-        if max_scale != ZERO:
-            iscale = F(-32) / max_scale
+        if weighted:
+            sumx2 = ZERO
+            for j in range(256):
+                sumx2 += xi[j] * xi[j]
+            sigma2 = F(2) * sumx2 / F(256)
             for j in range(16):
-                l = max(-32, min(31, nearest_int(iscale * scales[j]))) + 32
+                for l in range(16):
+                    v = xi[16 * j + l]
+                    scr[0, l] = qw[i, 16 * j + l] * np.sqrt(sigma2 + v * v)
+                sumw = ZERO
+                for l in range(16):
+                    sumw += scr[0, l]
+                scr2[0, j] = sumw
+                scales[j] = make_qx_weighted(xi, 16 * j, 16, 4, L, scr)
+            d = make_qx_weighted(scales, 0, 16, 32, Ls, scr2)
+            for k in range(12):
+                out[i, 96 + k] = 0
+            for j in range(16):
+                l = Ls[j]
                 if j < 8:
                     out[i, 96 + j] = l & 0xF
                 else:
                     out[i, 96 + j - 8] |= (l & 0xF) << 4
                 out[i, 96 + 8 + j % 4] |= (l >> 4) << (2 * (j // 4))
-            d = ONE / iscale
-        put_half(out, i, 108, d)
+            put_half(out, i, 108, d)
+        else:
+            amax = ZERO
+            max_scale = ZERO
+            for j in range(16):
+                s = make_q3(xi, 16 * j, 16, 4, L)
+                scales[j] = s
+                if abs(s) > amax:
+                    amax = abs(s)
+                    max_scale = s
+            for k in range(12):
+                out[i, 96 + k] = 0
+            d = ZERO
+            if max_scale != ZERO:
+                iscale = F(-32) / max_scale
+                for j in range(16):
+                    l = max(-32, min(31, nearest_int(iscale * scales[j]))) + 32
+                    if j < 8:
+                        out[i, 96 + j] = l & 0xF
+                    else:
+                        out[i, 96 + j - 8] |= (l & 0xF) << 4
+                    out[i, 96 + 8 + j % 4] |= (l >> 4) << (2 * (j // 4))
+                d = ONE / iscale
+            put_half(out, i, 108, d)
         dr = fp16_round(d)
         for j in range(16):
             if j < 8:

@@ -30,6 +30,7 @@ class Format:
     jit_saves_ns = 0  # what the compiled kernel saves per weight (0: no kernel; jit.decide_for_run)
     jit_kernel = ""  # the compiled kernel (jit.py) of the path without an imatrix: the name, lower-cased
     weighted_compiled = False  # the imatrix path runs a compiled kernel too (GIL released: threads scale)
+    weighted_kernel = ""  # a compiled kernel of the imatrix path beside jit_kernel's (K-quants), run when it runs
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -48,7 +49,12 @@ class Format:
             raise BadInput(f"{self.name} needs rows of a multiple of {self.block} weights, got {n}.")
         x = np.ascontiguousarray(rows, dtype=F32)
         if imatrix is not None and self.uses_imatrix:
-            out = self.quantize_weighted(x, np.ascontiguousarray(imatrix, dtype=F32))
+            if self.weighted_kernel and self.compiled():
+                from llmkit.quant.formats import jit
+
+                out = jit.run_weighted(self.weighted_kernel, x, imatrix, self.type_size, self.block)
+            else:
+                out = self.quantize_weighted(x, np.ascontiguousarray(imatrix, dtype=F32))
         elif self.compiled():
             from llmkit.quant.formats import jit
 
@@ -56,6 +62,10 @@ class Format:
         else:
             out = self.quantize_blocks(x.reshape(-1, self.block))
         return out.reshape(n_rows, self.row_bytes(n))
+
+    def compiled_for(self, weighted: bool) -> bool:
+        """Does a compiled kernel (GIL released) run this format's path with (or without) an imatrix?"""
+        return self.compiled() and (not weighted or self.weighted_compiled or bool(self.weighted_kernel))
 
     def compiled(self) -> bool:
         """Does a compiled kernel (numba, same bytes) run this format's path without an imatrix?"""

@@ -40,6 +40,7 @@ def decide_for_run(plan_weights: list[tuple[int, object]] | None) -> None:
         _RUN = None
         return
     _RUN = sum(n * f.jit_saves_ns for n, f in plan_weights if f.jit_kernel) * 1e-9 >= START_UP_S
+    # (quantize_file passes the imatrix-weighted tensors too where their format has a weighted kernel)
 
 
 def run_allows() -> bool:
@@ -90,6 +91,19 @@ def note_if_cold(module: str, kernel: str) -> None:
         return
     NOTICE(f"compiling llmkit's {kernel} quantization kernel (first use after an install: a few seconds, "
            f"cached in {root})")
+
+
+def run_weighted(name: str, x: np.ndarray, qw: np.ndarray, type_size: int, block: int) -> np.ndarray:
+    """Quantize (n_rows, n) float32 rows with the imatrix qw (n,) with kernel `name`: each block gets
+    its slice of qw -> (n_blocks, type_size) uint8."""
+    k = kernels()
+    note_if_cold("_kernels", name)
+    n_rows, n = x.shape
+    xb = np.ascontiguousarray(x, dtype=F32).reshape(-1, block)
+    wb = np.ascontiguousarray(np.broadcast_to(np.asarray(qw, F32).reshape(1, n), (n_rows, n))).reshape(-1, block)
+    out = np.empty((len(xb), type_size), np.uint8)
+    getattr(k, name)(xb, wb, out)
+    return out
 
 
 def run(name: str, x: np.ndarray, type_size: int, block: int) -> np.ndarray:
