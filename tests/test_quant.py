@@ -454,3 +454,33 @@ def test_compiled_kernels_equal_the_numpy_definition(name, monkeypatch):
     assert not fmt.compiled()
     assert np.array_equal(fmt.quantize(x), compiled)
     del jit
+
+
+@pytest.mark.parametrize("name", ["Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+def test_compiled_imatrix_kernels_equal_ggml(name, monkeypatch):
+    """The numba kernels of the K-quants' imatrix paths (jit.run_weighted) give ggml_quantize_chunk's
+    bytes on hard rows: zero and -0 sub-blocks, outliers, an imatrix with zero columns, with a
+    whole zero super-block and all zero (where ggml's scale search divides 0 by 0 and keeps 0)."""
+    pytest.importorskip("numba")
+    from llmkit.quant.formats import get_format, ggml_lib, jit
+
+    monkeypatch.setenv("LLMKIT_JIT", "1")
+    fmt = get_format(name)
+    rng = np.random.default_rng(11)
+    n = 1024
+    x = (rng.standard_normal((48, n)) * rng.choice([0.01, 1.0, 30.0], (48, 1))).astype(np.float32)
+    x[::5, :32] = 0.0
+    x[2::5, 32:64] = -0.0
+    x[::7, 64:96] = np.abs(x[::7, 64:96])
+    x[::9, 300] *= 300.0
+    seen, real = [], jit.run_weighted
+    monkeypatch.setattr(jit, "run_weighted", lambda k, *a: seen.append(k) or real(k, *a))
+    for case in range(3):
+        qw = (rng.random(n) * rng.choice([0.0, 1.0, 100.0], n)).astype(np.float32)
+        if case == 1:
+            qw[:256] = 0.0
+        if case == 2:
+            qw[:] = 0.0
+        ours = fmt.quantize(x, qw)
+        assert np.array_equal(ours, ggml_lib.quantize(fmt.type_id, x, qw).reshape(ours.shape)), (name, case)
+    assert seen == [fmt.weighted_kernel] * 3

@@ -285,6 +285,35 @@ def _scale_min_k4(j, sc):
 
 
 @njit(inline="always", **OPTS)
+def _k4_put_codes(sc, j, ls, lm):
+    """Sub-block j's 6-bit scale and min codes into the 12 packed bytes (the first four in the low
+    6 bits of bytes 0-7, the rest split into nibbles of bytes 8-11 and the top 2 bits of 0-7)."""
+    if j < 4:
+        sc[j] = ls
+        sc[j + 4] = lm
+    else:
+        sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4)
+        sc[j - 4] |= (ls >> 4) << 6
+        sc[j] |= (lm >> 4) << 6
+
+
+@njit(inline="always", **OPTS)
+def _k4_requant(xi, nmax, L, sc, d, dmin):
+    """Levels of every sub-block from its fp16-rounded scale and min (a zero scale keeps the search's)."""
+    dr = fp16_round(d)
+    dminr = fp16_round(dmin)
+    for j in range(8):
+        s, m = _scale_min_k4(j, sc)
+        dd = dr * F(s)
+        if dd == ZERO:
+            continue
+        dm = dminr * F(m)
+        for ii in range(32):
+            l = nearest_int((xi[32 * j + ii] + dm) / dd)
+            L[32 * j + ii] = max(0, min(nmax, l))
+
+
+@njit(inline="always", **OPTS)
 def _k4_block(xi, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc):
     """Q4_K/Q5_K reference: sub-block searches, 6-bit scale codes, requantized levels in L;
     returns (d, dmin) as float32 before fp16 rounding."""
@@ -310,35 +339,114 @@ def _k4_block(xi, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc):
     for k in range(12):
         sc[k] = 0
     for j in range(8):
-        ls = min(63, nearest_int(inv_scale * scales[j]) & 0xFF)
-        lm = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
-        if j < 4:
-            sc[j] = ls
-            sc[j + 4] = lm
-        else:
-            sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4)
-            sc[j - 4] |= (ls >> 4) << 6
-            sc[j] |= (lm >> 4) << 6
+        _k4_put_codes(sc, j, min(63, nearest_int(inv_scale * scales[j]) & 0xFF),
+                      min(63, nearest_int(inv_min * mins[j]) & 0xFF))
     d = max_scale / F(63)
     dmin = max_min / F(63)
-    dr = fp16_round(d)
-    dminr = fp16_round(dmin)
-    for j in range(8):
-        s, m = _scale_min_k4(j, sc)
-        dd = dr * F(s)
-        if dd == ZERO:
-            continue
-        dm = dminr * F(m)
-        for ii in range(32):
-            l = nearest_int((xi[32 * j + ii] + dm) / dd)
-            L[32 * j + ii] = max(0, min(nmax, l))
+    _k4_requant(xi, nmax, L, sc, d, dmin)
     return d, dmin
 
 
 @njit(inline="always", **OPTS)
-def _k4_head(x, out, i, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc):
-    """Q4_K/Q5_K block i up to its levels: the search (levels into L), d, dmin and the 12 code bytes."""
-    d, dmin = _k4_block(x[i], nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc)
+def make_qp(x, n, nmax, L, w):
+    """make_qp_quants(n, nmax, x, L, quant_weights=w): levels in [0, nmax] for non-negative values
+    (the K-quants' sub-block scales with an imatrix): 9 scales tried, then coordinate descent."""
+    mx = ZERO
+    for i in range(n):
+        mx = mx if mx > x[i] else x[i]  # C's MAX(max, x[i])
+    if mx < GROUP_MAX_EPS:
+        for i in range(n):
+            L[i] = 0
+        return ZERO
+    iscale = F(nmax) / mx
+    for i in range(n):
+        L[i] = nearest_int(iscale * x[i])
+    scale = ONE / iscale
+    best = ZERO
+    for i in range(n):
+        diff = x[i] - scale * F(L[i])
+        best += w[i] * diff * diff
+    for s in range(-4, 5):
+        if s == 0:
+            continue
+        isc = (F(0.1) * F(s) + F(nmax)) / mx
+        sc_ = ONE / isc
+        mse = ZERO
+        for i in range(n):
+            diff = x[i] - sc_ * F(min(nmax, nearest_int(isc * x[i])))
+            mse += w[i] * diff * diff
+        if mse < best:
+            best = mse
+            iscale = isc
+    sumlx = ZERO
+    suml2 = ZERO
+    for i in range(n):
+        l = min(nmax, nearest_int(iscale * x[i]))
+        L[i] = l
+        fl = F(l)
+        sumlx += w[i] * x[i] * fl
+        suml2 += w[i] * fl * fl
+    for _ in range(5):
+        n_changed = 0
+        for i in range(n):
+            fl = F(L[i])
+            slx = sumlx - w[i] * x[i] * fl
+            sl2 = suml2 - w[i] * fl * fl
+            if slx > ZERO and sl2 > ZERO:
+                new_l = min(nmax, nearest_int(x[i] * sl2 / slx))
+                if new_l != L[i]:
+                    fn = F(new_l)
+                    slx += w[i] * x[i] * fn
+                    sl2 += w[i] * fn * fn
+                    if slx * slx * suml2 > sumlx * sumlx * sl2:
+                        L[i] = new_l
+                        sumlx = slx
+                        suml2 = sl2
+                        n_changed += 1
+        if n_changed == 0:
+            break
+    return sumlx / suml2 if suml2 > ZERO else ZERO  # all weights zero: ggml gives 0, not 0/0
+
+
+@njit(inline="always", **OPTS)
+def _k4_block_w(xi, qi, nmax, L, Laux, w, scales, mins, sc, sw, Lq):
+    """quantize_row_q4_K_impl / q5_K_impl with quant_weights: make_qkx3_quants (make_qkx2's search,
+    rmin -0.9, rdelta 0.05, 36 steps) weighted by qw * sqrt(sigma2 + x^2), sigma2 = 2 * mean x^2;
+    the 8 scales and the 8 mins coded by make_qp_quants weighted by each sub-block's weight sum."""
+    sum_x2 = ZERO
+    for l in range(256):
+        sum_x2 += xi[l] * xi[l]
+    sigma2 = F(2) * sum_x2 / F(256)
+    for j in range(8):
+        for l in range(32):
+            v = xi[32 * j + l]
+            w[l] = qi[32 * j + l] * np.sqrt(sigma2 + v * v)
+        sumw = ZERO
+        for l in range(32):
+            sumw += w[l]
+        sw[j] = sumw
+        s, m = make_qkx2(xi, 32 * j, 32, nmax, w, L, Laux, F(-0.9), F(0.05), 36, False)
+        scales[j] = s
+        mins[j] = m
+    d = make_qp(scales, 8, 63, Lq[0], sw)
+    dmin = make_qp(mins, 8, 63, Lq[1], sw)
+    for k in range(12):
+        sc[k] = 0
+    for j in range(8):
+        _k4_put_codes(sc, j, min(63, Lq[0, j]), min(63, Lq[1, j]))
+    _k4_requant(xi, nmax, L, sc, d, dmin)
+    return d, dmin
+
+
+@njit(inline="always", **OPTS)
+def _k4_head(x, qw, weighted, out, i, nmax, rmin, rdelta, nstep, scr):
+    """Q4_K/Q5_K block i up to its levels: the search (levels into L), d, dmin and the 12 code bytes;
+    with `weighted`, the imatrix path (qw: (n_blocks, 256))."""
+    L, Laux, w, scales, mins, sc, sw, Lq = scr
+    if weighted:
+        d, dmin = _k4_block_w(x[i], qw[i], nmax, L, Laux, w, scales, mins, sc, sw, Lq)
+    else:
+        d, dmin = _k4_block(x[i], nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc)
     put_half(out, i, 0, d)
     put_half(out, i, 2, dmin)
     for k in range(12):
@@ -347,16 +455,28 @@ def _k4_head(x, out, i, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc)
 
 @njit(inline="always", **OPTS)
 def _k4_scratch():
-    """The per-call work arrays of the Q4_K/Q5_K kernels: levels, make_qkx2's scratch, weights, codes."""
+    """The per-call work arrays of the Q4_K/Q5_K kernels: levels, make_qkx2's scratch, weights, codes,
+    and for the imatrix path the sub-block weight sums and make_qp's levels."""
     return (np.empty(256, np.int64), np.empty((5, 32), F), np.empty(32, F), np.empty(8, F), np.empty(8, F),
-            np.empty(12, np.int64))
+            np.empty(12, np.int64), np.empty(8, F), np.empty((2, 8), np.int64))
 
 
 @njit(**OPTS)
 def q4_k(x, out):
-    L, Laux, w, scales, mins, sc = _k4_scratch()
+    _q4_k(x, x, False, out)
+
+
+@njit(**OPTS)
+def q4_k_w(x, qw, out):
+    _q4_k(x, qw, True, out)
+
+
+@njit(inline="always", **OPTS)
+def _q4_k(x, qw, weighted, out):
+    scr = _k4_scratch()
+    L = scr[0]
     for i in range(x.shape[0]):
-        _k4_head(x, out, i, 15, F(-1.0), F(0.1), 20, L, Laux, w, scales, mins, sc)
+        _k4_head(x, qw, weighted, out, i, 15, F(-1.0), F(0.1), 20, scr)
         for g in range(4):
             for l in range(32):
                 out[i, 16 + 32 * g + l] = L[64 * g + l] | (L[64 * g + 32 + l] << 4)
@@ -364,9 +484,20 @@ def q4_k(x, out):
 
 @njit(**OPTS)
 def q5_k(x, out):
-    L, Laux, w, scales, mins, sc = _k4_scratch()
+    _q5_k(x, x, False, out)
+
+
+@njit(**OPTS)
+def q5_k_w(x, qw, out):
+    _q5_k(x, qw, True, out)
+
+
+@njit(inline="always", **OPTS)
+def _q5_k(x, qw, weighted, out):
+    scr = _k4_scratch()
+    L = scr[0]
     for i in range(x.shape[0]):
-        _k4_head(x, out, i, 31, F(-0.5), F(0.1), 15, L, Laux, w, scales, mins, sc)
+        _k4_head(x, qw, weighted, out, i, 31, F(-0.5), F(0.1), 15, scr)
         for l in range(32):
             out[i, 16 + l] = 0
         for g in range(4):
