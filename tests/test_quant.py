@@ -456,7 +456,7 @@ def test_compiled_kernels_equal_the_numpy_definition(name, monkeypatch):
     del jit
 
 
-@pytest.mark.parametrize("name", ["Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
 def test_compiled_imatrix_kernels_equal_ggml(name, monkeypatch):
     """The numba kernels of the K-quants' imatrix paths (jit.run_weighted) give ggml_quantize_chunk's
     bytes on hard rows: zero and -0 sub-blocks, outliers, an imatrix with zero columns, with a

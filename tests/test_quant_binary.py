@@ -96,8 +96,9 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, monkeypatch, ftype
     if path is None and ftype != "IQ4_XS":  # the compiled kernel of the main type ran (IQ4 has none)
         main = {"Q3_K_M": "q3_k", "Q4_K_M": "q4_k", "Q5_K_S": "q5_k"}.get(ftype, ftype.lower())
         assert main in seen, seen
-    if path is not None and ftype in ("Q3_K_S", "Q6_K", "Q4_K_M"):  # the imatrix kernels ran (Q4_K_M: its Q6_K)
-        assert {"Q3_K_S": {"q3_k_w"}, "Q6_K": {"q6_k_w"}, "Q4_K_M": {"q4_k_w", "q6_k_w"}}[ftype] <= set(seen), seen
+    if path is not None and ftype in ("Q3_K_S", "Q6_K", "Q4_K_M", "Q2_K"):  # the imatrix kernels ran
+        want = {"Q3_K_S": {"q3_k_w"}, "Q6_K": {"q6_k_w"}, "Q4_K_M": {"q4_k_w", "q6_k_w"}, "Q2_K": {"q2_k_w"}}[ftype]
+        assert want <= set(seen), seen
     meta = metadata(ours)
     if path is None:
         assert not [k for k in meta if k.startswith("quantize.")]

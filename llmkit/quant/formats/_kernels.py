@@ -649,40 +649,76 @@ def _q6_k(x, qw, weighted, out):
 @njit(**OPTS)
 def q2_k(x, out):
     """quantize_row_q2_K_ref: 16 sub-blocks of 16, make_qkx2 (MAD, weights |x|), 4-bit scale/min codes."""
+    _q2_k(x, x, False, out)
+
+
+@njit(**OPTS)
+def q2_k_w(x, qw, out):
+    """quantize_row_q2_K_impl: make_qkx3's search (rmin -0.9, rdelta 0.05, 36 steps, squared error)
+    weighted by qw * sqrt(sigma2 + x^2), sigma2 = mean x^2 of the super-block (factor 1 here), the
+    16 scales and mins coded by make_qp_quants (nmax 15) weighted by the sub-block weight sums."""
+    _q2_k(x, qw, True, out)
+
+
+@njit(inline="always", **OPTS)
+def _q2_k(x, qw, weighted, out):
     L = np.empty(256, np.int64)
     Laux = np.empty((5, 16), F)
     w = np.empty(16, F)
     scales = np.empty(16, F)
     mins = np.empty(16, F)
+    sw = np.empty(16, F)
+    Lq = np.empty((2, 16), np.int64)
     for i in range(x.shape[0]):
         xi = x[i]
-        max_scale = ZERO
-        max_min = ZERO
-        for j in range(16):
-            for l in range(16):
-                w[l] = abs(xi[16 * j + l])
-            s, m = make_qkx2(xi, 16 * j, 16, 3, w, L, Laux, F(-0.5), F(0.1), 15, True)
-            scales[j] = s
-            mins[j] = m
-            if s > max_scale:
-                max_scale = s
-            if m > max_min:
-                max_min = m
-        d = ZERO
-        dmin = ZERO
-        if max_scale > ZERO:
-            iscale = F(15) / max_scale
+        if weighted:
+            sumx2 = ZERO
+            for j in range(256):
+                sumx2 += xi[j] * xi[j]
+            sigma2 = sumx2 / F(256)
             for j in range(16):
-                out[i, j] = nearest_int(iscale * scales[j]) & 0xFF
-            d = max_scale / F(15)
+                for l in range(16):
+                    v = xi[16 * j + l]
+                    w[l] = qw[i, 16 * j + l] * np.sqrt(sigma2 + v * v)
+                sumw = ZERO
+                for l in range(16):
+                    sumw += w[l]
+                sw[j] = sumw
+                s, m = make_qkx2(xi, 16 * j, 16, 3, w, L, Laux, F(-0.9), F(0.05), 36, False)
+                scales[j] = s
+                mins[j] = m
+            d = make_qp(scales, 16, 15, Lq[0], sw)
+            dmin = make_qp(mins, 16, 15, Lq[1], sw)
+            for j in range(16):
+                out[i, j] = (Lq[0, j] | (Lq[1, j] << 4)) & 0xFF
         else:
+            max_scale = ZERO
+            max_min = ZERO
             for j in range(16):
-                out[i, j] = 0
-        if max_min > ZERO:
-            iscale = F(15) / max_min
-            for j in range(16):
-                out[i, j] |= (nearest_int(iscale * mins[j]) << 4) & 0xFF
-            dmin = max_min / F(15)
+                for l in range(16):
+                    w[l] = abs(xi[16 * j + l])
+                s, m = make_qkx2(xi, 16 * j, 16, 3, w, L, Laux, F(-0.5), F(0.1), 15, True)
+                scales[j] = s
+                mins[j] = m
+                if s > max_scale:
+                    max_scale = s
+                if m > max_min:
+                    max_min = m
+            d = ZERO
+            dmin = ZERO
+            if max_scale > ZERO:
+                iscale = F(15) / max_scale
+                for j in range(16):
+                    out[i, j] = nearest_int(iscale * scales[j]) & 0xFF
+                d = max_scale / F(15)
+            else:
+                for j in range(16):
+                    out[i, j] = 0
+            if max_min > ZERO:
+                iscale = F(15) / max_min
+                for j in range(16):
+                    out[i, j] |= (nearest_int(iscale * mins[j]) << 4) & 0xFF
+                dmin = max_min / F(15)
         put_half(out, i, 80, d)
         put_half(out, i, 82, dmin)
         dr = fp16_round(d)
