@@ -17,6 +17,7 @@ OPTS = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
 
 MAGIC = F(12582912.0)  # 1.5 * 2^23: adding it rounds a float32 to an integer, ties to even
+TENTH = F(0.1)
 
 
 @njit(inline="always", **OPTS)
@@ -347,65 +348,90 @@ def _k4_block(xi, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc):
     return d, dmin
 
 
+@njit(**OPTS)
+def _nint_far(v):
+    """ggml's nearest_int outside |v| < 2^22, where its bit trick no longer rounds: the mantissa
+    bits of (v + 1.5 * 2^23) as float32, minus 2^22."""
+    s = F(v + MAGIC)
+    if math.isnan(s):
+        return 0
+    a = abs(float(s))
+    if math.isinf(a):
+        return -0x400000
+    m, e = math.frexp(a)  # a = m * 2^e, 0.5 <= m < 1; float32 here is always normal
+    return int((2.0 * m - 1.0) * 8388608.0) - 0x400000
+
+
 @njit(inline="always", **OPTS)
-def make_qp(x, n, nmax, L, w):
-    """make_qp_quants(n, nmax, x, L, quant_weights=w): levels in [0, nmax] for non-negative values
-    (the K-quants' sub-block scales with an imatrix): 9 scales tried, then coordinate descent."""
+def nint(v):
+    """ggml's nearest_int (round half to even, exact for |v| < 2^22) for every input."""
+    if F(-4194304.0) < v < F(4194304.0):
+        return int((v + MAGIC) - MAGIC)
+    return _nint_far(v)
+
+
+@njit(inline="always", **OPTS)
+def make_qp_quants(n, nmax, x, w, L):
+    """make_qp_quants on x[:n] (>= 0), weights w; levels into L (uint8 semantics, & 0xFF); returns the scale
+    (0 where every weight is 0, as ggml: not 0/0). The K-quants' scale and min codes with an imatrix, and IQ2_S."""
     mx = ZERO
     for i in range(n):
-        mx = mx if mx > x[i] else x[i]  # C's MAX(max, x[i])
+        mx = mx if mx > x[i] else x[i]
     if mx < GROUP_MAX_EPS:
         for i in range(n):
             L[i] = 0
         return ZERO
-    iscale = F(nmax) / mx
+    fnmax = F(nmax)
+    iscale = fnmax / mx
     for i in range(n):
-        L[i] = nearest_int(iscale * x[i])
+        L[i] = nint(iscale * x[i]) & 0xFF
     scale = ONE / iscale
-    best = ZERO
+    best_mse = ZERO
     for i in range(n):
         diff = x[i] - scale * F(L[i])
-        best += w[i] * diff * diff
-    for s in range(-4, 5):
-        if s == 0:
+        best_mse += w[i] * diff * diff
+    for is_ in range(-4, 5):
+        if is_ == 0:
             continue
-        isc = (F(0.1) * F(s) + F(nmax)) / mx
-        sc_ = ONE / isc
+        iscale_is = (TENTH * F(is_) + fnmax) / mx
+        scale_is = ONE / iscale_is
         mse = ZERO
         for i in range(n):
-            diff = x[i] - sc_ * F(min(nmax, nearest_int(isc * x[i])))
+            l = min(nmax, nint(iscale_is * x[i]))
+            diff = x[i] - scale_is * F(l)
             mse += w[i] * diff * diff
-        if mse < best:
-            best = mse
-            iscale = isc
+        if mse < best_mse:
+            best_mse = mse
+            iscale = iscale_is
     sumlx = ZERO
     suml2 = ZERO
     for i in range(n):
-        l = min(nmax, nearest_int(iscale * x[i]))
-        L[i] = l
+        l = min(nmax, nint(iscale * x[i]))
+        L[i] = l & 0xFF
         fl = F(l)
         sumlx += w[i] * x[i] * fl
         suml2 += w[i] * fl * fl
     for _ in range(5):
         n_changed = 0
         for i in range(n):
-            fl = F(L[i])
-            slx = sumlx - w[i] * x[i] * fl
-            sl2 = suml2 - w[i] * fl * fl
+            wi = w[i]
+            fL = F(L[i])
+            slx = sumlx - wi * x[i] * fL
+            sl2 = suml2 - wi * fL * fL
             if slx > ZERO and sl2 > ZERO:
-                new_l = min(nmax, nearest_int(x[i] * sl2 / slx))
+                new_l = min(nmax, nint(x[i] * sl2 / slx))
                 if new_l != L[i]:
                     fn = F(new_l)
-                    slx += w[i] * x[i] * fn
-                    sl2 += w[i] * fn * fn
+                    slx += wi * x[i] * fn
+                    sl2 += wi * fn * fn
                     if slx * slx * suml2 > sumlx * sumlx * sl2:
-                        L[i] = new_l
+                        L[i] = new_l & 0xFF
                         sumlx = slx
                         suml2 = sl2
                         n_changed += 1
         if n_changed == 0:
             break
-    return sumlx / suml2 if suml2 > ZERO else ZERO  # all weights zero: ggml gives 0, not 0/0
+    return sumlx / suml2 if suml2 > ZERO else ZERO
 
 
 @njit(inline="always", **OPTS)
@@ -428,8 +454,8 @@ def _k4_block_w(xi, qi, nmax, L, Laux, w, scales, mins, sc, sw, Lq):
         s, m = make_qkx2(xi, 32 * j, 32, nmax, w, L, Laux, F(-0.9), F(0.05), 36, False)
         scales[j] = s
         mins[j] = m
-    d = make_qp(scales, 8, 63, Lq[0], sw)
-    dmin = make_qp(mins, 8, 63, Lq[1], sw)
+    d = make_qp_quants(8, 63, scales, sw, Lq[0])
+    dmin = make_qp_quants(8, 63, mins, sw, Lq[1])
     for k in range(12):
         sc[k] = 0
     for j in range(8):
@@ -456,7 +482,7 @@ def _k4_head(x, qw, weighted, out, i, nmax, rmin, rdelta, nstep, scr):
 @njit(inline="always", **OPTS)
 def _k4_scratch():
     """The per-call work arrays of the Q4_K/Q5_K kernels: levels, make_qkx2's scratch, weights, codes,
-    and for the imatrix path the sub-block weight sums and make_qp's levels."""
+    and for the imatrix path the sub-block weight sums and make_qp_quants' levels."""
     return (np.empty(256, np.int64), np.empty((5, 32), F), np.empty(32, F), np.empty(8, F), np.empty(8, F),
             np.empty(12, np.int64), np.empty(8, F), np.empty((2, 8), np.int64))
 
@@ -687,8 +713,8 @@ def _q2_k(x, qw, weighted, out):
                 s, m = make_qkx2(xi, 16 * j, 16, 3, w, L, Laux, F(-0.9), F(0.05), 36, False)
                 scales[j] = s
                 mins[j] = m
-            d = make_qp(scales, 16, 15, Lq[0], sw)
-            dmin = make_qp(mins, 16, 15, Lq[1], sw)
+            d = make_qp_quants(16, 15, scales, sw, Lq[0])
+            dmin = make_qp_quants(16, 15, mins, sw, Lq[1])
             for j in range(16):
                 out[i, j] = (Lq[0, j] | (Lq[1, j] << 4)) & 0xFF
         else:

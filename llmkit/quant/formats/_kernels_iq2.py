@@ -15,7 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-from llmkit.quant.formats._kernels import fp16_bits
+from llmkit.quant.formats._kernels import fp16_bits, make_qp_quants, nint
 
 F = np.float32
 ZERO, HALF, ONE = F(0.0), F(0.5), F(1.0)
@@ -25,91 +25,6 @@ TENTH = F(0.1)
 MAGIC = F(12582912.0)  # 1.5 * 2^23
 FLT_MAX = F(3.4028234663852886e38)
 OPTS = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
-
-
-@njit(**OPTS)
-def _nint_far(v):
-    """ggml's nearest_int outside |v| < 2^22, where its bit trick no longer rounds: the mantissa
-    bits of (v + 1.5 * 2^23) as float32, minus 2^22."""
-    s = F(v + MAGIC)
-    if math.isnan(s):
-        return 0
-    a = abs(float(s))
-    if math.isinf(a):
-        return -0x400000
-    m, e = math.frexp(a)  # a = m * 2^e, 0.5 <= m < 1; float32 here is always normal
-    return int((2.0 * m - 1.0) * 8388608.0) - 0x400000
-
-
-@njit(inline="always", **OPTS)
-def nint(v):
-    """ggml's nearest_int (round half to even, exact for |v| < 2^22) for every input."""
-    if F(-4194304.0) < v < F(4194304.0):
-        return int((v + MAGIC) - MAGIC)
-    return _nint_far(v)
-
-
-@njit(inline="always", **OPTS)
-def make_qp_quants(n, nmax, x, w, L):
-    """make_qp_quants on x[:n] (>= 0), weights w; levels into L (uint8 semantics, & 0xFF); returns the scale."""
-    mx = ZERO
-    for i in range(n):
-        mx = mx if mx > x[i] else x[i]
-    if mx < GROUP_MAX_EPS:
-        for i in range(n):
-            L[i] = 0
-        return ZERO
-    fnmax = F(nmax)
-    iscale = fnmax / mx
-    for i in range(n):
-        L[i] = nint(iscale * x[i]) & 0xFF
-    scale = ONE / iscale
-    best_mse = ZERO
-    for i in range(n):
-        diff = x[i] - scale * F(L[i])
-        best_mse += w[i] * diff * diff
-    for is_ in range(-4, 5):
-        if is_ == 0:
-            continue
-        iscale_is = (TENTH * F(is_) + fnmax) / mx
-        scale_is = ONE / iscale_is
-        mse = ZERO
-        for i in range(n):
-            l = min(nmax, nint(iscale_is * x[i]))
-            diff = x[i] - scale_is * F(l)
-            mse += w[i] * diff * diff
-        if mse < best_mse:
-            best_mse = mse
-            iscale = iscale_is
-    sumlx = ZERO
-    suml2 = ZERO
-    for i in range(n):
-        l = min(nmax, nint(iscale * x[i]))
-        L[i] = l & 0xFF
-        fl = F(l)
-        sumlx += w[i] * x[i] * fl
-        suml2 += w[i] * fl * fl
-    for _ in range(5):
-        n_changed = 0
-        for i in range(n):
-            wi = w[i]
-            fL = F(L[i])
-            slx = sumlx - wi * x[i] * fL
-            sl2 = suml2 - wi * fL * fL
-            if slx > ZERO and sl2 > ZERO:
-                new_l = min(nmax, nint(x[i] * sl2 / slx))
-                if new_l != L[i]:
-                    fn = F(new_l)
-                    slx += wi * x[i] * fn
-                    sl2 += wi * fn * fn
-                    if slx * slx * suml2 > sumlx * sumlx * sl2:
-                        L[i] = new_l & 0xFF
-                        sumlx = slx
-                        suml2 = sl2
-                        n_changed += 1
-        if n_changed == 0:
-            break
-    return sumlx / suml2 if suml2 > ZERO else ZERO
 
 
 @njit(inline="always", **OPTS)
