@@ -315,6 +315,29 @@ def _k4_requant(xi, nmax, L, sc, d, dmin):
 
 
 @njit(inline="always", **OPTS)
+def _sigma2(xi, factor):
+    """factor * sum(x^2) / 256 over a super-block, summed in C's order: the K-quants' imatrix
+    weighting (`2*sumx2/QK_K` for Q3_K/Q4_K/Q5_K, `sumx2/QK_K` for Q2_K; numpy: superblock_sigma2)."""
+    s = ZERO
+    for j in range(256):
+        s += xi[j] * xi[j]
+    return F(factor) * s / F(256)
+
+
+@njit(inline="always", **OPTS)
+def _imatrix_weights(xi, qi, off, n, sigma2, w):
+    """w[:n] = qw * sqrt(sigma2 + x^2) over x[off:off+n] (numpy: imatrix_weights_t); returns their
+    sum in C's order (the sub-block weight that make_qx/make_qp_quants weight the scales by)."""
+    for l in range(n):
+        v = xi[off + l]
+        w[l] = qi[off + l] * np.sqrt(sigma2 + v * v)
+    sumw = ZERO
+    for l in range(n):
+        sumw += w[l]
+    return sumw
+
+
+@njit(inline="always", **OPTS)
 def _k4_block(xi, nmax, rmin, rdelta, nstep, L, Laux, w, scales, mins, sc):
     """Q4_K/Q5_K reference: sub-block searches, 6-bit scale codes, requantized levels in L;
     returns (d, dmin) as float32 before fp16 rounding."""
@@ -439,18 +462,9 @@ def _k4_block_w(xi, qi, nmax, L, Laux, w, scales, mins, sc, sw, Lq):
     """quantize_row_q4_K_impl / q5_K_impl with quant_weights: make_qkx3_quants (make_qkx2's search,
     rmin -0.9, rdelta 0.05, 36 steps) weighted by qw * sqrt(sigma2 + x^2), sigma2 = 2 * mean x^2;
     the 8 scales and the 8 mins coded by make_qp_quants weighted by each sub-block's weight sum."""
-    sum_x2 = ZERO
-    for l in range(256):
-        sum_x2 += xi[l] * xi[l]
-    sigma2 = F(2) * sum_x2 / F(256)
+    sigma2 = _sigma2(xi, 2)
     for j in range(8):
-        for l in range(32):
-            v = xi[32 * j + l]
-            w[l] = qi[32 * j + l] * np.sqrt(sigma2 + v * v)
-        sumw = ZERO
-        for l in range(32):
-            sumw += w[l]
-        sw[j] = sumw
+        sw[j] = _imatrix_weights(xi, qi, 32 * j, 32, sigma2, w)
         s, m = make_qkx2(xi, 32 * j, 32, nmax, w, L, Laux, F(-0.9), F(0.05), 36, False)
         scales[j] = s
         mins[j] = m
@@ -698,18 +712,9 @@ def _q2_k(x, qw, weighted, out):
     for i in range(x.shape[0]):
         xi = x[i]
         if weighted:
-            sumx2 = ZERO
-            for j in range(256):
-                sumx2 += xi[j] * xi[j]
-            sigma2 = sumx2 / F(256)
+            sigma2 = _sigma2(xi, 1)
             for j in range(16):
-                for l in range(16):
-                    v = xi[16 * j + l]
-                    w[l] = qw[i, 16 * j + l] * np.sqrt(sigma2 + v * v)
-                sumw = ZERO
-                for l in range(16):
-                    sumw += w[l]
-                sw[j] = sumw
+                sw[j] = _imatrix_weights(xi, qw[i], 16 * j, 16, sigma2, w)
                 s, m = make_qkx2(xi, 16 * j, 16, 3, w, L, Laux, F(-0.9), F(0.05), 36, False)
                 scales[j] = s
                 mins[j] = m
@@ -808,6 +813,17 @@ def make_q3(x, off, n, nmax, L):
     return sumlx / suml2
 
 
+@njit(inline="always", **OPTS)
+def _q3_put_scale(out, i, j, l):
+    """Sub-block j's 6-bit scale code l (0..63) into block i's 12 scale bytes: the low 4 bits in
+    nibbles of bytes 96-103, the top 2 bits in bytes 104-107 (the bytes start at 0)."""
+    if j < 8:
+        out[i, 96 + j] = l & 0xF
+    else:
+        out[i, 96 + j - 8] |= (l & 0xF) << 4
+    out[i, 96 + 8 + j % 4] |= (l >> 4) << (2 * (j // 4))
+
+
 @njit(**OPTS)
 def q3_k(x, out):
     """quantize_row_q3_K_ref: 16 sub-blocks of 16, make_q3_quants, 6-bit signed scales in 12 bytes."""
@@ -832,29 +848,15 @@ def _q3_k(x, qw, weighted, out):
     for i in range(x.shape[0]):
         xi = x[i]
         if weighted:
-            sumx2 = ZERO
-            for j in range(256):
-                sumx2 += xi[j] * xi[j]
-            sigma2 = F(2) * sumx2 / F(256)
+            sigma2 = _sigma2(xi, 2)
             for j in range(16):
-                for l in range(16):
-                    v = xi[16 * j + l]
-                    scr[0, l] = qw[i, 16 * j + l] * np.sqrt(sigma2 + v * v)
-                sumw = ZERO
-                for l in range(16):
-                    sumw += scr[0, l]
-                scr2[0, j] = sumw
+                scr2[0, j] = _imatrix_weights(xi, qw[i], 16 * j, 16, sigma2, scr[0])
                 scales[j] = make_qx_weighted(xi, 16 * j, 16, 4, L, scr)
             d = make_qx_weighted(scales, 0, 16, 32, Ls, scr2)
             for k in range(12):
                 out[i, 96 + k] = 0
             for j in range(16):
-                l = Ls[j]
-                if j < 8:
-                    out[i, 96 + j] = l & 0xF
-                else:
-                    out[i, 96 + j - 8] |= (l & 0xF) << 4
-                out[i, 96 + 8 + j % 4] |= (l >> 4) << (2 * (j // 4))
+                _q3_put_scale(out, i, j, Ls[j])
             put_half(out, i, 108, d)
         else:
             amax = ZERO
@@ -871,12 +873,7 @@ def _q3_k(x, qw, weighted, out):
             if max_scale != ZERO:
                 iscale = F(-32) / max_scale
                 for j in range(16):
-                    l = max(-32, min(31, nearest_int(iscale * scales[j]))) + 32
-                    if j < 8:
-                        out[i, 96 + j] = l & 0xF
-                    else:
-                        out[i, 96 + j - 8] |= (l & 0xF) << 4
-                    out[i, 96 + 8 + j % 4] |= (l >> 4) << (2 * (j // 4))
+                    _q3_put_scale(out, i, j, max(-32, min(31, nearest_int(iscale * scales[j]))) + 32)
                 d = ONE / iscale
             put_half(out, i, 108, d)
         dr = fp16_round(d)

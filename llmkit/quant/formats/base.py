@@ -30,13 +30,14 @@ class Format:
     jit_saves_ns = 0  # what the compiled kernel saves per weight (0: no kernel; jit.decide_for_run)
     jit_kernel = ""  # the compiled kernel (jit.py) of the path without an imatrix: the name, lower-cased
     weighted_compiled = False  # the imatrix path runs a compiled kernel too (GIL released: threads scale)
-    weighted_kernel = ""  # a compiled kernel of the imatrix path beside jit_kernel's (K-quants), run when it runs
+    weighted_kernel = ""  # that kernel where it sits beside jit_kernel's (K-quants; sets weighted_compiled)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         if cls.name:
             cls.type_id, cls.block, cls.type_size = TYPE_ID[cls.name], block_size(cls.name), type_size(cls.name)
             cls.jit_kernel = cls.name.lower() if cls.jit_saves_ns else ""
+            cls.weighted_compiled = cls.weighted_compiled or bool(cls.weighted_kernel)
             FORMATS[cls.name] = cls()
 
     def row_bytes(self, n_per_row: int) -> int:
@@ -65,7 +66,7 @@ class Format:
 
     def compiled_for(self, weighted: bool) -> bool:
         """Does a compiled kernel (GIL released) run this format's path with (or without) an imatrix?"""
-        return self.compiled() and (not weighted or self.weighted_compiled or bool(self.weighted_kernel))
+        return self.compiled() and (not weighted or self.weighted_compiled)
 
     def compiled(self) -> bool:
         """Does a compiled kernel (numba, same bytes) run this format's path without an imatrix?"""

@@ -31,8 +31,9 @@ START_UP_S = 1.0  # importing numba (0.5 s) and loading the first cached kernel 
 
 
 def decide_for_run(plan_weights: list[tuple[int, object]] | None) -> None:
-    """Use the kernels in this run or not, from [(weights, format)] of what it quantizes without an
-    imatrix (None: forget the decision): only when the time they save (Format.jit_saves_ns per
+    """Use the kernels in this run or not, from [(weights, format)] of what it quantizes with a
+    kernel of jit_kernel's module (without an imatrix, or with one where the format has a
+    weighted_kernel; None: forget the decision): only when the time they save (Format.jit_saves_ns per
     weight, measured against the numpy path: 30-60 ns for Q4_K/Q5_K, 1-2 ns for the memory-bound
     32-block formats) repays numba's start-up. Same bytes either way."""
     global _RUN
@@ -40,7 +41,6 @@ def decide_for_run(plan_weights: list[tuple[int, object]] | None) -> None:
         _RUN = None
         return
     _RUN = sum(n * f.jit_saves_ns for n, f in plan_weights if f.jit_kernel) * 1e-9 >= START_UP_S
-    # (quantize_file passes the imatrix-weighted tensors too where their format has a weighted kernel)
 
 
 def run_allows() -> bool:
@@ -96,21 +96,17 @@ def note_if_cold(module: str, kernel: str) -> None:
 def run_weighted(name: str, x: np.ndarray, qw: np.ndarray, type_size: int, block: int) -> np.ndarray:
     """Quantize (n_rows, n) float32 rows with the imatrix qw (n,) with kernel `name`: each block gets
     its slice of qw -> (n_blocks, type_size) uint8."""
-    k = kernels()
-    note_if_cold("_kernels", name)
     n_rows, n = x.shape
-    xb = np.ascontiguousarray(x, dtype=F32).reshape(-1, block)
     wb = np.ascontiguousarray(np.broadcast_to(np.asarray(qw, F32).reshape(1, n), (n_rows, n))).reshape(-1, block)
-    out = np.empty((len(xb), type_size), np.uint8)
-    getattr(k, name)(xb, wb, out)
-    return out
+    return run(name, x, type_size, block, wb)
 
 
-def run(name: str, x: np.ndarray, type_size: int, block: int) -> np.ndarray:
-    """Quantize (n_blocks, block) float32 with kernel `name` -> (n_blocks, type_size) uint8."""
+def run(name: str, x: np.ndarray, type_size: int, block: int, *blocks: np.ndarray) -> np.ndarray:
+    """Quantize (n_blocks, block) float32 with kernel `name` -> (n_blocks, type_size) uint8; `blocks`:
+    further (n_blocks, block) inputs the kernel takes after x (run_weighted's imatrix)."""
     k = kernels()
     note_if_cold("_kernels", name)
     x = np.ascontiguousarray(x, dtype=F32).reshape(-1, block)
     out = np.empty((len(x), type_size), np.uint8)
-    getattr(k, name)(x, out)
+    getattr(k, name)(x, *blocks, out)
     return out
