@@ -25,6 +25,16 @@ def model(tmp_path_factory, kernel_docs):
     return d, m
 
 
+@pytest.fixture(scope="module")
+def imatrix(model):
+    """The model's imatrix from its calibration text (2 chunks of 128), collected once for the module."""
+    d, m = model
+    imx = d / "imatrix.gguf"
+    assert run_cli(["quant", "imatrix", "-m", str(m), "--text", str(d / "calib.txt"), "-o", str(imx), "-c", "128",
+                    "--chunks", "2"]).exit_code == 0
+    return imx
+
+
 def test_solver_matches_brute_force():
     from llmkit.quant.budget.allocate import Item, solve
 
@@ -216,14 +226,12 @@ def test_budget_below_the_smallest_file_refused_at_once(model, tmp_path, monkeyp
     assert r.exit_code == 1 and f"{8 * least / n:.3f} bits per weight" in r.stderr
 
 
-def test_imatrix_lacking_a_planned_tensor_named(model, tmp_path):
+def test_imatrix_lacking_a_planned_tensor_named(model, imatrix, tmp_path):
     """An imatrix that covers some of the model's matrices but not one the plan quantizes with it."""
     from llmkit.quant.calibration.imatrix import load_imatrix, save_imatrix
 
     d, m = model
-    full = tmp_path / "full.gguf"
-    assert run_cli(["quant", "imatrix", "-m", str(m), "--text", str(d / "calib.txt"), "-o", str(full), "-c", "128",
-                    "--chunks", "2"]).exit_code == 0
+    full = imatrix
     imx = load_imatrix(str(full))
     del imx["blk.2.ffn_down.weight"]
     cut = tmp_path / "cut.gguf"
@@ -236,7 +244,7 @@ def test_imatrix_lacking_a_planned_tensor_named(model, tmp_path):
     assert run_cli(["quant", str(m), "-t", "Q4_K_M", "--imatrix", str(full), "-o", str(tmp_path / "ok.gguf")]).exit_code == 0
 
 
-def test_low_budget_with_an_imatrix_uses_the_lattice_iquants(model, tmp_path):
+def test_low_budget_with_an_imatrix_uses_the_lattice_iquants(model, imatrix, tmp_path):
     """Below Q2_K's 2.625 bits only the i-quants fit: with an imatrix a 2.3-bit budget is met with a
     mix of them that llama.cpp loads; without one the same budget is refused (the grid types need it)."""
     import llama_cpp
@@ -244,9 +252,7 @@ def test_low_budget_with_an_imatrix_uses_the_lattice_iquants(model, tmp_path):
     from llmkit.quant.budget.measure import GRID_CANDIDATES
 
     d, m = model
-    imx = tmp_path / "imx.gguf"
-    assert run_cli(["quant", "imatrix", "-m", str(m), "--text", str(d / "calib.txt"), "-o", str(imx), "-c", "128",
-                    "--chunks", "2"]).exit_code == 0
+    imx = imatrix
     out = tmp_path / "low.gguf"
     r = run_cli(["quant", str(m), "--target-bpw", "2.3", "--imatrix", str(imx), "-o", str(out), "--json"])
     assert r.exit_code == 0, r.stderr
@@ -261,13 +267,11 @@ def test_low_budget_with_an_imatrix_uses_the_lattice_iquants(model, tmp_path):
     assert r.exit_code == 1 and "below the smallest possible model" in r.stderr
 
 
-def test_gptq_says_which_types_it_does_not_write(model, tmp_path):
+def test_gptq_says_which_types_it_does_not_write(model, imatrix, tmp_path):
     """IQ2_XS files hold K-quant matrices GPTQ compensates and IQ2_XS ones it cannot (grid search):
     the run says how many of each; a file of only such types is refused before the Hessians."""
     d, m = model
-    imx = tmp_path / "imx.gguf"
-    assert run_cli(["quant", "imatrix", "-m", str(m), "--text", str(d / "calib.txt"), "-o", str(imx), "-c", "128",
-                    "--chunks", "2"]).exit_code == 0
+    imx = imatrix
     out = tmp_path / "g.gguf"
     r = run_cli(["quant", str(m), "-t", "IQ2_XS", "--imatrix", str(imx), "--method", "gptq", "--calib",
                  str(d / "calib.txt"), "-c", "128", "--chunks", "2", "-o", str(out), "--json"])
@@ -374,14 +378,12 @@ def test_allocation_never_predicted_worse_than_a_mix_that_fits():
     assert all(i.chosen == mix[i.name] for i in items)
 
 
-def test_imatrix_only_budget_weights_kinds_as_llama_cpp_does(model, tmp_path):
+def test_imatrix_only_budget_weights_kinds_as_llama_cpp_does(model, imatrix, tmp_path):
     """No --calib: each kind spends what llama.cpp's mixes give it at this size; the file meets the
     budget, the report names the source, and the kinds' implied weights rank attn_v and ffn_down
     above attn_q and ffn_gate (as every mix does)."""
     d, m = model
-    imx = tmp_path / "imx.gguf"
-    assert run_cli(["quant", "imatrix", "-m", str(m), "--text", str(d / "calib.txt"), "-o", str(imx), "-c", "128",
-                    "--chunks", "2"]).exit_code == 0
+    imx = imatrix
     out = tmp_path / "p.gguf"
     r = run_cli(["quant", str(m), "--target-bpw", "3.5", "--imatrix", str(imx), "-o", str(out), "--json"])
     assert r.exit_code == 0, r.stderr
