@@ -90,14 +90,25 @@ def solve(items: list[Item], budget: int, sensitivity: dict | None = None) -> tu
     return used, predicted
 
 
+def weighted_cost(sensitivity: dict | None):
+    """cost(item, type): the kind's sensitivity (1 where it has none) x the type's measured error."""
+    s = sensitivity or {}
+    return lambda i, t: s.get(i.kind, 1.0) * i.error[t]
+
+
+def settle(items: list[Item], cost) -> float:
+    """Fixed tensors keep their type; returns the predicted error of the others' chosen types."""
+    for i in items:
+        if i.fixed is not None:
+            i.chosen = i.fixed
+    return float(sum(cost(i, i.chosen) for i in items if i.fixed is None))
+
+
 def lagrange(items: list[Item], budget: int, sensitivity: dict | None = None) -> tuple[int, float, float]:
     """solve(), also returning the price lambda (error per byte) of the allocation."""
-    s = sensitivity or {}
+    cost = weighted_cost(sensitivity)
     free = [i for i in items if i.fixed is None]
     fixed_bytes = check_budget(items, budget)
-
-    def cost(i, t):
-        return s.get(i.kind, 1.0) * i.error[t]
 
     def pick(lam):
         total = fixed_bytes
@@ -118,10 +129,7 @@ def lagrange(items: list[Item], budget: int, sensitivity: dict | None = None) ->
         else:
             hi = mid
     used = spend(free, pick(hi), budget, cost)
-    for i in items:
-        if i.fixed is not None:
-            i.chosen = i.fixed
-    return used, float(sum(cost(i, i.chosen) for i in free)), hi
+    return used, settle(items, cost), hi
 
 
 def solve_by_kind(items: list[Item], budget: int, kind_bytes: dict) -> tuple[int, float, dict]:
@@ -145,14 +153,9 @@ def solve_by_kind(items: list[Item], budget: int, kind_bytes: dict) -> tuple[int
         used, predicted = solve(items, budget, sens)
         return used, predicted, sens
 
-    def cost(i, t):
-        return sens.get(i.kind, 1.0) * i.error[t]
-
+    cost = weighted_cost(sens)
     used = spend(free, used, budget, cost)
-    for i in items:
-        if i.fixed is not None:
-            i.chosen = i.fixed
-    return used, float(sum(cost(i, i.chosen) for i in free)), sens
+    return used, settle(items, cost), sens
 
 
 def check_budget(items: list[Item], budget: int) -> int:
@@ -193,9 +196,7 @@ def no_worse_than_mixes(items: list[Item], budget: int, sensitivity: dict, mixes
                         predicted: float) -> tuple[int, float]:
     """The solver's allocation, or (if its predicted error is higher) the best llama.cpp mix that fits
     with the rest of the budget spent on upgrades: never predicted worse than llama.cpp's own mix."""
-    def cost(i, t):
-        return sensitivity.get(i.kind, 1.0) * i.error[t]
-
+    cost = weighted_cost(sensitivity)
     free = [i for i in items if i.fixed is None]
     best = None
     for name, types in mixes.items():
@@ -209,7 +210,7 @@ def no_worse_than_mixes(items: list[Item], budget: int, sensitivity: dict, mixes
     for i in free:
         i.chosen = best[1][i.name]
     used = spend(free, mix_bytes(items, best[1], align), budget, cost)
-    return used, float(sum(cost(i, i.chosen) for i in free))
+    return used, settle(items, cost)
 
 
 def allocate(src: str, *, target_bpw: float | None = None, target_size: int | None = None, imatrix=None,
