@@ -109,6 +109,40 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, monkeypatch, ftype
     os.unlink(ours), os.unlink(ref)
 
 
+@pytest.mark.parametrize("ftype", ["Q4_0", "Q8_0", "Q4_K_M"])
+def test_f16_base_through_the_compiled_conversion(tools, setup, monkeypatch, tmp_path, ftype):
+    """An F16 model (as real ones come) is read through the compiled half -> float conversion when the
+    kernels run: same file as llama-quantize; a NaN half is still refused (the conversion counts it,
+    so the input needs no second pass)."""
+    from llmkit.quant.formats import jit
+
+    d, base, _, _ = setup
+    f16 = d / "base-f16.gguf"
+    if not f16.exists():
+        assert run_cli(["quant", str(base), "-t", "F16", "-o", str(f16)]).exit_code == 0
+    monkeypatch.setenv("LLMKIT_JIT", "1")
+    calls, real = [], jit.f16_rows
+    monkeypatch.setattr(jit, "f16_rows", lambda raw, ne0: calls.append(ne0) or real(raw, ne0))
+    ref, ours = tmp_path / "ref.gguf", tmp_path / "ours.gguf"
+    binary_quantize(tools, f16, ref, ftype)
+    r = run_cli(["quant", str(f16), "-t", ftype, "-o", str(ours)])
+    assert r.exit_code == 0, r.stderr
+    assert calls and ours.read_bytes() == ref.read_bytes(), f"{ftype} from F16 differs from llama-quantize"
+    if ftype == "Q8_0":
+        from llmkit.gguf.reader import read_gguf
+
+        g = read_gguf(str(f16))
+        t = next(t for t in g.tensors if t.name == "blk.1.ffn_up.weight")
+        data = bytearray(f16.read_bytes())
+        data[g.data_offset + t.offset + 2 * 300: g.data_offset + t.offset + 2 * 301] = b"\x00\x7e"  # a NaN half
+        bad = tmp_path / "nan-f16.gguf"
+        bad.write_bytes(bytes(data))
+        n = len(calls)
+        r = run_cli(["quant", str(bad), "-t", "Q8_0", "-o", str(tmp_path / "nan-out.gguf")])
+        assert r.exit_code == 1 and "NaN/Inf" in r.stderr and "blk.1.ffn_up.weight" in r.stderr, r.stderr
+        assert len(calls) > n and not (tmp_path / "nan-out.gguf").exists()
+
+
 def test_compiled_kernels_ran(setup, monkeypatch, tmp_path):
     """LLMKIT_JIT=1 forces the numba kernels even where the run-time decision would skip them (a test
     model saves less than numba's start-up), so the whole-file test above does check them."""

@@ -28,36 +28,43 @@ def nearest_int(v):
 
 
 @njit(inline="always", **OPTS)
-def fp16_round(f):
-    """GGML_FP16_TO_FP32(GGML_FP32_TO_FP16(f)): round to the nearest half, ties to even (float64, exact)."""
-    a = abs(float(f))
-    if a == 0.0 or not math.isfinite(a):
-        return F(f)
-    e = math.frexp(a)[1] - 1  # a = m * 2^e, 1 <= m < 2
-    if e < -14:
-        e = -14  # subnormal halves: a fixed spacing of 2^-24
-    step = math.ldexp(1.0, e - 10)
-    r = np.rint(a / step) * step
-    if r >= 65520.0:
-        r = math.inf
-    return F(-r if f < 0 else r)
+def fp16_bits(f):
+    """The half-precision bit pattern of float32 f, rounded to nearest even (as F16C's vcvtps2ph and
+    numpy), NaN -> 0x7E00; integer operations on f's bits, ~3x faster than frexp/rint in float64."""
+    u = int(np.float32(f).view(np.uint32))
+    sign = (u >> 16) & 0x8000
+    a = u & 0x7FFFFFFF
+    if a > 0x7F800000:
+        return 0x7E00
+    if a >= 0x477FF000:  # >= 65520: rounds to infinity
+        return sign | 0x7C00
+    if a < 0x38800000:  # below 2^-14: a subnormal half, |f| * 2^24 (exact) rounded to nearest even
+        r = np.float32(abs(np.float32(f)) * np.float32(16777216.0))
+        return sign | int((r + MAGIC) - MAGIC)
+    h = (a >> 13) - (112 << 10)  # rebias the exponent, keep 10 mantissa bits
+    rest = a & 0x1FFF
+    if rest > 0x1000 or (rest == 0x1000 and (h & 1)):
+        h += 1  # a carry into the exponent is right (up to 0x7C00: infinity)
+    return sign | h
 
 
 @njit(inline="always", **OPTS)
-def fp16_bits(f):
-    """The half-precision bit pattern of f (round to nearest even), as an int."""
-    sign = 0x8000 if (f < 0 or (f == 0 and math.copysign(1.0, float(f)) < 0)) else 0
-    if math.isnan(f):
-        return 0x7E00
-    r = abs(float(fp16_round(f)))
-    if r == 0.0:
-        return sign
-    if math.isinf(r):
-        return sign | 0x7C00
-    if r < 6.103515625e-05:  # 2^-14: subnormal
-        return sign | int(r * 16777216.0)
-    e = math.frexp(r)[1] - 1
-    return sign | ((e + 15) << 10) | int((r / math.ldexp(1.0, e) - 1.0) * 1024.0)
+def half_value(h):
+    """The float32 value of half bits h (not a NaN pattern)."""
+    if h & 0x7C00 == 0:  # zero or subnormal: m * 2^-24
+        v = F(h & 0x3FF) * F(5.9604644775390625e-08)
+        return -v if h & 0x8000 else v
+    if h & 0x7C00 == 0x7C00:
+        return F(-np.inf) if h & 0x8000 else F(np.inf)
+    return np.uint32(((h & 0x8000) << 16) | (((h & 0x7FFF) << 13) + (112 << 23))).view(np.float32)
+
+
+@njit(inline="always", **OPTS)
+def fp16_round(f):
+    """GGML_FP16_TO_FP32(GGML_FP32_TO_FP16(f)): round to the nearest half, ties to even."""
+    if f != f:
+        return F(f)
+    return half_value(fp16_bits(f))
 
 
 @njit(inline="always", **OPTS)
@@ -65,6 +72,22 @@ def put_half(out, i, off, f):
     b = fp16_bits(f)
     out[i, off] = b & 0xFF
     out[i, off + 1] = b >> 8
+
+
+# float32 bits of every half (numpy's conversion: exact, NaN payloads kept): F16 input is read
+# through it, 0.2 ns per weight against numpy astype's 1.2 (measured), the finiteness check included
+F16_BITS = np.arange(65536, dtype=np.uint16).view(np.float16).astype(F).view(np.uint32)
+
+
+@njit(**OPTS)
+def f16_to_f32(h, table, out):
+    """Halves h (uint16) -> out (uint32 view of float32) through `table`; returns how many are Inf/NaN."""
+    bad = 0
+    for i in range(h.shape[0]):
+        v = h[i]
+        out[i] = table[v]
+        bad += (v & 0x7C00) == 0x7C00
+    return bad
 
 
 @njit(**OPTS)
@@ -327,7 +350,7 @@ def _sigma2(xi, factor):
 @njit(inline="always", **OPTS)
 def _imatrix_weights(xi, qi, off, n, sigma2, w):
     """w[:n] = qw * sqrt(sigma2 + x^2) over x[off:off+n] (numpy: imatrix_weights_t); returns their
-    sum in C's order (the sub-block weight that make_qx/make_qp_quants weight the scales by)."""
+    sum in C's order (the sub-block weight that make_qx_weighted/make_qp_quants weight the scales by)."""
     for l in range(n):
         v = xi[off + l]
         w[l] = qi[off + l] * np.sqrt(sigma2 + v * v)
@@ -563,16 +586,6 @@ def _group_max(x, off, n):
 
 
 @njit(inline="always", **OPTS)
-def make_qx(x, off, n, nmax, L, scr):
-    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL) on x[off:off+n]; L[off:off+n] = level + nmax.
-    scr: (4, n) float32 scratch. The weights of rmse_type 1 are x^2."""
-    for i in range(n):
-        v = x[off + i]
-        scr[0, i] = v * v
-    return make_qx_weighted(x, off, n, nmax, L, scr)
-
-
-@njit(inline="always", **OPTS)
 def make_qx_weighted(x, off, n, nmax, L, scr):
     """make_qx_quants(n, nmax, x, L, rmse_type=1, qw) with the weights qw already in scr[0, :n].
     Each candidate's levels and products are computed in a loop of their own (LLVM vectorizes it;
@@ -626,6 +639,73 @@ def make_qx_weighted(x, off, n, nmax, L, scr):
     return scale
 
 
+@njit(inline="always", **OPTS)
+def make_qx_16x16(xi, W, nmax, L, scales, T):
+    """make_qx_quants(16, nmax, ..., rmse_type=1, W) on each of the 16 sub-blocks of 16 of xi (256),
+    W[i, j]: weight j of sub-block i; L[16 i + j] = level + nmax; scales[i] = its scale.
+    The sub-blocks run side by side (lane b = sub-block b): each one's sums keep C's order, but 16
+    independent chains replace one 16-long dependent chain per candidate (Q6_K: 25 -> 8 ns per
+    weight, measured; same bytes as ggml). T: (4, 16, 16) float32 scratch."""
+    XT, WT, VT = T[0], T[1], T[2]  # x, weights and their products, transposed: [j, b]
+    MX, SX, S2, BEST, IS, SC = T[3, 0], T[3, 1], T[3, 2], T[3, 3], T[3, 4], T[3, 5]  # per sub-block
+    for b in range(16):
+        mx = ZERO
+        amax = ZERO
+        for j in range(16):
+            v = xi[16 * b + j]
+            XT[j, b] = v
+            WT[j, b] = W[b, j]
+            VT[j, b] = W[b, j] * v
+            if abs(v) > amax:
+                amax = abs(v)
+                mx = v
+        MX[b] = mx if amax >= GROUP_MAX_EPS else ZERO
+    lo = F(-nmax)
+    hi = F(nmax - 1)
+    for b in range(16):
+        IS[b] = F(-nmax) / MX[b]
+        SX[b] = ZERO
+        S2[b] = ZERO
+    for j in range(16):
+        for b in range(16):
+            r = (IS[b] * XT[j, b] + MAGIC) - MAGIC
+            fl = min(hi, max(lo, r))
+            SX[b] += VT[j, b] * fl
+            S2[b] += WT[j, b] * fl * fl
+    for b in range(16):
+        s = SX[b] / S2[b] if S2[b] != ZERO else ZERO
+        SC[b] = s
+        BEST[b] = s * SX[b]
+        for j in range(16):
+            l = nearest_int(IS[b] * xi[16 * b + j])
+            L[16 * b + j] = max(-nmax, min(nmax - 1, l)) + nmax
+    for s in range(-9, 10):
+        if s == 0:
+            continue
+        for b in range(16):
+            IS[b] = -(F(nmax) + F(0.1) * F(s)) / MX[b]
+            SX[b] = ZERO
+            S2[b] = ZERO
+        for j in range(16):
+            for b in range(16):
+                r = (IS[b] * XT[j, b] + MAGIC) - MAGIC
+                fl = min(hi, max(lo, r))
+                SX[b] += VT[j, b] * fl
+                S2[b] += WT[j, b] * fl * fl
+        for b in range(16):
+            if MX[b] != ZERO and S2[b] > ZERO and SX[b] * SX[b] > BEST[b] * S2[b]:
+                for j in range(16):
+                    l = nearest_int(IS[b] * xi[16 * b + j])
+                    L[16 * b + j] = nmax + max(-nmax, min(nmax - 1, l))
+                SC[b] = SX[b] / S2[b]
+                BEST[b] = SC[b] * SX[b]
+    for b in range(16):
+        if MX[b] == ZERO:
+            SC[b] = ZERO
+            for j in range(16):
+                L[16 * b + j] = 0
+        scales[b] = SC[b]
+
 @njit(**OPTS)
 def q6_k(x, out):
     _q6_k(x, x, False, out)
@@ -641,20 +721,20 @@ def q6_k_w(x, qw, out):
 @njit(inline="always", **OPTS)
 def _q6_k(x, qw, weighted, out):
     L = np.empty(256, np.int64)
-    scr = np.empty((4, 16), F)  # make_qx's scratch
+    T = np.empty((4, 16, 16), F)  # make_qx_16x16's scratch
+    W = np.empty((16, 16), F)
     scales = np.empty(16, F)
     for i in range(x.shape[0]):
         xi = x[i]
+        for b in range(16):
+            for j in range(16):
+                v = xi[16 * b + j]
+                W[b, j] = qw[i, 16 * b + j] if weighted else v * v  # rmse_type 1 without an imatrix: x^2
+        make_qx_16x16(xi, W, 32, L, scales, T)
         max_scale = ZERO
         max_abs = ZERO
         for ib in range(16):
-            if weighted:
-                for j in range(16):
-                    scr[0, j] = qw[i, 16 * ib + j]
-                s = make_qx_weighted(xi, 16 * ib, 16, 32, L, scr)
-            else:
-                s = make_qx(xi, 16 * ib, 16, 32, L, scr)
-            scales[ib] = s
+            s = scales[ib]
             if abs(s) > max_abs:
                 max_abs = abs(s)
                 max_scale = s
@@ -843,15 +923,16 @@ def _q3_k(x, qw, weighted, out):
     L = np.empty(256, np.int64)
     Ls = np.empty(16, np.int64)
     scales = np.empty(16, F)
-    scr = np.empty((4, 16), F)
+    T = np.empty((4, 16, 16), F)
+    W = np.empty((16, 16), F)
     scr2 = np.empty((4, 16), F)
     for i in range(x.shape[0]):
         xi = x[i]
         if weighted:
             sigma2 = _sigma2(xi, 2)
             for j in range(16):
-                scr2[0, j] = _imatrix_weights(xi, qw[i], 16 * j, 16, sigma2, scr[0])
-                scales[j] = make_qx_weighted(xi, 16 * j, 16, 4, L, scr)
+                scr2[0, j] = _imatrix_weights(xi, qw[i], 16 * j, 16, sigma2, W[j])
+            make_qx_16x16(xi, W, 4, L, scales, T)
             d = make_qx_weighted(scales, 0, 16, 32, Ls, scr2)
             for k in range(12):
                 out[i, 96 + k] = 0

@@ -110,3 +110,14 @@ def run(name: str, x: np.ndarray, type_size: int, block: int, *blocks: np.ndarra
     out = np.empty((len(x), type_size), np.uint8)
     getattr(k, name)(x, *blocks, out)
     return out
+
+
+def f16_rows(raw: np.ndarray, ne0: int) -> tuple[np.ndarray, int]:
+    """F16 tensor bytes as float32 rows (n_rows, ne0), with the count of Inf/NaN values among them
+    (the compiled kernels' callers then skip a second pass for the finiteness check)."""
+    k = kernels()
+    note_if_cold("_kernels", "f16_to_f32")
+    h = np.ascontiguousarray(raw).view("<u2").reshape(-1)
+    out = np.empty(len(h), np.uint32)
+    bad = k.f16_to_f32(h, k.F16_BITS, out)
+    return out.view(F32).reshape(-1, ne0), int(bad)

@@ -10,7 +10,7 @@ import numpy as np
 from llmkit.errors import BadInput
 from llmkit.gguf.reader import TensorInfo
 from llmkit.gguf.tensors import read_tensor, row_slab
-from llmkit.quant.formats import get_format, to_f32
+from llmkit.quant.formats import get_format, jit, to_f32
 
 _MALLOC_TUNED = False
 
@@ -111,16 +111,25 @@ def rows_job(path: str, data_offset: int, rows: TensorInfo, fmt_name: str, w) ->
 
 
 def slab_job(fmt, raw: np.ndarray, t: TensorInfo, r0: int, r1: int, w) -> np.ndarray:
-    """Worker thread: rows [r0, r1) of a tensor's raw bytes (not F32) converted to float32 here, then quantized."""
+    """Worker thread: rows [r0, r1) of a tensor's raw bytes (not F32) converted to float32 here, then
+    quantized. F16 goes through the compiled conversion when this run uses the kernels: it counts the
+    Inf/NaN halves on the way, so the input needs no second pass for the check."""
     row = t.nbytes // t.n_rows
-    return quantize_checked(fmt, to_f32(raw[r0 * row:r1 * row], row_slab(t, r0, r1 - r0)), w, t.name)
+    part = raw[r0 * row:r1 * row]
+    if t.type_name == "F16" and jit.run_allows() and jit.enabled():
+        x, bad = jit.f16_rows(part, t.shape[0])
+        if bad:
+            check_finite(x, t.name)
+        return quantize_checked(fmt, x, w, t.name, finite=True)
+    return quantize_checked(fmt, to_f32(part, row_slab(t, r0, r1 - r0)), w, t.name)
 
 
-def quantize_checked(fmt, x: np.ndarray, w, name: str) -> np.ndarray:
+def quantize_checked(fmt, x: np.ndarray, w, name: str, finite: bool = False) -> np.ndarray:
     """One job: quantize, then validate like ggml_validate_row_data. For the plain 32-block and
     float formats a NaN/Inf weight always reaches a block scale (it is the block's max), so the check
-    of the output catches it; searched formats (K-quants, IQ4, any imatrix) check the input first."""
-    if not fmt.nan_reaches_scale or w is not None or fmt.compiled():  # compiled kernels: NaN need not reach a scale
+    of the output catches it; searched formats (K-quants, IQ4, any imatrix) check the input first
+    (unless `finite`: the caller has checked it)."""
+    if not finite and (not fmt.nan_reaches_scale or w is not None or fmt.compiled()):  # compiled: NaN need not reach a scale
         with np.errstate(over="ignore", invalid="ignore"):
             total = np.add.reduce(x, axis=None)  # NaN/Inf propagate; a finite overflow is re-checked exactly
         if not np.isfinite(total):
