@@ -975,10 +975,9 @@ def _q3_k(x, qw, weighted, out):
             out[i, k] = 0
         m = 0
         hm = 1
-        for j in range(256):
-            if L[j] > 3:
-                out[i, m] |= hm
-                L[j] -= 4
+        for j in range(256):  # levels 0..7: bit 2 goes to the high-bit mask (branch-free: the bit is random)
+            out[i, m] |= (L[j] >> 2) * hm
+            L[j] &= 3
             m += 1
             if m == 32:
                 m = 0
