@@ -119,7 +119,8 @@ def real_rows(cfg, q: str) -> list[Row]:
     src, imx = cfg.quant_model, cfg.quant_imatrix
     size = os.path.getsize(src) / 2**30
     work = cfg.tmp("quant-real")
-    plain = cfg.pick("Q8_0,Q4_0,Q5_1,Q6_K,Q5_K_M,Q4_K_M,IQ4_XS", "Q8_0,Q4_0,Q4_K_M", "Q8_0").split(",")
+    plain = cfg.pick("Q8_0,Q4_0,Q5_1,Q3_K_S,Q6_K,Q5_K_M,Q4_K_M,TQ2_0,IQ4_XS,IQ3_S",
+                     "Q8_0,Q4_0,Q3_K_S,Q6_K,Q4_K_M,TQ2_0", "Q8_0").split(",")
     with_imx = cfg.pick("Q3_K_M,Q2_K,IQ3_XXS,IQ2_M", "Q3_K_M,IQ2_M", "").split(",") if imx else []
     rows = []
     for i, t in enumerate(plain + [t for t in with_imx if t]):

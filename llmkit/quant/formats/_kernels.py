@@ -706,6 +706,7 @@ def make_qx_16x16(xi, W, nmax, L, scales, T):
                 L[16 * b + j] = 0
         scales[b] = SC[b]
 
+
 @njit(**OPTS)
 def q6_k(x, out):
     _q6_k(x, x, False, out)
