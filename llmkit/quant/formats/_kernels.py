@@ -640,6 +640,24 @@ def make_qx_weighted(x, off, n, nmax, L, scr):
 
 
 @njit(inline="always", **OPTS)
+def _qx_sums_16x16(T, nmax):
+    """make_qx_16x16's two sums for the inverse scales T[3, 4] of each sub-block: levels
+    clamp(nearest(is * x), -nmax, nmax - 1), sum w x l -> T[3, 1] and sum w l^2 -> T[3, 2], each in C's order."""
+    XT, WT, VT, IS, SX, S2 = T[0], T[1], T[2], T[3, 4], T[3, 1], T[3, 2]
+    lo = F(-nmax)
+    hi = F(nmax - 1)
+    for b in range(16):
+        SX[b] = ZERO
+        S2[b] = ZERO
+    for j in range(16):
+        for b in range(16):
+            r = (IS[b] * XT[j, b] + MAGIC) - MAGIC
+            fl = min(hi, max(lo, r))
+            SX[b] += VT[j, b] * fl
+            S2[b] += WT[j, b] * fl * fl
+
+
+@njit(inline="always", **OPTS)
 def make_qx_16x16(xi, W, nmax, L, scales, T):
     """make_qx_quants(16, nmax, ..., rmse_type=1, W) on each of the 16 sub-blocks of 16 of xi (256),
     W[i, j]: weight j of sub-block i; L[16 i + j] = level + nmax; scales[i] = its scale.
@@ -660,18 +678,9 @@ def make_qx_16x16(xi, W, nmax, L, scales, T):
                 amax = abs(v)
                 mx = v
         MX[b] = mx if amax >= GROUP_MAX_EPS else ZERO
-    lo = F(-nmax)
-    hi = F(nmax - 1)
     for b in range(16):
         IS[b] = F(-nmax) / MX[b]
-        SX[b] = ZERO
-        S2[b] = ZERO
-    for j in range(16):
-        for b in range(16):
-            r = (IS[b] * XT[j, b] + MAGIC) - MAGIC
-            fl = min(hi, max(lo, r))
-            SX[b] += VT[j, b] * fl
-            S2[b] += WT[j, b] * fl * fl
+    _qx_sums_16x16(T, nmax)
     for b in range(16):
         s = SX[b] / S2[b] if S2[b] != ZERO else ZERO
         SC[b] = s
@@ -684,14 +693,7 @@ def make_qx_16x16(xi, W, nmax, L, scales, T):
             continue
         for b in range(16):
             IS[b] = -(F(nmax) + F(0.1) * F(s)) / MX[b]
-            SX[b] = ZERO
-            S2[b] = ZERO
-        for j in range(16):
-            for b in range(16):
-                r = (IS[b] * XT[j, b] + MAGIC) - MAGIC
-                fl = min(hi, max(lo, r))
-                SX[b] += VT[j, b] * fl
-                S2[b] += WT[j, b] * fl * fl
+        _qx_sums_16x16(T, nmax)
         for b in range(16):
             if MX[b] != ZERO and S2[b] > ZERO and SX[b] * SX[b] > BEST[b] * S2[b]:
                 for j in range(16):
