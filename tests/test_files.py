@@ -80,10 +80,11 @@ def test_stale_temps_of_dead_processes_are_removed(tmp_path):
 def test_signal_during_quantize_removes_the_temp_file(tmp_path, sig, code):
     from ggufmake import write_tiny_llama
 
-    src = write_tiny_llama(tmp_path / "big.gguf", n_embd=512, n_layer=8, n_ff=1536, n_head=8, n_head_kv=8)
+    src = write_tiny_llama(tmp_path / "big.gguf", n_embd=512, n_layer=16, n_ff=1536, n_head=8, n_head_kv=8)
     out = tmp_path / "out.gguf"
     out.write_bytes(b"previous output")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the numpy path: the compiled kernels quantize this model in ~1.5 s, too soon for the signal to land mid-write
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LLMKIT_NO_JIT": "1"}
     p = subprocess.Popen([sys.executable, "-m", "llmkit", "quant", str(src), "-t", "Q4_K_M", "-o", str(out),
                           "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
