@@ -22,7 +22,6 @@ ZERO, HALF, ONE = F(0.0), F(0.5), F(1.0)
 GROUP_MAX_EPS = F(1e-15)
 GROUP_MAX_EPS_IQ2_S = F(1e-8)
 TENTH = F(0.1)
-MAGIC = F(12582912.0)  # 1.5 * 2^23
 FLT_MAX = F(3.4028234663852886e38)
 OPTS = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
 

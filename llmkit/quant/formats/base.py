@@ -74,7 +74,7 @@ class Format:
             return False
         from llmkit.quant.formats import jit
 
-        return jit.run_allows() and jit.enabled()
+        return jit.active()
 
     def check(self, out: np.ndarray, name: str) -> None:
         """ggml_validate_row_data: every fp16 field (block scales, F16 values) must be finite.

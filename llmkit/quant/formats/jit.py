@@ -48,6 +48,11 @@ def run_allows() -> bool:
     return _RUN is None or _RUN or os.environ.get("LLMKIT_JIT", "") not in ("", "0")
 
 
+def active() -> bool:
+    """The kernels run now: numba is installed and not switched off, and this run's decision allows them."""
+    return run_allows() and enabled()
+
+
 def enabled() -> bool:
     """numba is installed and not switched off."""
     if os.environ.get("LLMKIT_NO_JIT", "") not in ("", "0"):

@@ -78,7 +78,7 @@ def kernel():
     global _KERNEL
     from llmkit.quant.formats import jit
 
-    if not (jit.run_allows() and jit.enabled()):  # enabled() also points numba's cache at llmkit's
+    if not jit.active():  # enabled() also points numba's cache at llmkit's
         return None
     if _KERNEL is None:
         try:
