@@ -11,12 +11,25 @@ FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+_SESSION_DIRS: list[str] = []
+
+
 def pytest_configure(config):
-    """One embedding export per test session, outside the user's cache (unless one is given)."""
+    """One embedding export per test session, outside the user's cache (unless one is given);
+    the directories this session made are removed when it ends (an export is ~120 MB)."""
     import tempfile
 
-    os.environ.setdefault("LLMKIT_EMBED_CACHE", tempfile.mkdtemp(prefix="llmkit-embed-"))
-    os.environ.setdefault("LLMKIT_PROBE_CACHE", tempfile.mkdtemp(prefix="llmkit-probes-"))
+    for var, prefix in (("LLMKIT_EMBED_CACHE", "llmkit-embed-"), ("LLMKIT_PROBE_CACHE", "llmkit-probes-")):
+        if not os.environ.get(var):
+            os.environ[var] = tempfile.mkdtemp(prefix=prefix)
+            _SESSION_DIRS.append(os.environ[var])
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    while _SESSION_DIRS:
+        shutil.rmtree(_SESSION_DIRS.pop(), ignore_errors=True)
 
 
 def _under_ci() -> bool:

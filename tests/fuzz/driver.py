@@ -13,6 +13,7 @@ import io
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -133,7 +134,10 @@ def run_mutate(fmt: str, n: int) -> int:
         if r["outcome"] == "escaped" or (r["outcome"] == "refused" and not r["one_line"]):
             stats["escaped"].append({"data": data[:300].hex(), **r})
 
-    one()
+    try:
+        one()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps({"summary": True, "format": fmt, "baseline_mb": round(base, 1), "peak_mb": round(rss_mb(), 1),
                       **stats, "escaped": stats["escaped"][:3]}), flush=True)
     return 0
