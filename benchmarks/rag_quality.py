@@ -18,7 +18,9 @@ Collections:
   Debian packages dict-gcide and wordnet-base with apt-get download unless --dict-src is given);
 - code: a bounded part of the Python standard library with its docstrings removed; a query is a
   function's docstring summary line, the relevant unit the function; metric: found in the top 10
-  (and nDCG@10 with the one relevant function).
+  (and nDCG@10 with the one relevant function);
+- code-heldout: the same built from other packages (asyncio, multiprocessing, unittest, ...), a
+  tree no default was chosen on.
 
 Vectors of both sides are cached under WORK/cache (keyed by model, prompt and text), so a rerun
 embeds only new text; the cache changes no number (the same model computes the same vectors).
@@ -44,6 +46,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 CODE_PACKAGES = ("email", "http", "json", "logging", "urllib", "concurrent", "importlib", "xml", "html",
                  "wsgiref", "dbm", "sqlite3", "zoneinfo", "tomllib")
+# a second tree, never used to choose a default: does what was tuned on the first carry over?
+HELDOUT_PACKAGES = ("asyncio", "multiprocessing", "unittest", "ctypes", "lib2to3", "collections", "re", "venv",
+                    "ensurepip")
 STDLIB = os.path.dirname(os.__file__)
 
 
@@ -128,10 +133,10 @@ def strip_docstrings(text: str) -> tuple[str, list[dict]]:
     return "\n".join(kept), found
 
 
-def code(work: str, packages=CODE_PACKAGES, n_queries: int = 300, seed: int = 0) -> str:
-    """WORK/code: tree/ (the packages without docstrings), units.jsonl (one per function),
+def code(work: str, packages=CODE_PACKAGES, n_queries: int = 300, seed: int = 0, name: str = "code") -> str:
+    """WORK/NAME: tree/ (the packages without docstrings), units.jsonl (one per function),
     queries.jsonl (docstring summaries of 4+ words), qrels.txt (query -> function)."""
-    out = os.path.join(work, "code")
+    out = os.path.join(work, name)
     if os.path.exists(os.path.join(out, "qrels.txt")):
         return out
     tree = os.path.join(out, "tree")
@@ -347,7 +352,7 @@ def llmkit_prose(name: str, coll: str, work: str, index_args: list[str], graph: 
 
 def llmkit_code(coll: str, work: str, index_args: list[str], fns: dict) -> dict[str, tuple[float, float]]:
     """Top-10 hits of `rag query` per mode on the code tree, mapped to functions by line range."""
-    idx = os.path.join(work, "code-idx")
+    idx = os.path.join(work, os.path.basename(coll) + "-idx")
     shutil.rmtree(idx, ignore_errors=True)
     tree = os.path.join(coll, "tree")
     cli("rag", "index", idx, tree, *index_args)
@@ -405,10 +410,65 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def measure(work: str, collections: list[str], cranfield_src: str, dict_src: str | None, extra: list[str],
+            graph: bool = True, naive_only: bool = False, cache_path: str | None = None) -> tuple[dict, dict]:
+    """({table key: (naive figures, llmkit figures)}, {table key: notes}) for the collections asked."""
+    os.makedirs(os.path.join(work, "cache"), exist_ok=True)
+    cache = VectorCache(cache_path or os.path.join(work, "cache", "vectors.npz"))
+    cached_embeddings(cache)
+    from llmkit.rag.evaluate.datasets import load_qrels, load_queries
+
+    results, notes = {}, {}
+    for name in collections:
+        t = time.perf_counter()
+        if name in ("code", "code-heldout"):
+            coll = code(work) if name == "code" else code(work, HELDOUT_PACKAGES, name=name)
+            units = [json.loads(ln) for ln in open(os.path.join(coll, "units.jsonl"), encoding="utf-8")]
+            pairs = [(u["id"], u["text"]) for u in units]
+        else:
+            coll = cranfield(work, cranfield_src) if name == "cranfield" else dictionary(work, dict_src)
+            pairs = [(str(d["id"]), d["text"]) for d in map(json.loads, open(os.path.join(coll, "docs.jsonl"),
+                                                                              encoding="utf-8"))]
+        queries = load_queries(os.path.join(coll, "queries.jsonl"))
+        qrels = load_qrels(os.path.join(coll, "qrels.txt"))
+        runs = naive_runs(pairs, queries, cache)
+        naive = {m: score(r, qrels, queries) for m, r in runs.items()}
+        info = {"units": len(pairs), "queries": sum(1 for q, _ in queries if q in qrels)}
+        if name in ("code", "code-heldout"):
+            ours = {} if naive_only else llmkit_code(
+                coll, work, extra, {u["id"]: (u["file"], u["start"], u["end"]) for u in units})
+            keys = (f"{name} (found@10)", f"{name} (nDCG@10)")
+            results[keys[0]] = ({m: v[1] for m, v in naive.items()}, {m: v[1] for m, v in ours.items()})
+            results[keys[1]] = ({m: v[0] for m, v in naive.items()}, {m: v[0] for m, v in ours.items()})
+        else:
+            ours = {} if naive_only else llmkit_prose(name, coll, work, extra, graph)
+            keys = (name,)
+            results[name] = ({m: v[0] for m, v in naive.items()}, ours)
+        if not naive_only:
+            info["fusion"] = fusion_note(os.path.join(work, os.path.basename(coll) + "-idx"))
+        info["seconds"] = round(time.perf_counter() - t)
+        for k in keys:
+            notes[k] = info
+        cache.save()
+        print(f"{name}: {info['seconds']} s", file=sys.stderr)
+        print(table({k: v for k, v in results.items() if k in keys}), file=sys.stderr)
+    return results, notes
+
+
+def fusion_note(idx: str) -> str:
+    """What the index's automatic tuning did, from its manifest."""
+    from llmkit.rag.index.manifest import read_manifest
+
+    t = (read_manifest(idx).get("fusion") or {}).get("tuned") or {}
+    if not t:
+        return "not tuned: RRF 1:1"
+    return f"{t.get('source', '?')} queries: {t.get('label', '?')}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-w", "--work", required=True, help="Work directory (collections, indexes, vector cache).")
-    ap.add_argument("-c", "--collections", default="cranfield,dict,code")
+    ap.add_argument("-c", "--collections", default="cranfield,dict,code,code-heldout")
     ap.add_argument("--cranfield", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
                                                         "cranfield"))
     ap.add_argument("--dict-src", help="Extracted dict-gcide + wordnet-base packages (default: apt-get download).")
@@ -416,39 +476,14 @@ def main() -> None:
     ap.add_argument("--no-graph", action="store_true", help="Skip the --graph index.")
     ap.add_argument("--naive-only", action="store_true")
     ap.add_argument("--cache", help="Vector cache file (default WORK/cache/vectors.npz).")
+    ap.add_argument("--json", help="Also write the figures here (benchmarks/run.py --area rag-quality reads it).")
     args = ap.parse_args()
-    os.makedirs(os.path.join(args.work, "cache"), exist_ok=True)
-    cache = VectorCache(args.cache or os.path.join(args.work, "cache", "vectors.npz"))
-    cached_embeddings(cache)
-    from llmkit.rag.evaluate.datasets import load_qrels, load_queries
-
-    results = {}
-    extra = shlex.split(args.index_args)
-    for name in args.collections.split(","):
-        t = time.perf_counter()
-        if name == "code":
-            coll = code(args.work)
-            units = [json.loads(ln) for ln in open(os.path.join(coll, "units.jsonl"), encoding="utf-8")]
-            pairs = [(u["id"], u["text"]) for u in units]
-        else:
-            coll = cranfield(args.work, args.cranfield) if name == "cranfield" else dictionary(args.work, args.dict_src)
-            pairs = [(str(d["id"]), d["text"]) for d in map(json.loads, open(os.path.join(coll, "docs.jsonl"),
-                                                                              encoding="utf-8"))]
-        queries = load_queries(os.path.join(coll, "queries.jsonl"))
-        qrels = load_qrels(os.path.join(coll, "qrels.txt"))
-        runs = naive_runs(pairs, queries, cache)
-        naive = {m: score(r, qrels, queries) for m, r in runs.items()}
-        if name == "code":
-            ours = {} if args.naive_only else llmkit_code(
-                coll, args.work, extra, {u["id"]: (u["file"], u["start"], u["end"]) for u in units})
-            results["code (found@10)"] = ({m: v[1] for m, v in naive.items()}, {m: v[1] for m, v in ours.items()})
-            results["code (nDCG@10)"] = ({m: v[0] for m, v in naive.items()}, {m: v[0] for m, v in ours.items()})
-        else:
-            ours = {} if args.naive_only else llmkit_prose(name, coll, args.work, extra, not args.no_graph)
-            results[name] = ({m: v[0] for m, v in naive.items()}, ours)
-        cache.save()
-        print(f"{name}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
-        print(table({k: v for k, v in results.items() if k.startswith(name)}), file=sys.stderr)
+    results, notes = measure(args.work, args.collections.split(","), args.cranfield, args.dict_src,
+                             shlex.split(args.index_args), not args.no_graph, args.naive_only, args.cache)
+    if args.json:
+        with open(args.json + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"results": results, "notes": notes}, f, indent=1)
+        os.replace(args.json + ".tmp", args.json)
     print(table(results))
 
 

@@ -6,7 +6,9 @@
     python benchmarks/run.py --smoke               # tiny inputs: proves the plumbing, figures mean nothing
 
 How each figure is measured is in harness.py: whole processes timed from outside, alternating,
-median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale.
+median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale,
+and rag-quality (llmkit's retrieval quality against the naive baseline; about 40 minutes with an
+empty vector cache, so --quick leaves it out: `--area rag-quality` runs it).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench", "generate": "generate_bench",
-         "kv": "kv_bench", "scale": "scale_bench"}
+         "kv": "kv_bench", "scale": "scale_bench", "rag-quality": "quality_bench"}
+# long quality runs: only with --area (or a full run), not in --quick's 20 minutes
+NOT_QUICK = {"rag-quality"}
 BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
 
 
@@ -100,7 +104,7 @@ def main() -> None:
     sections, failed = {}, []
     t_all = time.perf_counter()
     try:
-        for area in a.area or list(AREAS):
+        for area in a.area or [x for x in AREAS if not (cfg.quick and x in NOT_QUICK)]:
             mod = importlib.import_module(AREAS[area])
             print(f"[{area}] running ({cfg.mode})", file=sys.stderr, flush=True)
             t0, l0 = time.perf_counter(), harness.load()

@@ -110,6 +110,45 @@ def test_units_fit_the_window_and_documents_rank_as_documents(tmp_path, paragrap
     assert r.exit_code == 0 and "longer than the embedding model's window (254 tokens)" in r.stderr
 
 
+def test_dense_unit_score_leans_toward_the_first_chunk(tmp_path, paragraphs):
+    """Dense lists of units: a unit's score is its best chunk's moved LEAD of the way toward its first
+    chunk's (checked against scores computed here from the model), and `rag query` ranks by it."""
+    import numpy as np
+
+    from llmkit.rag.embed.embedder import load_embedder
+    from llmkit.rag.index.reader import Index
+    from llmkit.rag.retrieve.pipeline import LEAD, lead_blend
+
+    docs = [{"id": f"long{j}", "text": " ".join(paragraphs[8 * j:8 * j + 8])} for j in range(3)]
+    docs += [{"id": f"short{j}", "text": paragraphs[30 + j]} for j in range(6)]
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    idx = tmp_path / "idx"
+    assert run_cli(["rag", "index", str(idx), str(src), "--no-tune"]).exit_code == 0
+    ix = Index(str(idx))
+    emb = load_embedder()
+    query = paragraphs[13].split(". ")[0]  # a sentence deep inside long1
+    q = emb.queries([query])[0]
+    chunk_s = emb.passages(ix.texts(range(ix.n))) @ q
+    meta = [json.loads(m) for (m,) in ix.con.execute("SELECT meta FROM chunks ORDER BY id")]
+    by_doc: dict = {}
+    for row in range(ix.n):
+        by_doc.setdefault(meta[row]["doc_id"], []).append((meta[row]["char_start"], chunk_s[row]))
+    want = {d: max(s for _, s in v) - LEAD * (max(s for _, s in v) - min(v)[1]) for d, v in by_doc.items()}
+    assert len(by_doc["long1"]) >= 3 and want["long1"] < max(s for _, s in by_doc["long1"])
+    rows, scores = ix.dense_list(q, 100)
+    got_rows, got = lead_blend(ix, q, rows, scores)
+    got_docs = [meta[r]["doc_id"] for r in got_rows]
+    assert sorted(got_docs) == sorted(want) and np.allclose(got, [want[d] for d in got_docs], atol=1e-5)
+    assert got == sorted(got, reverse=True)
+    # each unit keeps its best chunk as its hit
+    assert all(chunk_s[r] == max(chunk_s[x] for x in range(ix.n) if meta[x]["doc_id"] == meta[r]["doc_id"])
+               for r in got_rows)
+    r = run_cli(["rag", "query", str(idx), query, "--mode", "dense", "-k", "9", "--jsonl"])
+    assert [json.loads(x)["meta"]["doc_id"] for x in r.stdout.splitlines()] == \
+        sorted(want, key=lambda d: -want[d])
+
+
 def test_old_index_keeps_its_analysis_and_units(tmp_path, paragraphs):
     """An index made before token units, English analysis and document ranking (its manifest has none
     of them) is queried and extended exactly as it was built."""

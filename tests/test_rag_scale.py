@@ -64,6 +64,14 @@ def test_milvus_answers_as_faiss_through_updates_and_filters(docs, tmp_path):
         assert a[0] == b[0], q
         np.testing.assert_allclose(a[1], b[1], atol=1e-5)
         assert _hits(fa, q, "--filter", "topic=even") == _hits(mv, q, "--filter", "topic=even")
+    # the vectors of chosen rows (a unit's first chunk in dense lists) read from the engine as from faiss
+    from llmkit.rag.index.reader import Index
+
+    fx, mx = Index(str(fa)), Index(str(mv))
+    rows = np.array([7, 0, 3, mx.n - 1])
+    assert fx.texts(rows) == mx.texts(rows)
+    np.testing.assert_allclose(mx.vector_store.of_rows(rows), fx.vector_store.of_rows(rows), atol=1e-6)
+    np.testing.assert_array_equal(mx.vector_store.of_rows(rows), np.asarray(mx.vectors())[rows])
     # incremental: one file changed, one removed; the engine loses the removed rows
     part0 = docs / "docs" / "part0.jsonl"
     lines = part0.read_text().splitlines()

@@ -367,6 +367,15 @@ class MilvusVectors:
         self.index = index
         self.collection = index.manifest["store"]["collection"]
 
+    def of_rows(self, rows: np.ndarray) -> np.ndarray:
+        ix = self.index
+        ids = [int(ix.rows[r]) for r in rows]
+        got = ix.vstore.vectors(self.collection, ids)
+        out = np.zeros((len(ids), ix.manifest.get("dim") or 0), np.float32)
+        for i, cid in enumerate(ids):
+            out[i] = got[cid]
+        return out
+
     def vectors(self) -> np.ndarray:
         ix = self.index
         got = ix.vstore.vectors(self.collection, ix.rows.tolist())

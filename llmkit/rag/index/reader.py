@@ -48,6 +48,7 @@ class Index:
         self.analysis = analysis_of(self.manifest)
         self.idents = bool(self.manifest.get("bm25_idents", False))  # indexes before 2026-11-30: plain words
         self._unit = None
+        self._lead = None
 
     def close(self) -> None:
         """Let go of the database, the vector store and the generation pin (a view is not used after)."""
@@ -78,6 +79,16 @@ class Index:
         if self._unit is None and os.path.exists(os.path.join(self.gdir, "unit.npy")):
             self._unit = np.load(os.path.join(self.gdir, "unit.npy"))
         return self._unit
+
+    @property
+    def lead(self) -> np.ndarray | None:
+        """Unit -> its first row (a document's opening chunk; chunks of a document are added in order),
+        for indexes that rank units."""
+        if self._lead is None and self.unit is not None and len(self.unit):
+            units, first = np.unique(self.unit, return_index=True)
+            self._lead = np.full(int(units[-1]) + 1, -1, np.int64)
+            self._lead[units] = first
+        return self._lead
 
     @property
     def n(self) -> int:

@@ -28,6 +28,9 @@ class VectorStore(Protocol):
     def vectors(self) -> np.ndarray:
         """Every row's vector, in row order."""
 
+    def of_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of these rows, in that order."""
+
 
 def index_kind(index_type: str, n: int, hnsw_above: int = HNSW_ABOVE) -> str:
     """flat (exact) or hnsw: as asked, or exact up to `hnsw_above` vectors (auto)."""
@@ -84,6 +87,9 @@ class FaissStore:
 
     def vectors(self) -> np.ndarray:
         return np.load(os.path.join(self.gdir, "vectors.npy"), mmap_mode="r")
+
+    def of_rows(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.vectors()[np.asarray(rows, np.int64)], np.float32)
 
     def search(self, q: np.ndarray, depth: int, allowed: np.ndarray | None) -> tuple[list[int], list[float]]:
         """Exact scores over few allowed rows; else faiss, with the mask as an ID selector."""

@@ -10,8 +10,11 @@ rank and score of its best chunk in that list (MaxP; later chunks of the same un
 several chunks of one document never add up and one long document cannot fill the results; a hit
 keeps that best chunk (its text, offsets and document id). Measured on Cranfield: summing the
 reciprocal ranks of a document's chunks instead lost 0.07-0.14 nDCG@10 (hybrid 0.3303 vs 0.4048,
-dense 0.2297 vs 0.3728: two chunks at ranks 30 and 31 beat one at rank 1). `chunks` returns raw chunk hits; `parents` groups by
-parent instead (small-to-big).
+dense 0.2297 vs 0.3728: two chunks at ranks 30 and 31 beat one at rank 1). In the dense list a
+unit's score then leans a quarter of the way toward its first chunk's (`lead_blend`): dense nDCG@10
+Cranfield 0.3728 -> 0.3774, WordNet -> Webster 0.4670 -> 0.4751 (MiniLM over whole documents 0.3750
+and 0.4679); code units are single chunks, unchanged. `chunks` returns raw chunk hits; `parents`
+groups by parent instead (small-to-big).
 
 The graph list (an index with an entity graph) joins the fusion at the weight `rag tune` chose for
 it; asked for without one (`graph_rerank`), it only re-ranks inside the fused candidates: RRF of
@@ -35,6 +38,39 @@ from llmkit.rag.retrieve.fusion import METHODS, NORMS, fuse
 from llmkit.rag.retrieve.hits import Hit, dedupe_to_groups, fetch
 from llmkit.rag.retrieve.route import route
 from llmkit.rag.retrieve.settings import MODES, RETRIEVERS
+
+
+LEAD = 0.25  # how far a unit's dense score moves from its best chunk's toward its first chunk's
+
+
+def lead_blend(ix: Index, qvec: np.ndarray, rows: list[int], scores: list[float]) -> tuple[list[int], list[float]]:
+    """A dense list of chunks as a list of units (module doc), each unit scored by its best chunk's
+    inner product moved a quarter of the way toward its first chunk's: s = max - LEAD * (max - first).
+    A document's opening states what it is about; a match deep inside a long document is weaker
+    evidence that the document answers the question. Measured (nDCG@10, dense): Cranfield MaxP 0.3728,
+    first chunk only 0.3743, LEAD 0.25 0.3774, 0.5 0.3771 (MiniLM over whole documents: 0.3750).
+    The best chunk still stands for the unit in the hits."""
+    if not rows:
+        return rows, scores
+    unit, lead = ix.unit, ix.lead
+    seen: dict[int, int] = {}
+    best_rows, best = [], []
+    for row, s in zip(rows, scores):
+        g = int(unit[row])
+        if g not in seen:
+            seen[g] = len(best_rows)
+            best_rows.append(row)
+            best.append(s)
+    firsts = np.array([lead[int(unit[r])] for r in best_rows], np.int64)
+    s_max = np.asarray(best, np.float64)
+    s_first = s_max.copy()
+    other = firsts != np.asarray(best_rows, np.int64)
+    if other.any():
+        q = np.ascontiguousarray(qvec.reshape(-1), dtype=np.float32)
+        s_first[other] = ix.vector_store.of_rows(firsts[other]) @ q
+    blended = s_max - LEAD * (s_max - s_first)
+    order = np.lexsort((np.arange(len(blended)), -blended))
+    return [best_rows[i] for i in order], [float(blended[i]) for i in order]
 
 
 @dataclass
@@ -188,7 +224,10 @@ class Pipeline:
                         res.notes.append(f"expansion terms: {added}")
                 lists.append(("bm25", o.weights.get("bm25", 1.0), *ix.bm25_list(toks, depth, allowed, weights)))
             if use_dense:
-                lists.append(("dense", o.weights.get("dense", 1.0), *ix.dense_list(qvecs[i], depth, allowed)))
+                rows, scores = ix.dense_list(qvecs[i], depth, allowed)
+                if not (o.parents or o.chunks) and ix.unit is not None:  # ranked as units
+                    rows, scores = lead_blend(ix, qvecs[i], rows, scores)
+                lists.append(("dense", o.weights.get("dense", 1.0), rows, scores))
         if o.weights.get("graph", 0.0) > 0:  # the entity-graph list (an index built with --graph)
             lists.append(("graph", o.weights.get("graph", 1.0), *ix.graph_list(variants[0], depth, allowed)))
         return lists
