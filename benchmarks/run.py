@@ -31,6 +31,7 @@ AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench
          "kv": "kv_bench", "scale": "scale_bench", "rag-quality": "quality_bench"}
 # long quality runs: only with --area (or a full run), not in --quick's 20 minutes
 NOT_QUICK = {"rag-quality"}
+QUALITY = {"rag-quality"}  # areas of quality figures only (no clock)
 BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
 
 
@@ -39,7 +40,9 @@ def section(area: str, title: str, setup: list[str], rows: list[harness.Row], to
     """One area's Markdown: setup notes, the table, then every row's commands."""
     out = [BEGIN.format(area), f"## {area}: {title}", "",
            f"{cfg.mode} mode, {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; took "
-           f"{took:.0f} s; load average before {load[0]}, after {load[1]} (figures taken under load are not valid).",
+           f"{took:.0f} s; load average before {load[0]}, after {load[1]} " + (
+               "(quality figures: load changes none of them)." if area in QUALITY
+               else "(figures taken under load are not valid)."),
            ""]
     out += [f"- {s}" for s in setup]
     out += ["", "| row | measure | anchor | llmkit | llmkit vs anchor | check |", "|---|---|---|---|---|---|"]

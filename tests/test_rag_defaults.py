@@ -117,7 +117,7 @@ def test_dense_unit_score_leans_toward_the_first_chunk(tmp_path, paragraphs):
 
     from llmkit.rag.embed.embedder import load_embedder
     from llmkit.rag.index.reader import Index
-    from llmkit.rag.retrieve.pipeline import LEAD, lead_blend
+    from llmkit.rag.retrieve.pipeline import LEAD, lead_blend, lead_blend_all
 
     docs = [{"id": f"long{j}", "text": " ".join(paragraphs[8 * j:8 * j + 8])} for j in range(3)]
     docs += [{"id": f"short{j}", "text": paragraphs[30 + j]} for j in range(6)]
@@ -141,6 +141,9 @@ def test_dense_unit_score_leans_toward_the_first_chunk(tmp_path, paragraphs):
     got_docs = [meta[r]["doc_id"] for r in got_rows]
     assert sorted(got_docs) == sorted(want) and np.allclose(got, [want[d] for d in got_docs], atol=1e-5)
     assert got == sorted(got, reverse=True)
+    # rag tune scores every row at once: the same units, order and scores
+    all_rows, all_s = lead_blend_all(ix, np.asarray(ix.vectors(), np.float64) @ q, 100)
+    assert all_rows == got_rows and np.allclose(all_s, got, atol=1e-6)
     # each unit keeps its best chunk as its hit
     assert all(chunk_s[r] == max(chunk_s[x] for x in range(ix.n) if meta[x]["doc_id"] == meta[r]["doc_id"])
                for r in got_rows)

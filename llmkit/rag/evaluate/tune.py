@@ -50,6 +50,7 @@ from llmkit.rag.index.reader import Index
 from llmkit.rag.retrieve.expand import expand_tokens
 from llmkit.rag.retrieve.fusion import NORMS, fuse
 from llmkit.rag.retrieve.hits import dedupe_to_groups
+from llmkit.rag.retrieve.pipeline import lead_blend_all
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,9 @@ def collect(index: Index, embedder, queries: list[Query], depth: int = 100, expa
         ds = np.asarray(vecs @ qv[i], dtype=np.float64)
         if i in rest_vec:
             ds[q.row] = float(rest_vec[i] @ qv[i])
-        lists["dense"] = _top(ds, np.ones(index.n, bool), depth)
+        # as queries run: an index that ranks units scores each by lead_blend (pipeline module doc)
+        lists["dense"] = lead_blend_all(index, ds, depth) if index.unit is not None else \
+            _top(ds, np.ones(index.n, bool), depth)
         if expand:
             ids, sc = lists["bm25"]
             top = list(zip(ids[:10], sc[:10]))

@@ -73,6 +73,25 @@ def lead_blend(ix: Index, qvec: np.ndarray, rows: list[int], scores: list[float]
     return [best_rows[i] for i in order], [float(blended[i]) for i in order]
 
 
+def lead_blend_all(ix: Index, scores: np.ndarray, depth: int) -> tuple[list[int], list[float]]:
+    """lead_blend over every row's score at once (`rag tune` scores all rows): the top `depth` units
+    by blended score, each as its best row."""
+    unit, lead = ix.unit, ix.lead
+    n_units = len(lead)
+    best = np.full(n_units, -np.inf)
+    np.maximum.at(best, unit, scores)
+    have = np.flatnonzero(lead >= 0)
+    blended = np.full(n_units, -np.inf)
+    blended[have] = best[have] - LEAD * (best[have] - scores[lead[have]])
+    top = have[np.lexsort((have, -blended[have]))][:depth]
+    order = np.lexsort((np.arange(len(scores)), -scores))  # best row of each unit: its first in score order
+    best_row = np.full(n_units, -1, np.int64)
+    seen = unit[order]
+    first_pos = np.unique(seen, return_index=True)
+    best_row[first_pos[0]] = order[first_pos[1]]
+    return best_row[top].tolist(), blended[top].tolist()
+
+
 @dataclass
 class QueryOptions:
     mode: str = "hybrid"
