@@ -346,6 +346,54 @@ def test_kind_split_never_worse_than_the_mix_in_any_kind(seed):
         assert ours <= theirs * (1 + 1e-12), (kind, ours, theirs)
 
 
+def test_layer_groups_keep_the_bytes_llama_cpp_gives_some_layers():
+    """A mix that gives the first layers of a kind more bits (llama.cpp's rule for FFN-down) keeps
+    that split: tensors it types alike share a budget, so errors that are larger in later layers
+    cannot move the first layers' bits there (the per-kind split does), and at the mix's size every
+    group's measured error is at most the mix's."""
+    from llmkit.quant.budget.allocate import solve_by_kind
+    from llmkit.quant.budget.measure import Item, padded
+    from llmkit.quant.budget.priors import kind_budgets, layer_groups, mix_bytes
+
+    items = []
+    for k in range(8):
+        b = {t: padded(t, [256, 64], 32) for t in LADDER}
+        items.append(Item(f"blk.{k}.ffn_down.weight", [256, 64], "ffn_down", None, b,
+                          {t: (1 + k) * 4.0 ** (-8 * b[t] / (256 * 64)) for t in LADDER}))
+    mix = {i.name: "Q5_K" if i.name.startswith(("blk.0.", "blk.1.")) else "Q3_K" for i in items}
+    mixes = {"M": mix, "Q8_0": {i.name: "Q8_0" for i in items}}
+    budget = mix_bytes(items, mix)
+    group = layer_groups(items, mixes, budget)
+    assert group["blk.0.ffn_down.weight"] == "ffn_down|Q5_K|Q8_0" and group["blk.5.ffn_down.weight"] == "ffn_down|Q3_K|Q8_0"
+    first = {"blk.0.ffn_down.weight", "blk.1.ffn_down.weight"}
+    used, _, _ = solve_by_kind(items, budget, kind_budgets(items, mixes, budget, group=group), group)
+    assert used <= budget
+    assert sum(i.bytes[i.chosen] for i in items if i.name in first) == 2 * padded("Q5_K", [256, 64], 32)
+    for g in set(group.values()):
+        ours = sum(i.error[i.chosen] for i in items if group[i.name] == g)
+        assert ours <= sum(i.error[mix[i.name]] for i in items if group[i.name] == g) * (1 + 1e-12)
+    solve_by_kind(items, budget, kind_budgets(items, mixes, budget))  # one budget for the kind
+    assert sum(i.bytes[i.chosen] for i in items if i.name in first) < 2 * padded("Q5_K", [256, 64], 32)
+
+
+def test_candidates_stay_near_the_types_of_the_mixes_around_the_budget():
+    """Without calibration text a tensor chooses among the types the mixes around the budget give it
+    and one step below and above them, not across the whole ladder (measured: IQ1_S for a first
+    layer's FFN-up and Q4_K for a last layer's made the file 1.26x llama.cpp's KLD at IQ2_M's size)."""
+    from llmkit.quant.budget.allocate import near_types
+    from llmkit.quant.budget.measure import Item, padded
+
+    b = {t: padded(t, [256, 64], 32) for t in LADDER}
+    items = [Item("blk.0.ffn_up.weight", [256, 64], "ffn_up", None, dict(b), {t: 1.0 for t in LADDER}),
+             Item("blk.1.ffn_up.weight", [256, 64], "ffn_up", None, dict(b), {t: 1.0 for t in LADDER}),
+             Item("token_embd.weight", [256, 64], "token_embd", "Q8_0", {"Q8_0": b["Q8_0"]}, {})]
+    near_types(items, [{"blk.0.ffn_up.weight": "Q3_K", "blk.1.ffn_up.weight": "Q2_K"},
+                       {"blk.0.ffn_up.weight": "Q4_K", "blk.1.ffn_up.weight": "Q2_K"}])
+    assert sorted(items[0].bytes, key=b.get) == ["Q2_K", "Q3_K", "Q4_K", "Q5_K"] == sorted(items[0].error, key=b.get)
+    assert sorted(items[1].bytes, key=b.get) == ["Q2_K", "Q3_K"]  # the smallest type: one step up only
+    assert items[2].bytes == {"Q8_0": b["Q8_0"]}  # fixed tensors untouched
+
+
 def test_kind_budgets_interpolate_between_mixes():
     """Between two mixes' sizes each kind's share lies on the line between theirs; the shares add up
     to the budget."""

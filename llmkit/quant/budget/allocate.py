@@ -20,19 +20,24 @@ allocation of bits under the budget.
    measured errors favour: llama.cpp's rules, tuned on many models, say how much each kind matters
    (attention-V, FFN-down, attention-output and the output matrix get more bits); the measured
    errors say which tensors within a kind are hard and which types (K-quant or lattice i-quant)
-   serve each best. At a mix's own size every kind's measured error is at most the mix's,
-   whatever the kinds' true sensitivities. A kind's weight (for the bytes rounding leaves and for
-   the predicted error) is the inverse of its price lambda_kind.
+   serve each best. Two refinements keep llama.cpp's knowledge where the measured errors are
+   known to mislead: (a) tensors of a kind that the mixes around the budget type alike share one
+   budget (`priors.layer_groups`: llama.cpp gives FFN-down of the first layers more bits than the
+   others at IQ2_M; the measured errors, larger in later layers, would move them there); (b) each
+   tensor chooses among the types those mixes give it and one step below and above them
+   (`near_types`), not across the whole ladder (the errors alone gave a first layer's FFN-up IQ1_S
+   and a last layer's Q4_K). At a mix's own size every group's measured error is at most the
+   mix's. A group's weight (for the bytes rounding leaves and for the predicted error) is the
+   inverse of its price lambda.
    Measured on Qwen2.5-Coder-1.5B (F16 from the packaged Q4_K_M, its imatrix; mean KLD to the F16
-   on other text, -c 256, 16 chunks), relative to llama.cpp's mix + imatrix of the same size:
-   every kind counted the same: 1.31x (Q3_K_M), 2.56x (IQ3_XXS), 2.04x (IQ2_M); weights fitted
-   so that llama.cpp's mixes are Lagrangian optima of the measured errors (inverse optimisation,
-   one weight per kind): 1.06x, 0.96x; the per-kind split: 0.94x, 0.77x, 1.26x (worse). Also
-   tried, no better: errors relative to each tensor's output power (0.95x, -, 1.28x), and no
-   type below the fewest bits llama.cpp's mix gives any tensor (0.92x, 0.93x, 1.22x). At IQ2_M
-   the loss is in where bits go within a kind: llama.cpp gives the first layers' FFN-down more,
-   the measured errors the last layers. Not tried for lack of time: probes on text sampled from
-   the model itself, and llama.cpp's per-layer groups as budgets of their own.
+   on other text, -c 256, 16 chunks), relative to llama.cpp's mix + imatrix of the same size,
+   Q3_K_M / IQ3_XXS / IQ2_M sizes: every kind counted the same 1.31x, 2.56x, 2.04x (an earlier
+   run); one budget per kind 1.08x, 0.955x, 1.67x; per-layer groups 1.06x, 0.955x, 1.26x; groups
+   and near types (the default) 0.98x (0.0550 vs 0.0560), 0.96x (0.2019 vs 0.2098), 0.94x (0.2939
+   vs 0.3136). Also tried earlier, no better: weights fitted so that llama.cpp's mixes are
+   Lagrangian optima of the measured errors, errors relative to each tensor's output power, a
+   global floor at the fewest bits the mix gives any tensor. Not tried: probes on text sampled
+   from the model itself.
 3. Solver: a multiple-choice knapsack by Lagrangian relaxation (each tensor takes the type that
    minimises sensitivity x error + lambda x bytes; lambda bisected to the largest allocation that
    fits), then the remaining bytes are spent on the upgrades with the best error saved per byte.
@@ -58,7 +63,7 @@ from llmkit.errors import BadInput
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.types import ALIGNMENT
 from llmkit.quant.budget.measure import GRID_MAX_BPW, Item, grid_names, measure, shape_items
-from llmkit.quant.budget.priors import kind_budgets, llama_mixes, mix_bytes
+from llmkit.quant.budget.priors import bracket, kind_budgets, layer_groups, llama_mixes, mix_bytes
 from llmkit.quant.budget.probe import cached_probe, probe_key, probe_sensitivity, store_probe
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers
@@ -90,9 +95,12 @@ def solve(items: list[Item], budget: int, sensitivity: dict | None = None) -> tu
     return used, predicted
 
 
-def weighted_cost(sensitivity: dict | None):
-    """cost(item, type): the kind's sensitivity (1 where it has none) x the type's measured error."""
+def weighted_cost(sensitivity: dict | None, group: dict | None = None):
+    """cost(item, type): the kind's (or the item's group's) sensitivity (1 where it has none) x the
+    type's measured error."""
     s = sensitivity or {}
+    if group:
+        return lambda i, t: s.get(group.get(i.name, i.kind), 1.0) * i.error[t]
     return lambda i, t: s.get(i.kind, 1.0) * i.error[t]
 
 
@@ -104,9 +112,10 @@ def settle(items: list[Item], cost) -> float:
     return float(sum(cost(i, i.chosen) for i in items if i.fixed is None))
 
 
-def lagrange(items: list[Item], budget: int, sensitivity: dict | None = None) -> tuple[int, float, float]:
+def lagrange(items: list[Item], budget: int, sensitivity: dict | None = None,
+             group: dict | None = None) -> tuple[int, float, float]:
     """solve(), also returning the price lambda (error per byte) of the allocation."""
-    cost = weighted_cost(sensitivity)
+    cost = weighted_cost(sensitivity, group)
     free = [i for i in items if i.fixed is None]
     fixed_bytes = check_budget(items, budget)
 
@@ -132,30 +141,69 @@ def lagrange(items: list[Item], budget: int, sensitivity: dict | None = None) ->
     return used, settle(items, cost), hi
 
 
-def solve_by_kind(items: list[Item], budget: int, kind_bytes: dict) -> tuple[int, float, dict]:
-    """Each kind of tensor spends `kind_bytes[kind]` (llama.cpp's split of this budget), on the
-    types and tensors its measured errors favour; what rounding leaves is spent across kinds at the
-    kinds' own prices. Returns (bytes used, predicted error, kind -> weight): a kind's weight is the
-    inverse of its price, so that the predicted error counts every kind as its budget implies."""
+def solve_by_kind(items: list[Item], budget: int, kind_bytes: dict,
+                  group: dict | None = None) -> tuple[int, float, dict]:
+    """Each kind of tensor (or `group`: name -> group) spends `kind_bytes[kind]` (llama.cpp's split
+    of this budget), on the types and tensors its measured errors favour; what rounding leaves is
+    spent across kinds at the kinds' own prices. Returns (bytes used, predicted error, kind ->
+    weight): a kind's weight is the inverse of its price, so that the predicted error counts every
+    kind as its budget implies."""
     free = [i for i in items if i.fixed is None]
     fixed_bytes = check_budget(items, budget)
+    key = (lambda i: group[i.name]) if group else (lambda i: i.kind)
     price = {}
     for kind, b in kind_bytes.items():
-        group = [i for i in free if i.kind == kind]
-        least, most = sum(min(i.bytes.values()) for i in group), sum(max(i.bytes.values()) for i in group)
+        members = [i for i in free if key(i) == kind]
+        least, most = sum(min(i.bytes.values()) for i in members), sum(max(i.bytes.values()) for i in members)
+        if least >= most:  # one candidate type only: nothing to choose
+            for i in members:
+                i.chosen = min(i.bytes, key=i.bytes.get)
+            continue
         b = min(max(b, least), most - 1)
-        _, _, price[kind] = lagrange(group, b)
+        _, _, price[kind] = lagrange(members, b)
     logs = [np.log(p) for p in price.values() if p > 0]
     mid = float(np.exp(-np.mean(logs))) if logs else 1.0
     sens = {k: (1.0 / p / mid if p > 0 else 1.0) for k, p in price.items()}
     used = fixed_bytes + sum(i.bytes[i.chosen] for i in free)
     if used > budget:  # a kind's share clipped up to its smallest types: the global solver decides
-        used, predicted = solve(items, budget, sens)
+        used, predicted, _ = lagrange(items, budget, sens, group)
         return used, predicted, sens
 
-    cost = weighted_cost(sens)
+    cost = weighted_cost(sens, group)
     used = spend(free, used, budget, cost)
     return used, settle(items, cost), sens
+
+
+def kind_weights(items: list[Item], group: dict, by_group: dict) -> dict:
+    """kind -> weight for the report: the mean of its groups' weights, each group counted by its
+    tensors' weights (how many), so a kind reads as one number."""
+    tot: dict = {}
+    for i in items:
+        if i.fixed is None and group.get(i.name) in by_group:
+            n = float(np.prod(i.shape))
+            a = tot.setdefault(i.kind, [0.0, 0.0])
+            a[0] += n * by_group[group[i.name]]
+            a[1] += n
+    return {k: a / b for k, (a, b) in tot.items() if b}
+
+
+def near_types(items: list[Item], near: list[dict]) -> None:
+    """Keep each tensor's candidates within one step of the types the mixes around the budget give
+    it: from the next smaller candidate below the smallest of them to the next larger above the
+    largest (the measured errors choose among neighbours, not across the whole ladder)."""
+    for i in items:
+        if i.fixed is not None:
+            continue
+        mine = [t[i.name] for t in near if t.get(i.name) in i.bytes]
+        if not mine:
+            continue
+        lo, hi = min(i.bytes[t] for t in mine), max(i.bytes[t] for t in mine)
+        sizes = sorted(set(i.bytes.values()))
+        k_lo, k_hi = sizes.index(lo), sizes.index(hi)
+        lo_b, hi_b = sizes[max(k_lo - 1, 0)], sizes[min(k_hi + 1, len(sizes) - 1)]
+        keep = [t for t, b in i.bytes.items() if lo_b <= b <= hi_b]
+        i.bytes = {t: i.bytes[t] for t in keep}
+        i.error = {t: i.error[t] for t in keep if t in i.error}
 
 
 def check_budget(items: list[Item], budget: int) -> int:
@@ -193,10 +241,10 @@ def spend(free: list[Item], used: int, budget: int, cost) -> int:
 
 
 def no_worse_than_mixes(items: list[Item], budget: int, sensitivity: dict, mixes: dict, align: int, used: int,
-                        predicted: float) -> tuple[int, float]:
+                        predicted: float, group: dict | None = None) -> tuple[int, float]:
     """The solver's allocation, or (if its predicted error is higher) the best llama.cpp mix that fits
     with the rest of the budget spent on upgrades: never predicted worse than llama.cpp's own mix."""
-    cost = weighted_cost(sensitivity)
+    cost = weighted_cost(sensitivity, group)
     free = [i for i in items if i.fixed is None]
     best = None
     for name, types in mixes.items():
@@ -246,8 +294,12 @@ def allocate(src: str, *, target_bpw: float | None = None, target_size: int | No
     else:  # no text: each kind gets the bytes llama.cpp's mixes give it at this size
         mixes = llama_mixes(g, items, imatrix is not None)
         if mixes:
-            used, predicted, sens = solve_by_kind(items, budget, kind_budgets(items, mixes, budget, align))
-            used, predicted = no_worse_than_mixes(items, budget, sens, mixes, align, used, predicted)
+            near_types(items, [mixes[m] for m in bracket(items, mixes, budget, align)])
+            group = layer_groups(items, mixes, budget, align)
+            used, predicted, by_group = solve_by_kind(items, budget, kind_budgets(items, mixes, budget, align, group),
+                                                      group)
+            used, predicted = no_worse_than_mixes(items, budget, by_group, mixes, align, used, predicted, group)
+            sens = kind_weights(items, group, by_group)
             source = "llama.cpp mixes"
         else:  # llama.cpp's rules type no file of this model: every kind counts the same
             (used, predicted), sens, source = solve(items, budget), {}, "none"

@@ -9,9 +9,12 @@ each kind keeps the bytes llama.cpp's rules give it at this size (the mix of thi
 model, or the straight line between the mixes just below and above it), and spends them on the
 tensors and types its measured errors favour (allocate.solve_by_kind).
 
-At a mix's own size every kind's measured error is then at most the mix's (the mix's choice for
-the kind is one of the allocations its solver compares), whatever the kinds' true sensitivities:
-the file cannot be predicted worse than llama.cpp's in any kind.
+Finer than kinds: tensors of a kind that the mixes around the budget type alike form one group
+with a budget of its own (`layer_groups`), so the mixes' per-layer rules (more bits for FFN-down
+and attention-V of some layers) survive. At a mix's own size every group's measured error is then
+at most the mix's (the mix's choice for the group is one of the allocations its solver compares),
+whatever the groups' true sensitivities: the file cannot be predicted worse than llama.cpp's in
+any group.
 
 Worked example: a mix gives four 256-weight attn_v matrices Q5_K (176 bytes each) and four attn_q
 Q3_K (110 bytes each): at that size attn_v's share is 704 bytes and attn_q's 440, whatever their
@@ -56,17 +59,40 @@ def llama_mixes(g, items: list[Item], has_imatrix: bool, anchors: bool = True) -
     return out
 
 
-def kind_budgets(items: list[Item], mixes: dict[str, dict[str, str]], budget: int, align: int = 32) -> dict[str, float]:
-    """kind -> bytes: how llama.cpp's mixes split a budget of this size among the kinds of tensor
-    (the mix of this size, or the line between the mixes just below and above it; beyond the
-    smallest or largest mix, that mix's shares scaled)."""
+def bracket(items: list[Item], mixes: dict[str, dict[str, str]], budget: int, align: int = 32) -> list[str]:
+    """The mixes around this budget: [the largest that fits, the smallest that does not] (one of
+    them beyond the smallest or largest mix)."""
+    fixed = sum(i.bytes[i.fixed] for i in items if i.fixed is not None)
+    free = [i for i in items if i.fixed is None]
+    sizes = sorted((sum(padded(t[i.name], i.shape, align) for i in free), name) for name, t in mixes.items())
+    room = budget - fixed
+    below = [n for b, n in sizes if b <= room]
+    above = [n for b, n in sizes if b > room]
+    return below[-1:] + above[:1]
+
+
+def layer_groups(items: list[Item], mixes: dict[str, dict[str, str]], budget: int, align: int = 32) -> dict[str, str]:
+    """tensor -> its group: its kind and the types the mixes around this budget give it. llama.cpp
+    gives some layers of a kind more bits than others (attention-V and FFN-down of the first and last
+    eighth of the layers and of every third layer between, in most mixes); tensors it types alike
+    share one budget, so that knowledge stays while the measured errors choose types within it."""
+    near = [mixes[m] for m in bracket(items, mixes, budget, align)]
+    return {i.name: "|".join([i.kind] + [t[i.name] for t in near]) for i in items if i.fixed is None}
+
+
+def kind_budgets(items: list[Item], mixes: dict[str, dict[str, str]], budget: int, align: int = 32,
+                 group: dict[str, str] | None = None) -> dict[str, float]:
+    """group -> bytes: how llama.cpp's mixes split a budget of this size among the kinds of tensor
+    (or the finer `group`s of tensors: name -> group): the mix of this size, or the line between the
+    mixes just below and above it; beyond the smallest or largest mix, that mix's shares scaled."""
     free = [i for i in items if i.fixed is None]
     fixed = sum(i.bytes[i.fixed] for i in items if i.fixed is not None)
+    key = (lambda i: group[i.name]) if group else (lambda i: i.kind)
     split = []
     for types in mixes.values():
         per: dict[str, float] = {}
         for i in free:
-            per[i.kind] = per.get(i.kind, 0.0) + padded(types[i.name], i.shape, align)
+            per[key(i)] = per.get(key(i), 0.0) + padded(types[i.name], i.shape, align)
         split.append((sum(per.values()), per))
     split.sort(key=lambda x: x[0])
     room = budget - fixed
