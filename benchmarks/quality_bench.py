@@ -4,7 +4,9 @@
 
 Runs `benchmarks/rag_quality.py` once as a child (the naive baselines and llmkit's defaults, tuned
 default, judged tuning and --graph on Cranfield, WordNet -> Webster and two Python source trees;
-see that file for how each side is built and scored) and turns its figures into rows. Quality, not
+see that file for how each side is built and scored) and turns its figures into rows; then
+`benchmarks/rag_tune_bench.py` on the Cranfield and dictionary indexes it built (how well
+pseudo-query nDCG ranks the tuner's configurations against real nDCG). Quality, not
 speed: the figures do not depend on load, only on the data and the packaged model. The vectors are
 cached in ~/.cache/llmkit/bench/rag-quality-vectors.npz (keyed by model, prompt and text), so a
 rerun embeds only new text and gives the same numbers. Not part of `--quick` (about 40 minutes on
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import PY, Cmd, Row, run_once  # noqa: E402
 
 ME = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rag_quality.py")
+TUNE_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rag_tune_bench.py")
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "llmkit", "bench", "rag-quality-vectors.npz")
 COLLECTIONS = {"cranfield": "Cranfield (1400 abstracts)", "dict": "WordNet -> Webster (6000 entries)",
                "code (found@10)": "Python stdlib tree, found in top 10",
@@ -69,6 +73,23 @@ def rows(cfg):
                              anchor="–" if a is None else f"{against} {a:.4f}", llmkit=f"{b:.4f}",
                              ratio="–" if a is None else f"{b - a:+.4f}", check=check,
                              commands=[cmd.shell()]))
+    # how well pseudo-queries rank the tuner's configurations (rag_tune_bench.py, on the same indexes)
+    for key, title in (("cranfield", COLLECTIONS["cranfield"]), ("dict", COLLECTIONS["dict"])):
+        idx = os.path.join(work, f"{key}-idx")
+        if key not in results or not os.path.isdir(idx):
+            continue
+        log = os.path.join(work, f"tune-bench-{key}.txt")
+        tb = Cmd("rag_tune_bench.py", [PY, TUNE_BENCH, os.path.join(work, key), "--index", idx, "--cache", CACHE],
+                 stdout=log)
+        run_once(tb, timeout=3600)
+        text = open(log, encoding="utf-8").read()
+        m = re.search(r"over (\d+) configurations: Spearman (-?[\d.]+), Kendall (-?[\d.]+)", text)
+        n = re.search(r"^pseudo: (\d+) queries", text, re.M)
+        if m:
+            rows_.append(Row(f"rq-{key}-tune-rank-corr", f"{title}: rank correlation of pseudo-query nDCG@10 with "
+                             f"real nDCG@10 over the tuner's {m.group(1)} configurations",
+                             anchor="–", llmkit=f"Spearman {float(m.group(2)):.2f}, Kendall {float(m.group(3)):.2f}",
+                             check=f"{n.group(1) if n else '?'} pseudo-queries", commands=[tb.shell()]))
     setup = ["naive side: one unit per document (code: per function), rank-bm25 BM25Okapi on [a-z0-9]+ tokens, "
              "all-MiniLM-L6-v2 through sentence-transformers (exact cosine), RRF k=60 over top-100 lists; "
              "llmkit side: `rag index` with no flags, `rag eval`; both scored by llmkit.rag.evaluate.metrics.ndcg",
