@@ -353,7 +353,7 @@ def test_layer_groups_keep_the_bytes_llama_cpp_gives_some_layers():
     group's measured error is at most the mix's."""
     from llmkit.quant.budget.allocate import solve_by_kind
     from llmkit.quant.budget.measure import Item, padded
-    from llmkit.quant.budget.priors import kind_budgets, layer_groups, mix_bytes
+    from llmkit.quant.budget.priors import bracket, kind_budgets, layer_groups, mix_bytes
 
     items = []
     for k in range(8):
@@ -363,7 +363,7 @@ def test_layer_groups_keep_the_bytes_llama_cpp_gives_some_layers():
     mix = {i.name: "Q5_K" if i.name.startswith(("blk.0.", "blk.1.")) else "Q3_K" for i in items}
     mixes = {"M": mix, "Q8_0": {i.name: "Q8_0" for i in items}}
     budget = mix_bytes(items, mix)
-    group = layer_groups(items, mixes, budget)
+    group = layer_groups(items, [mixes[m] for m in bracket(items, mixes, budget)])
     assert group["blk.0.ffn_down.weight"] == "ffn_down|Q5_K|Q8_0" and group["blk.5.ffn_down.weight"] == "ffn_down|Q3_K|Q8_0"
     first = {"blk.0.ffn_down.weight", "blk.1.ffn_down.weight"}
     used, _, _ = solve_by_kind(items, budget, kind_budgets(items, mixes, budget, group=group), group)

@@ -63,7 +63,7 @@ from llmkit.errors import BadInput
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.types import ALIGNMENT
 from llmkit.quant.budget.measure import GRID_MAX_BPW, Item, grid_names, measure, shape_items
-from llmkit.quant.budget.priors import bracket, kind_budgets, layer_groups, llama_mixes, mix_bytes
+from llmkit.quant.budget.priors import bracket, group_key, kind_budgets, layer_groups, llama_mixes, mix_bytes
 from llmkit.quant.budget.probe import cached_probe, probe_key, probe_sensitivity, store_probe
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers
@@ -99,9 +99,8 @@ def weighted_cost(sensitivity: dict | None, group: dict | None = None):
     """cost(item, type): the kind's (or the item's group's) sensitivity (1 where it has none) x the
     type's measured error."""
     s = sensitivity or {}
-    if group:
-        return lambda i, t: s.get(group.get(i.name, i.kind), 1.0) * i.error[t]
-    return lambda i, t: s.get(i.kind, 1.0) * i.error[t]
+    key = group_key(group)
+    return lambda i, t: s.get(key(i), 1.0) * i.error[t]
 
 
 def settle(items: list[Item], cost) -> float:
@@ -150,7 +149,7 @@ def solve_by_kind(items: list[Item], budget: int, kind_bytes: dict,
     kind as its budget implies."""
     free = [i for i in items if i.fixed is None]
     fixed_bytes = check_budget(items, budget)
-    key = (lambda i: group[i.name]) if group else (lambda i: i.kind)
+    key = group_key(group)
     price = {}
     for kind, b in kind_bytes.items():
         members = [i for i in free if key(i) == kind]
@@ -294,8 +293,9 @@ def allocate(src: str, *, target_bpw: float | None = None, target_size: int | No
     else:  # no text: each kind gets the bytes llama.cpp's mixes give it at this size
         mixes = llama_mixes(g, items, imatrix is not None)
         if mixes:
-            near_types(items, [mixes[m] for m in bracket(items, mixes, budget, align)])
-            group = layer_groups(items, mixes, budget, align)
+            near = [mixes[m] for m in bracket(items, mixes, budget, align)]
+            near_types(items, near)
+            group = layer_groups(items, near)
             used, predicted, by_group = solve_by_kind(items, budget, kind_budgets(items, mixes, budget, align, group),
                                                       group)
             used, predicted = no_worse_than_mixes(items, budget, by_group, mixes, align, used, predicted, group)

@@ -59,24 +59,39 @@ def llama_mixes(g, items: list[Item], has_imatrix: bool, anchors: bool = True) -
     return out
 
 
+def group_key(group: dict[str, str] | None):
+    """item -> the key its budget is kept under: its group (`layer_groups`) or, without groups, its kind."""
+    return (lambda i: group.get(i.name, i.kind)) if group else (lambda i: i.kind)
+
+
+def _shares(items: list[Item], types: dict[str, str], key, align: int) -> dict[str, float]:
+    """key -> the bytes a mix gives the free tensors under that key."""
+    per: dict[str, float] = {}
+    for i in items:
+        if i.fixed is None:
+            per[key(i)] = per.get(key(i), 0.0) + padded(types[i.name], i.shape, align)
+    return per
+
+
 def bracket(items: list[Item], mixes: dict[str, dict[str, str]], budget: int, align: int = 32) -> list[str]:
     """The mixes around this budget: [the largest that fits, the smallest that does not] (one of
     them beyond the smallest or largest mix)."""
     fixed = sum(i.bytes[i.fixed] for i in items if i.fixed is not None)
-    free = [i for i in items if i.fixed is None]
-    sizes = sorted((sum(padded(t[i.name], i.shape, align) for i in free), name) for name, t in mixes.items())
+    kind = group_key(None)
+    sizes = sorted(((sum(_shares(items, t, kind, align).values()), name) for name, t in mixes.items()),
+                   key=lambda x: x[0])
     room = budget - fixed
     below = [n for b, n in sizes if b <= room]
     above = [n for b, n in sizes if b > room]
     return below[-1:] + above[:1]
 
 
-def layer_groups(items: list[Item], mixes: dict[str, dict[str, str]], budget: int, align: int = 32) -> dict[str, str]:
-    """tensor -> its group: its kind and the types the mixes around this budget give it. llama.cpp
-    gives some layers of a kind more bits than others (attention-V and FFN-down of the first and last
-    eighth of the layers and of every third layer between, in most mixes); tensors it types alike
-    share one budget, so that knowledge stays while the measured errors choose types within it."""
-    near = [mixes[m] for m in bracket(items, mixes, budget, align)]
+def layer_groups(items: list[Item], near: list[dict[str, str]]) -> dict[str, str]:
+    """tensor -> its group: its kind and the types the mixes around the budget (`near`, from
+    `bracket`) give it. llama.cpp gives some layers of a kind more bits than others (attention-V and
+    FFN-down of the first and last eighth of the layers and of every third layer between, in most
+    mixes); tensors it types alike share one budget, so that knowledge stays while the measured
+    errors choose types within it."""
     return {i.name: "|".join([i.kind] + [t[i.name] for t in near]) for i in items if i.fixed is None}
 
 
@@ -85,23 +100,13 @@ def kind_budgets(items: list[Item], mixes: dict[str, dict[str, str]], budget: in
     """group -> bytes: how llama.cpp's mixes split a budget of this size among the kinds of tensor
     (or the finer `group`s of tensors: name -> group): the mix of this size, or the line between the
     mixes just below and above it; beyond the smallest or largest mix, that mix's shares scaled."""
-    free = [i for i in items if i.fixed is None]
-    fixed = sum(i.bytes[i.fixed] for i in items if i.fixed is not None)
-    key = (lambda i: group[i.name]) if group else (lambda i: i.kind)
-    split = []
-    for types in mixes.values():
-        per: dict[str, float] = {}
-        for i in free:
-            per[key(i)] = per.get(key(i), 0.0) + padded(types[i.name], i.shape, align)
-        split.append((sum(per.values()), per))
-    split.sort(key=lambda x: x[0])
-    room = budget - fixed
-    below = [s for s in split if s[0] <= room]
-    above = [s for s in split if s[0] > room]
-    if below and above:
-        (t0, p0), (t1, p1) = below[-1], above[0]
+    room = budget - sum(i.bytes[i.fixed] for i in items if i.fixed is not None)
+    key = group_key(group)
+    split = [_shares(items, mixes[m], key, align) for m in bracket(items, mixes, budget, align)]
+    if len(split) == 2:
+        p0, p1 = split
+        t0, t1 = sum(p0.values()), sum(p1.values())
         f = (room - t0) / (t1 - t0)
         return {k: p0[k] + f * (p1[k] - p0[k]) for k in p0}
-    t, p = below[-1] if below else above[0]
-    return {k: v * room / t for k, v in p.items()}
-
+    t = sum(split[0].values())
+    return {k: v * room / t for k, v in split[0].items()}

@@ -377,12 +377,7 @@ class MilvusVectors:
         return out
 
     def vectors(self) -> np.ndarray:
-        ix = self.index
-        got = ix.vstore.vectors(self.collection, ix.rows.tolist())
-        out = np.zeros((ix.n, ix.manifest.get("dim") or 0), np.float32)
-        for i, cid in enumerate(ix.rows.tolist()):
-            out[i] = got[cid]
-        return out
+        return self.of_rows(np.arange(self.index.n))
 
     def search(self, q: np.ndarray, depth: int, allowed) -> tuple[list[int], list[float]]:
         ix = self.index

@@ -43,6 +43,10 @@ from llmkit.rag.retrieve.settings import MODES, RETRIEVERS
 LEAD = 0.25  # how far a unit's dense score moves from its best chunk's toward its first chunk's
 
 
+def _blend(s_max: np.ndarray, s_first: np.ndarray) -> np.ndarray:
+    return s_max - LEAD * (s_max - s_first)
+
+
 def lead_blend(ix: Index, qvec: np.ndarray, rows: list[int], scores: list[float]) -> tuple[list[int], list[float]]:
     """A dense list of chunks as a list of units (module doc), each unit scored by its best chunk's
     inner product moved a quarter of the way toward its first chunk's: s = max - LEAD * (max - first).
@@ -53,12 +57,12 @@ def lead_blend(ix: Index, qvec: np.ndarray, rows: list[int], scores: list[float]
     if not rows:
         return rows, scores
     unit, lead = ix.unit, ix.lead
-    seen: dict[int, int] = {}
+    seen: set[int] = set()
     best_rows, best = [], []
-    for row, s in zip(rows, scores):
+    for row, s in zip(rows, scores):  # each unit's first (best) row, as dedupe_to_groups keeps it
         g = int(unit[row])
         if g not in seen:
-            seen[g] = len(best_rows)
+            seen.add(g)
             best_rows.append(row)
             best.append(s)
     firsts = np.array([lead[int(unit[r])] for r in best_rows], np.int64)
@@ -68,7 +72,7 @@ def lead_blend(ix: Index, qvec: np.ndarray, rows: list[int], scores: list[float]
     if other.any():
         q = np.ascontiguousarray(qvec.reshape(-1), dtype=np.float32)
         s_first[other] = ix.vector_store.of_rows(firsts[other]) @ q
-    blended = s_max - LEAD * (s_max - s_first)
+    blended = _blend(s_max, s_first)
     order = np.lexsort((np.arange(len(blended)), -blended))
     return [best_rows[i] for i in order], [float(blended[i]) for i in order]
 
@@ -82,7 +86,7 @@ def lead_blend_all(ix: Index, scores: np.ndarray, depth: int) -> tuple[list[int]
     np.maximum.at(best, unit, scores)
     have = np.flatnonzero(lead >= 0)
     blended = np.full(n_units, -np.inf)
-    blended[have] = best[have] - LEAD * (best[have] - scores[lead[have]])
+    blended[have] = _blend(best[have], scores[lead[have]])
     top = have[np.lexsort((have, -blended[have]))][:depth]
     order = np.lexsort((np.arange(len(scores)), -scores))  # best row of each unit: its first in score order
     best_row = np.full(n_units, -1, np.int64)
