@@ -11,7 +11,6 @@ nval float32 sums; value = sum / ncall), both read as llama-quantize does.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import struct
 from typing import Callable
@@ -110,48 +109,6 @@ def _load_legacy(path: str) -> Imatrix:
     return out
 
 
-class _Tensor(ctypes.Structure):
-    """ggml.h's struct ggml_tensor (the fields the eval callback reads)."""
-
-    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
-                ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
-                ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
-                ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
-                ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8)]
-
-
-def _op_ids(*names: bytes) -> tuple[int, ...]:
-    """ggml's operation numbers for these names (they change between ggml versions)."""
-    import glob
-
-    from llmkit.llama import runtime
-
-    llama_cpp = runtime.load_llama_cpp()
-
-    libdir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
-    for cand in sorted(glob.glob(os.path.join(libdir, "libggml-base*"))) + sorted(glob.glob(os.path.join(libdir, "libggml*"))):
-        try:
-            lib = ctypes.CDLL(cand)
-            fn = lib.ggml_op_name
-        except (OSError, AttributeError):
-            continue
-        fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_int]
-        found: dict[bytes, int] = {}
-        for i in range(200):  # stop at the last name wanted: past GGML_OP_COUNT the table is not ours to read
-            found.setdefault(fn(i), i)
-            if all(n in found for n in names):
-                return tuple(found[n] for n in names)
-        break
-    raise BadInput(f"cannot find ggml's {', '.join(n.decode() for n in names)} operations in llama-cpp-python's libraries.")
-
-
-def _strided(addr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype) -> np.ndarray:
-    """A numpy view of ggml tensor memory (host buffer) with ggml's byte strides."""
-    span = sum((n - 1) * st for n, st in zip(shape, strides)) + np.dtype(dtype).itemsize
-    buf = (ctypes.c_char * span).from_address(addr)
-    return np.ndarray(shape, dtype=dtype, buffer=buf, strides=strides)
-
-
 def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None, max_chunks: int = 0,
             progress: Callable[[int, int], None] | None = None, hessian: bool | str = False,
             only: Callable[[str], bool] | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
@@ -167,8 +124,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
     layout of the Hessians, from one chunk). `only` (a test on matrix names) limits what is collected:
     GPTQ collects its Hessians a few layers at a time, one pass each, to bound memory."""
     from llmkit.llama import runtime
-
-    llama_cpp = runtime.load_llama_cpp()
+    from llmkit.llama.evalcb import Decoder, GgmlTensor, op_ids, strided
 
     llm = runtime.open_model(model_path, runtime.ModelOptions(n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads),
                              logits_all=False)
@@ -181,19 +137,19 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
     if len(toks) < n_ctx:
         raise BadInput(f"the calibration text has {len(toks)} tokens, fewer than one chunk of {n_ctx}; give more "
                        "text or shorter chunks.")
-    mul_mat, mul_mat_id = _op_ids(b"MUL_MAT", b"MUL_MAT_ID")
+    mul_mat, mul_mat_id = op_ids(b"MUL_MAT", b"MUL_MAT_ID")
     sums: dict[str, np.ndarray] = {}
     counts: dict[str, np.ndarray] = {}
     seen_inputs: dict[tuple, str] = {}  # (address, shape, first values) of this evaluation -> first matrix
     aliases: dict[str, str] = {}
 
-    def on_tensor(t_ptr, ask, _user):
-        t = _Tensor.from_address(t_ptr)
+    def on_tensor(t_ptr, ask):
+        t = GgmlTensor.from_address(t_ptr)
         if t.op not in (mul_mat, mul_mat_id) or not t.src[0] or not t.src[1]:
             return False
-        src0 = _Tensor.from_address(t.src[0])
-        src1 = _Tensor.from_address(t.src[1])
-        name = src0.name.decode("utf-8", "replace").split(" ")[0]
+        src0 = GgmlTensor.from_address(t.src[0])
+        src1 = GgmlTensor.from_address(t.src[1])
+        name = src0.weight_name()
         if t.op == mul_mat_id and hessian:
             return False
         if t.op == mul_mat_id:  # experts: every routed token counts, whatever the batch (as llama-imatrix)
@@ -201,7 +157,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
                 return True
             if src1.type != 0 or src1.nb[0] != 4 or not src1.data or not t.src[2]:
                 return True
-            _add_experts(name, src0, src1, _Tensor.from_address(t.src[2]))
+            _add_experts(name, src0, src1, GgmlTensor.from_address(t.src[2]))
             return True
         if not name.startswith("blk.") or src1.type != 0 or src1.ne[1] < 16 or (only is not None and not only(name)):
             return False
@@ -211,7 +167,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
         if src1.nb[0] != 4 or not src1.data:
             return True
         if hessian:
-            x32 = np.ascontiguousarray(_strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32))
+            x32 = np.ascontiguousarray(strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32))
             key = (src1.data, ne0, rows, x32[0, :8].tobytes())
             first = seen_inputs.setdefault(key, name)
             if first != name:  # the same input as an earlier matrix of this evaluation: share its H
@@ -226,7 +182,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
                 sums[name] += x32.T @ x32
             counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
             return True
-        x = _strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32).astype(np.float64)
+        x = strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32).astype(np.float64)
         acc = sums.setdefault(name, np.zeros(ne0, np.float64))
         acc += (x * x).sum(axis=0)
         counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
@@ -236,46 +192,29 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
         """MUL_MAT_ID: ids [n_used, n_tokens] pick the expert of each (slot, token); src1 [cols, n_used or
         1, n_tokens] holds the inputs. Each expert's slice gets the squares of the inputs routed to it."""
         n_as, ne0, ne11, n_tok, n_ids = src0.ne[2], src1.ne[0], src1.ne[1], src1.ne[2], ids.ne[0]
-        ex = _strided(ids.data, (n_tok, n_ids), (ids.nb[1], ids.nb[0]), np.int32).reshape(-1)
+        ex = strided(ids.data, (n_tok, n_ids), (ids.nb[1], ids.nb[0]), np.int32).reshape(-1)
         if ex.size == 0 or ex.min() < 0 or ex.max() >= n_as:
             return
-        x = _strided(src1.data, (n_tok, ne11, ne0), (src1.nb[2], src1.nb[1], 4), np.float32)
+        x = strided(src1.data, (n_tok, ne11, ne0), (src1.nb[2], src1.nb[1], 4), np.float32)
         slot = np.arange(n_ids) % ne11
         xs = x[:, slot, :].reshape(-1, ne0).astype(np.float64)  # row (token, slot) in ex's order
         acc = sums.setdefault(name, np.zeros(ne0 * n_as, np.float64)).reshape(n_as, ne0)
         np.add.at(acc, ex, xs * xs)
         counts[name] = counts.get(name, np.zeros(n_as, np.int64)) + np.bincount(ex, minlength=n_as)
 
-    cb = llama_cpp.ggml_backend_sched_eval_callback(on_tensor)
-    cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_ctx, n_ctx
-    cp.n_threads = cp.n_threads_batch = threads or runtime.default_threads()
-    cp.cb_eval, cp.cb_eval_user_data = cb, None
-    ctx = llama_cpp.llama_init_from_model(llm.model, cp)
-    if not ctx:
-        raise BadInput("llama.cpp could not create a context for imatrix collection.")
     chunks = [toks[i * n_ctx:(i + 1) * n_ctx] for i in range(len(toks) // n_ctx)][:max_chunks or None]
     try:
-        for i, c in enumerate(chunks):
-            seq = [llm.token_bos()] + c[1:] if bos else c
-            seen_inputs.clear()
-            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
-            # logits for every token, as llama-imatrix asks: otherwise the last layer only
-            # runs for the final token and its matrices would get no statistics
-            batch = llama_cpp.llama_batch_init(len(seq), 0, 1)
-            try:
-                for j, tok in enumerate(seq):
-                    batch.token[j], batch.pos[j], batch.n_seq_id[j], batch.logits[j] = tok, j, 1, True
-                    batch.seq_id[j][0] = 0
-                batch.n_tokens = len(seq)
-                if llama_cpp.llama_decode(ctx, batch) != 0:
-                    raise BadInput("llama.cpp failed to evaluate a calibration chunk.")
-            finally:
-                llama_cpp.llama_batch_free(batch)
-            if progress:
-                progress(i + 1, len(chunks))
+        with Decoder(llm, n_ctx, 1, threads, callback=on_tensor) as dec:
+            for i, c in enumerate(chunks):
+                seq = [llm.token_bos()] + c[1:] if bos else c
+                seen_inputs.clear()
+                dec.clear()
+                # logits for every token, as llama-imatrix asks: otherwise the last layer only
+                # runs for the final token and its matrices would get no statistics
+                dec.decode([(tok, j, 0, True) for j, tok in enumerate(seq)], fetch=False)
+                if progress:
+                    progress(i + 1, len(chunks))
     finally:
-        llama_cpp.llama_free(ctx)
         llm.close()  # now, not at garbage collection: GPTQ runs this once per group of layers
     if hessian:
         for name, first in aliases.items():
