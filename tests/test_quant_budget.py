@@ -426,17 +426,32 @@ def test_allocation_never_predicted_worse_than_a_mix_that_fits():
     assert all(i.chosen == mix[i.name] for i in items)
 
 
-def test_imatrix_only_budget_weights_kinds_as_llama_cpp_does(model, imatrix, tmp_path):
-    """No --calib: each kind spends what llama.cpp's mixes give it at this size; the file meets the
-    budget, the report names the source, and the kinds' implied weights rank attn_v and ffn_down
-    above attn_q and ffn_gate (as every mix does)."""
+def test_budget_without_probes_weights_kinds_as_llama_cpp_does(model, imatrix):
+    """Without probes (no llama.cpp to run the model, or probe=False): each kind spends what
+    llama.cpp's mixes give it at this size; the allocation meets the budget, names the source, and
+    the kinds' implied weights rank attn_v and ffn_down above attn_q and ffn_gate (as every mix does)."""
+    from llmkit.quant.budget.allocate import allocate
+    from llmkit.quant.calibration.imatrix import load_imatrix
+
     d, m = model
-    imx = imatrix
-    out = tmp_path / "p.gguf"
-    r = run_cli(["quant", str(m), "--target-bpw", "3.5", "--imatrix", str(imx), "-o", str(out), "--json"])
-    assert r.exit_code == 0, r.stderr
-    a = json.loads(r.stdout)["allocation"]
-    assert a["sensitivity_source"] == "llama.cpp mixes"
-    s = a["sensitivity"]
+    a = allocate(str(m), target_bpw=3.5, imatrix=load_imatrix(str(imatrix)), probe=False)
+    assert a.sensitivity_source == "llama.cpp mixes" and a.probe_text is None
+    s = a.sensitivity
     assert min(s["attn_v"], s["ffn_down"]) > max(s["attn_q"], s["ffn_gate"]), s
-    assert 3.5 * 0.99 <= json.loads(r.stdout)["bpw"] <= 3.5
+    n = sum(int(np.prod(i.shape)) for i in a.items)
+    assert 3.5 * 0.99 <= 8 * a.used / n <= 3.5
+
+
+def test_budget_falls_back_to_the_mixes_without_llama_cpp(model, imatrix, monkeypatch):
+    """Probing needs llama-cpp-python; a budget without calibration text still works without it."""
+    import llmkit.quant.budget.allocate as alloc
+    from llmkit.errors import MissingDependency
+    from llmkit.quant.calibration.imatrix import load_imatrix
+
+    def missing(*a, **k):
+        raise MissingDependency("llama-cpp-python", "llama")
+
+    monkeypatch.setattr(alloc, "probe_sensitivity", missing)
+    monkeypatch.setenv("LLMKIT_PROBE_CACHE", str(model[0] / "no-probes"))
+    a = alloc.allocate(str(model[1]), target_bpw=3.5, imatrix=load_imatrix(str(imatrix)))
+    assert a.sensitivity_source == "llama.cpp mixes"

@@ -46,15 +46,16 @@ class QuantRun:
 def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False, imatrix: dict | None = None,
              allow_requantize: bool = False, threads: int | None = None, measure: bool = False,
              overrides: Overrides | None = None, target_bpw: float | None = None, target_size: int | None = None,
-             calib_text: str | None = None, n_ctx: int = 256, chunks: int | None = None, method: str = "rtn",
+             calib_text: str | None = None, n_ctx: int | None = None, chunks: int | None = None, method: str = "rtn",
              hessian_path: str | None = None, damp: float = 0.01, refit: bool = True,
              progress: Progress | None = None) -> QuantRun:
     """Quantize `src` into `dst` to the file type `ftype`, or under a budget (`target_bpw` bits per
     weight or `target_size` bytes for the whole file; the budget chooses every tensor's type), with
     llama.cpp's rounding (`method="rtn"`) or GPTQ's. GPTQ reads its Hessians from `hessian_path`, or
     collects them from `calib_text` (saved at `hessian_path` when given, else in a temporary folder
-    that is removed); a budget with `calib_text` probes each tensor kind's effect on the output.
-    `chunks` defaults to 16 calibration chunks for the Hessians and 4 for the probes."""
+    that is removed); a budget probes each tensor kind's effect on the output, on `calib_text` or on
+    text the model writes itself. `chunks` x `n_ctx` tokens: 16 x 256 for the Hessians, 4 x 32 for the
+    probes unless given."""
     budgeted = target_bpw is not None or target_size is not None
     if budgeted == (ftype is not None):
         raise BadInput("give either a file type or a size budget (target_bpw or target_size): a budget chooses "
@@ -82,12 +83,12 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
             if not hpath:  # nowhere to keep them: a temporary folder, removed at the end of the run
                 hpath = os.path.join(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmkit-gptq-")),
                                      "hessians.gguf")
-            collect_hessians(src, calib_text, hpath, n_ctx, chunks or 16, threads,
+            collect_hessians(src, calib_text, hpath, n_ctx or 256, chunks or 16, threads,
                              progress=stage("hessians", "calibration"), group_bytes=group_bytes)
         if budgeted:
             allocation = allocate(src, target_bpw=target_bpw, target_size=target_size, imatrix=imatrix,
                                   calib_text=calib_text, threads=threads, progress=stage("measuring"), n_ctx=n_ctx,
-                                  chunks=chunks or 4, hessian_path=hpath)
+                                  chunks=chunks, hessian_path=hpath)
             assign, ftype = allocation.assign, file_type_for(allocation)
             extra = {RECIPE_KEY: recipe(allocation, target_bpw, target_size, imatrix is not None, method)}
             allow_requantize = True  # a budget may keep already-quantized tensors at (or near) their type

@@ -30,10 +30,11 @@ from llmkit.commands.quant.base import group
 @click.option("--target-bpw", type=float, help="Choose each tensor's type so the tensors average B bits per weight.")
 @click.option("--target-size", help="Choose each tensor's type so the file fits SIZE bytes (K/M/G suffixes, base 1024).")
 @click.option("--calib", "calib_path", type=click.Path(dir_okay=False),
-              help="Calibration text: --target-* probes each tensor kind's effect on the output (KLD); "
-                   "--method gptq collects its Hessians from it.")
-@click.option("-c", "--ctx", "n_ctx", default=256, show_default=True, type=int, help="Calibration chunk size.")
-@click.option("--chunks", default=None, type=int, help="Calibration chunks (default: 4 for probes, 16 for GPTQ).")
+              help="Calibration text: --target-* probes each tensor kind's effect on the output (KLD) on it "
+                   "(without it, on text the model writes itself); --method gptq collects its Hessians from it.")
+@click.option("-c", "--ctx", "n_ctx", default=None, type=int,
+              help="Tokens per calibration chunk (default: 32 for the budget's probes, 256 for GPTQ's Hessians).")
+@click.option("--chunks", default=None, type=int, help="Calibration chunks (default: 4 for the probes, 16 for GPTQ).")
 @click.option("--method", type=click.Choice(["rtn", "gptq"]), default="rtn", show_default=True,
               help="rtn: llama.cpp's rounding (byte-identical); gptq: error-compensating rounding with Hessians "
                    "from --calib (Q2_K..Q6_K, Q4_0 matrices; not byte-identical by design).")
@@ -88,8 +89,9 @@ def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads,
 def _emit(run, src, dst, report: bool, as_json: bool) -> None:
     out, rep, alloc = Output(), run.report, run.allocation
     if alloc is not None:
+        on = f" on {alloc.probe_text}" if alloc.probe_text and "probe" in alloc.sensitivity_source else ""
         out.info(f"allocation: {len(alloc.assign)} tensors, {alloc.used:,} of {alloc.budget:,} bytes, sensitivity "
-                 f"{alloc.sensitivity_source}, {alloc.seconds:.1f} s")
+                 f"{alloc.sensitivity_source}{on}, {alloc.seconds:.1f} s")
     if run.method == "gptq":
         raised = run.damp_raised
         out.info(f"GPTQ: {run.gptq_matrices} matrices error-compensated (not byte-identical to llama.cpp by design)"

@@ -5,49 +5,47 @@ for this model, ExLlamaV2-style: a measured error for every candidate type, then
 allocation of bits under the budget.
 
 1. Error of a candidate: a deterministic sample of the tensor's rows (evenly spaced, about 32k
-   weights) is quantized with llmkit's byte-exact quantizers and dequantized; the error is the
+   weights and at least 8 rows, plus the 4 rows with the largest weighted magnitudes: see
+   measure.py) is quantized with llmkit's byte-exact quantizers and dequantized; the error is the
    activation-weighted squared error sum_j w_j (x_ij - q_ij)^2 (w = the imatrix's mean squared input
    per column, i.e. the expected squared output error of the matrix; 1 without an imatrix), scaled
    to all rows.
-2. Sensitivity: how much the model's output cares about a tensor's error. With calibration text
-   (`calib_text`) one probe per tensor kind (attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up,
-   ffn_down, token_embd, output): that kind quantized to Q4_0, everything else Q8_0, and the KL
-   divergence to the all-Q8_0 model measured on the text (through llama.cpp); the kind's
-   sensitivity is that KLD per unit of the kind's added error, so the allocator minimises a
-   predicted KLD. Without calibration text (`priors.py`) each kind keeps the bytes llama.cpp's
-   own mixes give it at this size (the mix of this size as llama.cpp's rules type this model, or
-   the line between the two mixes around it) and spends them on the tensors and types that its
-   measured errors favour: llama.cpp's rules, tuned on many models, say how much each kind matters
-   (attention-V, FFN-down, attention-output and the output matrix get more bits); the measured
-   errors say which tensors within a kind are hard and which types (K-quant or lattice i-quant)
-   serve each best. Two refinements keep llama.cpp's knowledge where the measured errors are
-   known to mislead: (a) tensors of a kind that the mixes around the budget type alike share one
-   budget (`priors.layer_groups`: llama.cpp gives FFN-down of the first layers more bits than the
-   others at IQ2_M; the measured errors, larger in later layers, would move them there); (b) each
-   tensor chooses among the types those mixes give it and one step below and above them
-   (`near_types`), not across the whole ladder (the errors alone gave a first layer's FFN-up IQ1_S
-   and a last layer's Q4_K). At a mix's own size every group's measured error is at most the
-   mix's. A group's weight (for the bytes rounding leaves and for the predicted error) is the
-   inverse of its price lambda.
-   Measured on Qwen2.5-Coder-1.5B (F16 from the packaged Q4_K_M, its imatrix; mean KLD to the F16
-   on other text, -c 256, 16 chunks), relative to llama.cpp's mix + imatrix of the same size,
-   Q3_K_M / IQ3_XXS / IQ2_M sizes: every kind counted the same 1.31x, 2.56x, 2.04x (an earlier
-   run); one budget per kind 1.08x, 0.955x, 1.67x; per-layer groups 1.06x, 0.955x, 1.26x; groups
-   and near types (the default) 0.98x (0.0550 vs 0.0560), 0.96x (0.2019 vs 0.2098), 0.94x (0.2939
-   vs 0.3136). Also tried earlier, no better: weights fitted so that llama.cpp's mixes are
-   Lagrangian optima of the measured errors, errors relative to each tensor's output power, a
-   global floor at the fewest bits the mix gives any tensor. Not tried: probes on text sampled
-   from the model itself.
+2. Sensitivity: how much the model's output cares about a tensor's error, measured (`probe.py`):
+   for each kind of tensor (attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down,
+   token_embd, output) llama.cpp evaluates a few token sequences with that kind's 4-bit rounding
+   error added to its products (through the eval callback: no model file is written), and the
+   kind's sensitivity is the KL divergence to the unchanged model per unit of the kind's added
+   error, so the allocator minimises a predicted KLD. The sequences come from `--calib` text or,
+   without it, from text the model writes itself (data-free: sampled from the document boundary).
+   Measured on Qwen2.5-Coder-1.5B (F16 from the packaged Q4_K_M, its imatrix; mean KLD to the F16 on
+   other text, -c 256, 16 chunks), relative to llama.cpp's mix + imatrix of the same size: with
+   probes on 4 x 32 self-written tokens 0.59x at Q3_K_M's size with the lattice i-quants (0.65x
+   without them, the default there), 0.62x at IQ3_XXS's; with 4 x 256 tokens of the kernel docs
+   (the old file-writing probes) 0.53x. The kinds differ by 50x per unit of error (FFN-up least,
+   attention-output and FFN-down most).
+   Without llama.cpp to run the model (no `llama` extra) or with probe=False, each kind keeps the
+   bytes llama.cpp's own mixes give it at this size (`priors.py`: the mix of this size as
+   llama.cpp's rules type this model, or the line between the two mixes around it) and spends them
+   on the tensors and types its measured errors favour; tensors of a kind that the mixes around the
+   budget type alike share one budget (`priors.layer_groups`), and each tensor chooses among the
+   types those mixes give it and one step below and above (`near_types`). Measured on the same
+   model: 0.98x, 0.96x, 0.94x at Q3_K_M's, IQ3_XXS's and IQ2_M's sizes (every kind counted the
+   same: 1.31x, 2.56x, 2.04x). A group's weight (for the bytes rounding leaves and for the
+   predicted error) is the inverse of its price lambda.
+   Tried and measured worse: per-layer factors from probes of each layer (sensitivity = kind factor x
+   layer factor): 0.84x against the kind factors' 0.65x at Q3_K_M's size without i-quants; weights
+   fitted so that llama.cpp's mixes are Lagrangian optima of the measured errors; errors relative to
+   each tensor's output power; a global floor at the fewest bits the mix gives any tensor.
 3. Solver: a multiple-choice knapsack by Lagrangian relaxation (each tensor takes the type that
    minimises sensitivity x error + lambda x bytes; lambda bisected to the largest allocation that
    fits), then the remaining bytes are spent on the upgrades with the best error saved per byte.
    The file lands at most a few tensors' worth of bytes, and within 0.5 %, under the budget.
-   Without text the result is also checked against every llama.cpp mix that fits: should one be
-   predicted better (a solver gap), that mix plus upgrades is taken, so the allocation is never
-   predicted worse than llama.cpp's recipe of its size.
+   The result is also checked against every llama.cpp mix that fits: should one be predicted better
+   (a solver gap), that mix plus upgrades is taken, so the allocation is never predicted worse than
+   llama.cpp's recipe of its size.
 
 1-D tensors (norms) and tensors llama.cpp never quantizes keep their type; a candidate needs row
-lengths its block size divides. At or below 4.5 bits per weight with an imatrix the candidates include
+lengths its block size divides. At or below 3.6 bits per weight with an imatrix the candidates include
 the lattice i-quants (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) for the tensors it covers.
 """
 
@@ -59,12 +57,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from llmkit.errors import BadInput
+from llmkit.errors import BadInput, MissingDependency
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.types import ALIGNMENT
 from llmkit.quant.budget.measure import GRID_MAX_BPW, Item, grid_names, measure, shape_items
 from llmkit.quant.budget.priors import bracket, group_key, kind_budgets, layer_groups, llama_mixes, mix_bytes
-from llmkit.quant.budget.probe import cached_probe, probe_key, probe_sensitivity, store_probe
+from llmkit.quant.budget.probe import PROBE_SEQS, PROBE_TOKENS, cached_probe, probe_key, probe_sensitivity, store_probe
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers
 from llmkit.quant.write.quantize import output_header
@@ -80,6 +78,7 @@ class Allocation:
     sensitivity_source: str  # "probe" | "cached probe" | "llama.cpp mixes" | "none"
     items: list[Item]
     seconds: float = 0.0
+    probe_text: str | None = None  # what the probes read: "calibration text" | "the model's own text"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -261,9 +260,11 @@ def no_worse_than_mixes(items: list[Item], budget: int, sensitivity: dict, mixes
 
 
 def allocate(src: str, *, target_bpw: float | None = None, target_size: int | None = None, imatrix=None,
-             calib_text: str | None = None, threads=None, progress=None, n_ctx: int = 256, chunks: int = 4,
-             hessian_path: str | None = None) -> Allocation:
-    """Measure, (probe,) and solve for `src` under the budget."""
+             calib_text: str | None = None, threads=None, progress=None, n_ctx: int | None = None,
+             chunks: int | None = None, hessian_path: str | None = None, probe: bool = True) -> Allocation:
+    """Measure, probe and solve for `src` under the budget. The probes read `chunks` sequences of `n_ctx`
+    tokens of `calib_text`, or of text the model writes itself (none with probe=False: llama.cpp's
+    mixes then split the budget among the kinds)."""
     t0 = time.perf_counter()
     if (target_bpw is None) == (target_size is None):
         raise BadInput("give exactly one budget: target_bpw or target_size.")
@@ -283,28 +284,40 @@ def allocate(src: str, *, target_bpw: float | None = None, target_size: int | No
         shaped = shape_items(g, align, grid_names(imatrix))
     check_reachable(shaped, budget, head, n_weights, target_bpw is not None)  # before the minutes of measuring
     items = measure(src, imatrix, threads, progress, hessian_path=hessian_path, grid=grid)
-    if calib_text:
-        key = probe_key(src, imatrix, calib_text, n_ctx, chunks)
+    mixes = llama_mixes(g, items, imatrix is not None)
+    sens, source, origin = None, "none", None
+    if probe or calib_text:
+        origin = "calibration text" if calib_text else "the model's own text"
+        n_seq, n_tok = chunks or PROBE_SEQS, n_ctx or PROBE_TOKENS
+        key = probe_key(src, imatrix, calib_text, n_seq, n_tok)
         sens, source = cached_probe(key), "cached probe"
         if sens is None:
-            sens, source = probe_sensitivity(src, items, calib_text, imatrix, n_ctx, chunks, threads, progress), "probe"
-            store_probe(key, sens)
+            try:
+                sens = probe_sensitivity(src, items, imatrix, calib_text, n_seq, n_tok, threads=threads,
+                                         progress=progress)
+            except MissingDependency:
+                if calib_text:
+                    raise
+                origin = None  # no llama.cpp to run the model: llama.cpp's mixes split the budget
+            else:
+                source = "probe"
+                store_probe(key, sens)
+    if sens is not None:
         used, predicted = solve(items, budget, sens)
-    else:  # no text: each kind gets the bytes llama.cpp's mixes give it at this size
-        mixes = llama_mixes(g, items, imatrix is not None)
-        if mixes:
-            near = [mixes[m] for m in bracket(items, mixes, budget, align)]
-            near_types(items, near)
-            group = layer_groups(items, near)
-            used, predicted, by_group = solve_by_kind(items, budget, kind_budgets(items, mixes, budget, align, group),
-                                                      group)
-            used, predicted = no_worse_than_mixes(items, budget, by_group, mixes, align, used, predicted, group)
-            sens = kind_weights(items, group, by_group)
-            source = "llama.cpp mixes"
-        else:  # llama.cpp's rules type no file of this model: every kind counts the same
-            (used, predicted), sens, source = solve(items, budget), {}, "none"
+        used, predicted = no_worse_than_mixes(items, budget, sens, mixes, align, used, predicted)
+    elif mixes:  # each kind gets the bytes llama.cpp's mixes give it at this size
+        near = [mixes[m] for m in bracket(items, mixes, budget, align)]
+        near_types(items, near)
+        group = layer_groups(items, near)
+        used, predicted, by_group = solve_by_kind(items, budget, kind_budgets(items, mixes, budget, align, group),
+                                                  group)
+        used, predicted = no_worse_than_mixes(items, budget, by_group, mixes, align, used, predicted, group)
+        sens = kind_weights(items, group, by_group)
+        source = "llama.cpp mixes"
+    else:  # llama.cpp's rules type no file of this model: every kind counts the same
+        (used, predicted), sens = solve(items, budget), {}
     return Allocation({i.name: i.chosen for i in items if i.fixed is None}, budget, used, predicted, sens, source,
-                      items, time.perf_counter() - t0)
+                      items, time.perf_counter() - t0, origin)
 
 
 def check_reachable(items: list[Item], budget: int, head: int, n_weights: int, per_weight: bool) -> None:

@@ -1,10 +1,15 @@
 """What each candidate type would cost a tensor: its bytes and its measured error (module doc of
 allocate.py, step 1).
 
-A deterministic sample of the tensor's rows (evenly spaced, about 32k weights) is quantized with
-llmkit's byte-exact quantizers and dequantized; the error is the activation-weighted squared error
-sum_j w_j (x_ij - q_ij)^2 (w = the imatrix's mean squared input per column; 1 without one), scaled
-to all rows. With GPTQ's Hessians it is the output error tr(D H D^T) instead.
+A deterministic sample of the tensor's rows is quantized with llmkit's byte-exact quantizers and
+dequantized; the error is the activation-weighted squared error sum_j w_j (x_ij - q_ij)^2 (w = the
+imatrix's mean squared input per column; 1 without one), scaled to all rows. The sample: at least
+MIN_ROWS evenly spaced rows (about 32k weights), which stand for all the others, plus the TOP_ROWS rows
+holding the largest weighted magnitudes |x_ij| sqrt(w_j), counted once each. Those few rows can hold
+most of a tensor's error: in Qwen2.5-1.5B's layer-2 FFN-down, row 408 (the residual stream's
+massive-activation channel) has one weight 2000x the row's median, and IQ3_S's error on that row is
+99.9 % of the tensor's (Q3_K's: 0.3 %); evenly spaced rows miss it. With GPTQ's Hessians the error
+is the output error tr(D H D^T) instead.
 """
 
 from __future__ import annotations
@@ -28,16 +33,21 @@ from llmkit.quant.rounding.gptq import SUPPORTED, output_error, quantize_matrix
 CANDIDATES = ("Q2_K", "Q3_K", "IQ4_XS", "Q4_K", "IQ4_NL", "Q4_0", "Q4_1", "Q5_K", "Q5_0", "Q5_1", "Q6_K",
               "Q8_0", "F16")
 # the lattice i-quants: candidates for a tensor with an imatrix entry under a budget of at most
-# GRID_MAX_BPW (their searches cost 100-500 ns per weight to measure; above ~4.5 bits they lose to
-# the K-quants; without an imatrix llama.cpp refuses most of them). TQ1_0/TQ2_0 (ternary-trained
-# models only) and MXFP4 (MoE experts) are never candidates.
+# GRID_MAX_BPW (without an imatrix llama.cpp refuses most of them). Their searches cost 100-350 ns
+# per weight against 13-80 for the K-quants, in the measuring and in the final rounding: on
+# Qwen2.5-Coder-1.5B at Q3_K_M's size (4.16 bpw) they took the mean KLD from 0.65x to 0.59x of
+# llama.cpp's mix but the run from about 2.3x to 4x llama-quantize's time, so above 3.6 bpw (where
+# the K-quants still serve every tensor well) they are left out; at IQ3_XXS's and IQ2_M's sizes (3.46,
+# 3.15 bpw) they are what the budget is made of. TQ1_0/TQ2_0 (ternary-trained models only) and MXFP4
+# (MoE experts) are never candidates.
 GRID_CANDIDATES = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
-GRID_MAX_BPW = 4.5
+GRID_MAX_BPW = 3.6
 # 32k weights: on Qwen2.5-Coder-1.5B the allocations from 32k-weight samples are predicted within
 # 1.3 % of those from 128k (Q3_K_M, IQ3_XXS and IQ2_M sizes, errors re-scored on 128k), in a quarter
 # of the time (measuring every candidate is most of a budget run's cost)
 SAMPLE_WEIGHTS = 1 << 15
-
+MIN_ROWS = 8  # even for wide tensors (FFN-down: 3 rows of 8960 would be 32k weights)
+TOP_ROWS = 4  # rows with the largest weighted magnitude, always measured
 
 
 @dataclass
@@ -67,10 +77,44 @@ def grid_names(imatrix) -> frozenset:
     return frozenset(imatrix) if imatrix is not None else frozenset()
 
 
-def sample_rows(n_rows: int, ne0: int) -> np.ndarray:
-    """Evenly spaced rows, about SAMPLE_WEIGHTS weights in all (all rows of small tensors)."""
-    k = max(1, min(n_rows, SAMPLE_WEIGHTS // max(ne0, 1)))
-    return np.unique(np.linspace(0, n_rows - 1, k).round().astype(np.int64))
+def sample_rows(n_rows: int, ne0: int, top: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, how many rows each stands for): evenly spaced rows, about SAMPLE_WEIGHTS weights and at
+    least MIN_ROWS (all rows of small tensors), standing for the rest, and the rows `top`, each itself.
+
+    >>> rows, stand = sample_rows(100, 4096, np.array([7]))
+    >>> rows.tolist(), stand.tolist()
+    ([0, 7, 14, 28, 42, 57, 71, 85, 99], [12.375, 1.0, 12.375, 12.375, 12.375, 12.375, 12.375, 12.375, 12.375])
+    """
+    k = max(1, min(n_rows, max(MIN_ROWS, SAMPLE_WEIGHTS // max(ne0, 1))))
+    even = np.unique(np.linspace(0, n_rows - 1, k).round().astype(np.int64))
+    top = np.unique(top) if top is not None and len(top) else np.zeros(0, np.int64)
+    even = np.setdiff1d(even, top)
+    rows = np.concatenate([even, top])
+    stand = np.concatenate([np.full(len(even), (n_rows - len(top)) / max(len(even), 1)), np.ones(len(top))])
+    order = np.argsort(rows)
+    return rows[order], stand[order]
+
+
+def top_rows(f, t, data_offset: int, w, k: int = TOP_ROWS) -> np.ndarray:
+    """The k rows with the largest |x_ij| sqrt(w_j) (w: (n_matrices, ne0) column weights or None),
+    read in slabs of about 4M weights."""
+    from llmkit.gguf.tensors import read_tensor, row_slab
+
+    ne0 = t.shape[0]
+    n_rows = int(np.prod(t.shape, dtype=np.int64)) // ne0
+    if n_rows <= k:
+        return np.arange(n_rows)
+    rows_per_matrix = t.shape[1] if len(t.shape) > 1 else 1
+    sw = None if w is None else np.sqrt(np.maximum(w, 0)).astype(np.float32)
+    score = np.empty(n_rows, np.float32)
+    step = max(1, (1 << 22) // ne0)
+    for r0 in range(0, n_rows, step):
+        info = row_slab(t, r0, min(step, n_rows - r0))
+        x = np.abs(to_f32(read_tensor(f, info, data_offset), info))
+        if sw is not None:
+            x *= sw[(np.arange(r0, r0 + len(x)) // rows_per_matrix) % len(sw)]
+        score[r0:r0 + len(x)] = x.max(axis=1)
+    return np.sort(np.argpartition(score, -k)[-k:])
 
 
 def shape_items(g, align: int, grid_for=frozenset()) -> list[Item]:
@@ -117,19 +161,19 @@ def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
             ne0 = shape[0]
             n_rows = int(np.prod(shape, dtype=np.int64)) // ne0
             rows_per_matrix = shape[1] if len(shape) > 1 else 1
-            rows = sample_rows(n_rows, ne0)
-            xs = np.ascontiguousarray(to_f32(*read_rows(f, t, g.data_offset, rows)))
             w = None
             if imatrix is not None and name in imatrix:
                 qw = np.asarray(imatrix[name], np.float32)
                 if len(qw) == ne0 * (shape[2] if len(shape) > 2 else 1):
                     w = qw.reshape(-1, ne0)  # one row of column weights per expert
+            rows, stand = sample_rows(n_rows, ne0, top_rows(f, t, g.data_offset, w))
+            xs = np.ascontiguousarray(to_f32(*read_rows(f, t, g.data_offset, rows)))
             ws = None if w is None else w[(rows // rows_per_matrix) % len(w)]
             h = None
             if name in hidx and len(shape) == 2 and hidx[name][1] == ne0:
                 off, dim = hidx[name]
                 h = np.memmap(hessian_path, dtype="<f4", mode="r", offset=off, shape=(dim, dim))
-            jobs.append(pool.submit(_errors, item, xs, ws, n_rows / len(rows), h))
+            jobs.append(pool.submit(_errors, item, xs, ws, stand, h))
             if progress:
                 progress(i + 1, len(items), name)
         for j in jobs:
@@ -137,9 +181,9 @@ def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
     return items
 
 
-def _errors(item: Item, xs: np.ndarray, ws, scale: float, h=None) -> None:
-    """Weighted squared error of each candidate on the sampled rows, scaled to the whole tensor
-    (with a Hessian: the output error, GPTQ rounding for the types it writes)."""
+def _errors(item: Item, xs: np.ndarray, ws, stand: np.ndarray, h=None) -> None:
+    """Weighted squared error of each candidate on the sampled rows, each row counted for the rows it
+    stands for (with a Hessian: the output error, GPTQ rounding for the types it writes)."""
     weights = np.ones_like(xs) if ws is None else ws
     if h is not None:
         H = np.asarray(h, np.float64)
@@ -150,7 +194,7 @@ def _errors(item: Item, xs: np.ndarray, ws, scale: float, h=None) -> None:
             else:
                 q = fmt.quantize(xs, None if ws is None else ws[0])
             d = fmt.dequantize(q.reshape(-1), xs.size).reshape(xs.shape)
-            item.error[c] = output_error(xs, d, H) * scale
+            item.error[c] = output_error(xs, d, H, stand)
         return
     for c in item.bytes:
         fmt = get_format(c)
@@ -161,4 +205,4 @@ def _errors(item: Item, xs: np.ndarray, ws, scale: float, h=None) -> None:
         else:
             q = fmt.quantize(xs)
         d = fmt.dequantize(q.reshape(-1), xs.size).reshape(xs.shape)
-        item.error[c] = float(((xs.astype(np.float64) - d) ** 2 * weights).sum() * scale)
+        item.error[c] = float(((xs.astype(np.float64) - d) ** 2 * weights).sum(axis=1) @ stand)

@@ -156,10 +156,12 @@ def quantize_matrix(W: np.ndarray, H: np.ndarray, name: str, damp: float = 0.01,
     return out.reshape(rows, -1), lam
 
 
-def output_error(W: np.ndarray, Q: np.ndarray, H: np.ndarray) -> float:
-    """tr((W - Q) H (W - Q)^T): the summed squared output error over the calibration activations."""
+def output_error(W: np.ndarray, Q: np.ndarray, H: np.ndarray, row_weights: np.ndarray | None = None) -> float:
+    """tr((W - Q) H (W - Q)^T): the summed squared output error over the calibration activations
+    (each row's term times its weight, when given)."""
     D = (np.asarray(W, np.float64) - np.asarray(Q, np.float64))
-    return float(np.einsum("ij,jk,ik->", D, np.asarray(H, np.float64), D))
+    per_row = np.einsum("ij,jk,ik->i", D, np.asarray(H, np.float64), D)
+    return float(per_row.sum() if row_weights is None else per_row @ row_weights)
 
 
 # -- whole models ----------------------------------------------------------------------------------------
