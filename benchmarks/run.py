@@ -7,8 +7,9 @@
 
 How each figure is measured is in harness.py: whole processes timed from outside, alternating,
 median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale,
-and rag-quality (llmkit's retrieval quality against the naive baseline; about 40 minutes with an
-empty vector cache, so --quick leaves it out: `--area rag-quality` runs it).
+rag-quality (llmkit's retrieval quality against the naive baseline; about 40 minutes with an
+empty vector cache) and quant-quality (size budgets against llama.cpp's mixes on a real model,
+--quant-model/--quant-imatrix; about 45 minutes): --quick leaves those two out, `--area NAME` runs them.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench", "generate": "generate_bench",
-         "kv": "kv_bench", "scale": "scale_bench", "rag-quality": "quality_bench"}
+         "kv": "kv_bench", "scale": "scale_bench", "rag-quality": "quality_bench",
+         "quant-quality": "quant_quality_bench"}
 # long quality runs: only with --area (or a full run), not in --quick's 20 minutes
-NOT_QUICK = {"rag-quality"}
+NOT_QUICK = {"rag-quality", "quant-quality"}
 QUALITY = {"rag-quality"}  # areas of quality figures only (no clock)
 BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
 
