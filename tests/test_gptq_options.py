@@ -1,4 +1,4 @@
-"""`quant --method gptq --damp/--no-refit` reach the GPTQ solver: the explicit default equals the
+"""`quant --method gptq --damp/--shrink/--no-refit` reach the GPTQ solver: the explicit default equals the
 default byte for byte, and each setting changes the quantized tensors (Hessians computed once)."""
 
 import pytest
@@ -29,7 +29,7 @@ def test_damp_and_no_refit_change_gptq_output(tmp_path, kernel_small):
 
     base = run("base")
     assert base  # some tensors were GPTQ-quantized to Q4_0
-    assert run("explicit", "--damp", "0.01") == base
-    for name, extra in (("damp", ("--damp", "1.0")), ("norefit", ("--no-refit",))):
+    assert run("explicit", "--damp", "0.01", "--shrink", "3") == base
+    for name, extra in (("damp", ("--damp", "1.0")), ("norefit", ("--no-refit",)), ("plain", ("--shrink", "0"))):
         other = run(name, *extra)
         assert other.keys() == base.keys() and any(other[k] != base[k] for k in base), name

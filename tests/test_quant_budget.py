@@ -130,9 +130,46 @@ def test_gptq_levels_and_output_error(name):
     H = X.T.astype(np.float64) @ X
     W = rng.standard_normal((32, 512)).astype(np.float32)
     rtn = fmt.dequantize(fmt.quantize(W, np.diag(H).astype(np.float32)).reshape(-1), W.size).reshape(W.shape)
-    q, lam = quantize_matrix(W, H, name)
+    q, lam = quantize_matrix(W, H, name, shrink=0.0)  # the plain algorithm, on its own H
     g = fmt.dequantize(q.reshape(-1), W.size).reshape(W.shape)
     assert output_error(W, g, H) < 0.8 * output_error(W, rtn, H) and lam == 0.01
+
+
+def test_gptq_shrinkage_trades_calibration_fit_for_other_text():
+    """GPTQ's plain algorithm fits the calibration text's correlations: on activations whose shared
+    directions differ (another text) it is worse than round-to-nearest, as measured on the 1.5B model;
+    the default shrinkage toward diag(H) gives up part of the fit to the calibration text and loses
+    much less on the other text."""
+    from llmkit.quant.formats import get_format
+    from llmkit.quant.rounding.gptq import SHRINK, output_error, quantize_matrix
+
+    fmt = get_format("Q2_K")
+    plain_other = shrunk_other = plain_own = shrunk_own = rtn_other = 0.0
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        n = 256
+        scale = rng.random(n) ** 2 + 0.05
+
+        def text(m):  # activations: independent features plus 8 directions this text shares
+            shared = rng.standard_normal((8, n))
+            return (rng.standard_normal((m, n)) + 3 * rng.standard_normal((m, 8)) @ shared / np.sqrt(8)) * scale
+
+        Xc, Xo = text(4000), text(4000)
+        Hc, Ho = Xc.T @ Xc, Xo.T @ Xo
+        W = rng.standard_normal((32, n)).astype(np.float32)
+
+        def deq(q):
+            return fmt.dequantize(q.reshape(-1), W.size).reshape(W.shape)
+
+        rtn_other += output_error(W, deq(fmt.quantize(W, np.diag(Hc).astype(np.float32))), Ho)
+        plain, shrunk = deq(quantize_matrix(W, Hc, "Q2_K", shrink=0.0)[0]), deq(quantize_matrix(W, Hc, "Q2_K")[0])
+        plain_own += output_error(W, plain, Hc)
+        shrunk_own += output_error(W, shrunk, Hc)
+        plain_other += output_error(W, plain, Ho)
+        shrunk_other += output_error(W, shrunk, Ho)
+    assert SHRINK > 0 and plain_own < 0.7 * shrunk_own  # the plain algorithm fits its own text best (0.54)
+    assert plain_other > 1.05 * rtn_other  # ... and loses to round-to-nearest on the other one (1.14)
+    assert shrunk_other < 0.95 * plain_other  # measured 0.925 (default shrink 3)
 
 
 def test_gptq_dampening_raised_for_an_indefinite_hessian():
@@ -140,7 +177,7 @@ def test_gptq_dampening_raised_for_an_indefinite_hessian():
 
     H = np.eye(32) * -0.5 + 1.0  # eigenvalues 31.5 and -0.5: not positive definite
     W = np.random.default_rng(2).standard_normal((4, 32)).astype(np.float32)
-    q, lam = quantize_matrix(W, H, "Q4_0")
+    q, lam = quantize_matrix(W, H, "Q4_0", shrink=0.0)
     assert lam > 0.01 and q.shape == (4, 18)
 
 

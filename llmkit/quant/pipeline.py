@@ -16,7 +16,7 @@ from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.rules import Overrides
 from llmkit.quant.plan.tensors import plan_types
-from llmkit.quant.rounding.gptq import gptq_replacements
+from llmkit.quant.rounding.gptq import SHRINK, gptq_replacements
 from llmkit.quant.write.quantize import QuantReport, quantize_file
 
 METHODS = ("rtn", "gptq")
@@ -48,14 +48,15 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
              overrides: Overrides | None = None, target_bpw: float | None = None, target_size: int | None = None,
              calib_text: str | None = None, n_ctx: int | None = None, chunks: int | None = None, method: str = "rtn",
              hessian_path: str | None = None, damp: float = 0.01, refit: bool = True,
-             progress: Progress | None = None) -> QuantRun:
+             shrink: float | None = None, progress: Progress | None = None) -> QuantRun:
     """Quantize `src` into `dst` to the file type `ftype`, or under a budget (`target_bpw` bits per
     weight or `target_size` bytes for the whole file; the budget chooses every tensor's type), with
     llama.cpp's rounding (`method="rtn"`) or GPTQ's. GPTQ reads its Hessians from `hessian_path`, or
     collects them from `calib_text` (saved at `hessian_path` when given, else in a temporary folder
     that is removed); a budget probes each tensor kind's effect on the output, on `calib_text` or on
     text the model writes itself. `chunks` x `n_ctx` tokens: 16 x 256 for the Hessians, 4 x 32 for the
-    probes unless given."""
+    probes unless given. `shrink`: GPTQ's shrinkage of H toward its diagonal (default
+    rounding.gptq.SHRINK)."""
     budgeted = target_bpw is not None or target_size is not None
     if budgeted == (ftype is not None):
         raise BadInput("give either a file type or a size budget (target_bpw or target_size): a budget chooses "
@@ -95,7 +96,8 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
         if method == "gptq":
             types = plan_types(src, ftype, pure, imatrix is not None, overrides, assign)
             replace, raised = gptq_replacements(src, types, hpath, imatrix, damp, refit, threads,
-                                                progress=stage("gptq"), workers=workers)
+                                                progress=stage("gptq"), workers=workers,
+                                                shrink=SHRINK if shrink is None else shrink)
             n_gptq = len(replace)
             skipped = _not_gptq(src, types)
             assign = types

@@ -41,10 +41,13 @@ from llmkit.commands.quant.base import group
 @click.option("--hessian", "hessian_path", type=click.Path(dir_okay=False),
               help="GPTQ: read the Hessians from this file, or collect them from --calib and save them here.")
 @click.option("--damp", default=0.01, show_default=True, type=float, help="GPTQ dampening (x mean diagonal of H).")
+@click.option("--shrink", default=None, type=float,
+              help="GPTQ: add this x diag(H) to H, shrinking the correlations that calibration text estimates "
+                   "worst (default 3; 0: the plain algorithm).")
 @click.option("--no-refit", is_flag=True, help="GPTQ: fit each block's scales once on the original weights.")
 def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads, report, as_json, output_type,
                  embd_type, tensor_types, target_bpw, target_size, calib_path, n_ctx, chunks, method, hessian_path,
-                 damp, no_refit):
+                 damp, shrink, no_refit):
     """Quantize IN.gguf to TYPE, writing OUT.gguf (the same bytes llama.cpp's quantizer writes); or
     choose each tensor's type under a size budget (--target-bpw / --target-size)."""
     import os
@@ -79,7 +82,7 @@ def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads,
         run = quantize(src, dst, qtype, pure=pure, imatrix=imx, allow_requantize=allow_requantize, threads=threads,
                        measure=report or as_json, overrides=overrides, target_bpw=target_bpw, target_size=size,
                        calib_text=calib, n_ctx=n_ctx, chunks=chunks, method=method, hessian_path=hessian_path,
-                       damp=damp, refit=not no_refit, progress=bars)
+                       damp=damp, refit=not no_refit, shrink=shrink, progress=bars)
     finally:
         bars.close()
         jit.NOTICE = None
