@@ -19,9 +19,10 @@ allocation of bits under the budget.
    without it, from text the model writes itself (data-free: sampled from the document boundary).
    Measured on Qwen2.5-Coder-1.5B (F16 from the packaged Q4_K_M, its imatrix; mean KLD to the F16 on
    other text, -c 256, 16 chunks), relative to llama.cpp's mix + imatrix of the same size: with
-   probes on 4 x 32 self-written tokens 0.59x at Q3_K_M's size with the lattice i-quants (0.65x
-   without them, the default there), 0.62x at IQ3_XXS's; with 4 x 256 tokens of the kernel docs
-   (the old file-writing probes) 0.53x. The kinds differ by 50x per unit of error (FFN-up least,
+   probes on 4 x 32 self-written tokens 0.67x at Q3_K_M's size, 0.62x at IQ3_XXS's, 0.69x at
+   IQ2_M's (benchmarks/RESULTS.md, rows qq-*-kld); at Q3_K_M's size with the lattice i-quants
+   allowed 0.59x once, in twice the time; with 4 x 256 tokens of the kernel docs (the old
+   file-writing probes) 0.53x. The kinds differ by 50x per unit of error (FFN-up least,
    attention-output and FFN-down most).
    Without llama.cpp to run the model (no `llama` extra) or with probe=False, each kind keeps the
    bytes llama.cpp's own mixes give it at this size (`priors.py`: the mix of this size as
