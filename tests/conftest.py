@@ -25,33 +25,8 @@ def pytest_configure(config):
             _SESSION_DIRS.append(os.environ[var])
 
 
-_WARM: list = []
-
-
-def pytest_collection_finish(session):
-    """Compile the numba kernels (jit.compile_all) in a background process while the first tests,
-    which need none, run on the other core: on a fresh install the compilation is minutes of the
-    suite's time. The tests that then use a kernel load it from numba's cache (a test that comes to a
-    kernel first compiles it itself, same bytes). Only when quantization tests were collected; without
-    numba this does nothing."""
-    import importlib.util
-
-    if (not any("test_quant" in item.nodeid for item in session.items) or importlib.util.find_spec("numba") is None
-            or os.environ.get("LLMKIT_NO_JIT", "") not in ("", "0")):
-        return
-    code = "from llmkit.quant.formats import jit; jit.compile_all()"
-    _WARM.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL))
-
-
 def pytest_unconfigure(config):
     import shutil
-
-    while _WARM:
-        p = _WARM.pop()
-        if p.poll() is None:
-            p.kill()
-        p.wait()
 
     while _SESSION_DIRS:
         shutil.rmtree(_SESSION_DIRS.pop(), ignore_errors=True)

@@ -456,18 +456,6 @@ def test_compiled_kernels_equal_the_numpy_definition(name, monkeypatch):
     del jit
 
 
-def test_compile_all_reaches_every_format(tmp_path, monkeypatch):
-    """jit.compile_all (run in the background by the test suite's conftest) quantizes with every format,
-    so every kernel is compiled or loaded; here from the suite's cache, so it takes seconds."""
-    pytest.importorskip("numba")
-    from llmkit.quant.formats import FORMATS, jit
-
-    done = jit.compile_all()
-    assert set(done) == set(FORMATS) and {"Q4_K", "IQ2_XXS", "IQ1_M", "MXFP4", "Q8_0"} <= set(done)
-    monkeypatch.setenv("LLMKIT_NO_JIT", "1")
-    assert jit.compile_all() == []
-
-
 @pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
 def test_compiled_imatrix_kernels_equal_ggml(name, monkeypatch):
     """The numba kernels of the K-quants' imatrix paths (jit.run_weighted) give ggml_quantize_chunk's

@@ -126,29 +126,3 @@ def f16_rows(raw: np.ndarray, ne0: int) -> tuple[np.ndarray, int]:
     out = np.empty(len(h), np.uint32)
     bad = k.f16_to_f32(h, k.F16_BITS, out)
     return out.view(F32).reshape(-1, ne0), int(bad)
-
-
-def compile_all() -> list[str]:
-    """Compile every kernel now (or load it from numba's cache): each format quantizes two rows with
-    and without an imatrix, and F16 rows are converted once. Returns the formats quantized (none
-    without numba). For a process that wants the one-time compilation behind it before timed or parallel work
-    (the test suite starts it in the background, so compiling overlaps the tests that need none)."""
-    from llmkit.errors import BadInput
-    from llmkit.quant.formats.base import FORMATS, _load_all
-
-    if not enabled():
-        return []
-    _load_all()
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((2, 256)).astype(F32)
-    qw = (rng.random(256) + 0.1).astype(F32)
-    done = []
-    for name, fmt in sorted(FORMATS.items()):
-        for imatrix in (None, qw):
-            try:
-                fmt.quantize(x, imatrix)
-            except BadInput:  # a type that needs an imatrix
-                continue
-        done.append(name)
-    f16_rows(x.astype(np.float16).view(np.uint8), 256)
-    return done
