@@ -56,7 +56,7 @@ def main() -> None:
         sums, counts, _ = collect(a.model, text, n_ctx=512, threads=a.threads, max_chunks=chunks, hessian=True,
                                   only=wanted)
         print(f"H from {path}: {chunks} x 512 tokens, {time.perf_counter() - t:.0f} s", file=sys.stderr)
-        return {k: v / float(np.asarray(counts[k]).sum()) for k, v in sums.items() if wanted(k)}
+        return {k: v / float(np.asarray(counts[k]).sum()) for k, v in sums.items()}  # `only` chose them
 
     Hc, Ho = hessians(a.calib, 16), hessians(a.other, 8)
     imx = load_imatrix(a.imatrix)
