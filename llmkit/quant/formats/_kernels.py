@@ -526,16 +526,17 @@ def _k4_scratch():
 
 @njit(**OPTS)
 def q4_k(x, out):
-    _q4_k(x, x, False, out)
+    _q4_k(x, np.empty((0, x.shape[1]), F), out)
 
 
 @njit(**OPTS)
 def q4_k_w(x, qw, out):
-    _q4_k(x, qw, True, out)
+    _q4_k(x, qw, out)
 
 
-@njit(inline="always", **OPTS)
-def _q4_k(x, qw, weighted, out):
+@njit(**OPTS)
+def _q4_k(x, qw, out):
+    weighted = qw.shape[0] > 0  # a run-time flag: one compilation serves both entry points
     scr = _k4_scratch()
     L = scr[0]
     for i in range(x.shape[0]):
@@ -547,16 +548,17 @@ def _q4_k(x, qw, weighted, out):
 
 @njit(**OPTS)
 def q5_k(x, out):
-    _q5_k(x, x, False, out)
+    _q5_k(x, np.empty((0, x.shape[1]), F), out)
 
 
 @njit(**OPTS)
 def q5_k_w(x, qw, out):
-    _q5_k(x, qw, True, out)
+    _q5_k(x, qw, out)
 
 
-@njit(inline="always", **OPTS)
-def _q5_k(x, qw, weighted, out):
+@njit(**OPTS)
+def _q5_k(x, qw, out):
+    weighted = qw.shape[0] > 0  # a run-time flag: one compilation serves both entry points
     scr = _k4_scratch()
     L = scr[0]
     for i in range(x.shape[0]):
@@ -711,18 +713,19 @@ def make_qx_16x16(xi, W, nmax, L, scales, T):
 
 @njit(**OPTS)
 def q6_k(x, out):
-    _q6_k(x, x, False, out)
+    _q6_k(x, np.empty((0, x.shape[1]), F), out)
 
 
 @njit(**OPTS)
 def q6_k_w(x, qw, out):
     """quantize_row_q6_K_impl with quant_weights: make_qx_quants weighted by the imatrix itself
     (ggml leaves its sigma2 weighting commented out for Q6_K). qw: (n_blocks, 256)."""
-    _q6_k(x, qw, True, out)
+    _q6_k(x, qw, out)
 
 
-@njit(inline="always", **OPTS)
-def _q6_k(x, qw, weighted, out):
+@njit(**OPTS)
+def _q6_k(x, qw, out):
+    weighted = qw.shape[0] > 0  # a run-time flag: one compilation serves both entry points
     L = np.empty(256, np.int64)
     T = np.empty((4, 16, 16), F)  # make_qx_16x16's scratch
     W = np.empty((16, 16), F)
@@ -772,7 +775,7 @@ def _q6_k(x, qw, weighted, out):
 @njit(**OPTS)
 def q2_k(x, out):
     """quantize_row_q2_K_ref: 16 sub-blocks of 16, make_qkx2 (MAD, weights |x|), 4-bit scale/min codes."""
-    _q2_k(x, x, False, out)
+    _q2_k(x, np.empty((0, x.shape[1]), F), out)
 
 
 @njit(**OPTS)
@@ -780,11 +783,12 @@ def q2_k_w(x, qw, out):
     """quantize_row_q2_K_impl: make_qkx3's search (rmin -0.9, rdelta 0.05, 36 steps, squared error)
     weighted by qw * sqrt(sigma2 + x^2), sigma2 = mean x^2 of the super-block (factor 1 here), the
     16 scales and mins coded by make_qp_quants (nmax 15) weighted by the sub-block weight sums."""
-    _q2_k(x, qw, True, out)
+    _q2_k(x, qw, out)
 
 
-@njit(inline="always", **OPTS)
-def _q2_k(x, qw, weighted, out):
+@njit(**OPTS)
+def _q2_k(x, qw, out):
+    weighted = qw.shape[0] > 0  # a run-time flag: one compilation serves both entry points
     L = np.empty(256, np.int64)
     Laux = np.empty((5, 16), F)
     w = np.empty(16, F)
@@ -910,7 +914,7 @@ def _q3_put_scale(out, i, j, l):
 @njit(**OPTS)
 def q3_k(x, out):
     """quantize_row_q3_K_ref: 16 sub-blocks of 16, make_q3_quants, 6-bit signed scales in 12 bytes."""
-    _q3_k(x, x, False, out)
+    _q3_k(x, np.empty((0, x.shape[1]), F), out)
 
 
 @njit(**OPTS)
@@ -918,11 +922,12 @@ def q3_k_w(x, qw, out):
     """quantize_row_q3_K_impl with quant_weights: each sub-block's make_qx_quants weighted by
     qw * sqrt(sigma2 + x^2) (sigma2 = 2 * mean x^2 of the super-block), the 16 scales by a
     make_qx_quants weighted by each sub-block's weight sum. qw: (n_blocks, 256)."""
-    _q3_k(x, qw, True, out)
+    _q3_k(x, qw, out)
 
 
-@njit(inline="always", **OPTS)
-def _q3_k(x, qw, weighted, out):
+@njit(**OPTS)
+def _q3_k(x, qw, out):
+    weighted = qw.shape[0] > 0  # a run-time flag: one compilation serves both entry points
     L = np.empty(256, np.int64)
     Ls = np.empty(16, np.int64)
     scales = np.empty(16, F)

@@ -12,8 +12,11 @@ Byte identity with llama.cpp is kept by construction and checked by the tests:
 - nearest_int is round-half-to-even (ggml's 12582912.f trick), C's (int) casts truncate, roundf
   rounds half away from zero, and GGML_FP32_TO_FP16 rounds to nearest even (done in float64, exact).
 
-Compiled code is cached (NUMBA_CACHE_DIR, default ~/.cache/llmkit/numba): the first run after an
-install compiles all kernels in ~28 s (measured), later runs load them in ~0.5 s. LLMKIT_NO_JIT=1 turns the
+Compiled code is cached (NUMBA_CACHE_DIR, default ~/.cache/llmkit/numba): the first use of a type
+after an install compiles its kernel, 4-30 s here (the ten K-quant entry points: 73 s in all; a
+K-quant's two entry points, with and without an imatrix, share one compiled body whose imatrix flag
+is read at run time, instead of each inlining its own copy: 242 s before), later runs load them in
+~0.5 s. LLMKIT_NO_JIT=1 turns the
 kernels off (the numpy paths give the same bytes); LLMKIT_JIT=1 uses them whatever the run-time
 decision says (tests on small models, which the decision leaves to numpy, check the compiled path so).
 """
