@@ -179,7 +179,7 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
             else:
                 if name not in sums:
                     sums[name] = np.zeros((ne0, ne0), np.float32)
-                sums[name] += x32.T @ x32
+                _add_gram(sums[name], x32)
             counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
             return True
         x = strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32).astype(np.float64)
@@ -217,10 +217,40 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
     finally:
         llm.close()  # now, not at garbage collection: GPTQ runs this once per group of layers
     if hessian:
+        for h in {id(v): v for v in sums.values()}.values():
+            _mirror_upper(h)
         for name, first in aliases.items():
             counts[name] = counts[first]
         return sums, counts, len(chunks)
     return {k: v.astype(np.float32) for k, v in sums.items()}, counts, len(chunks)
+
+
+def _add_gram(h: np.ndarray, x: np.ndarray) -> None:
+    """h += x^T x in place, (ne0, ne0) float32 from (rows, ne0) float32: BLAS's ssyrk, which computes
+    one triangle (half of a general product's work) straight into h, with no temporary matrix (321 MB
+    per product on an 8960-wide input). Only the upper triangle is kept; _mirror_upper finishes h.
+    Without scipy, the general product (same sums, both triangles)."""
+    try:
+        from scipy.linalg.blas import ssyrk
+    except ImportError:
+        h += x.T @ x
+        return
+    # h as a Fortran array is h^T; it is symmetric, so ssyrk may write its lower triangle there (which
+    # is h's upper one): C := x^T x + C with A = x^T (Fortran view of the C-ordered x, no copy)
+    out = ssyrk(1.0, x.T, beta=1.0, c=h.T, trans=0, lower=1, overwrite_c=1)
+    if not np.shares_memory(out, h):  # ssyrk copied (it does not with a Fortran-contiguous c)
+        h[...] = out.T
+
+
+def _mirror_upper(h: np.ndarray, block: int = 512) -> None:
+    """Copy h's upper triangle onto its lower one (after _add_gram filled only the upper), a band of
+    rows at a time (no n^2 index arrays)."""
+    for r0 in range(0, len(h), block):
+        r1 = min(len(h), r0 + block)
+        h[r0:r1, :r0] = h[:r0, r0:r1].T
+        sq = h[r0:r1, r0:r1]
+        il = np.tril_indices(r1 - r0, -1)
+        sq[il] = sq.T[il]
 
 
 def save_imatrix(path: str, sums: dict[str, np.ndarray], counts: dict[str, np.ndarray], chunks: int, chunk_size: int,
