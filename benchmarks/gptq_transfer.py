@@ -1,11 +1,13 @@
 """Does GPTQ's gain carry over to text it was not calibrated on? (not a test)
 
     python benchmarks/gptq_transfer.py BASE-F16.gguf --imatrix IMAT --calib CALIB.txt --other OTHER.txt \
-        [--layers 3,14,25] [--kinds attn_q,ffn_up,ffn_down] [--type Q2_K] [--shrink 0,3,5,10]
+        [--layers 3,14,25] [--kinds attn_q,ffn_up,ffn_down] [--type Q2_K] [--shrink 0,3,5,10] \
+        [--calib-chunks 16]
 
 Per weight matrix W of the chosen layers: H = X^T X of its inputs on the calibration text (what GPTQ
 minimises) and on the other text (what a user's prompts look like), both collected through llama.cpp
-as `--method gptq` collects them (16 chunks of 512 tokens of the calibration text, 8 of the other).
+as `--method gptq` collects them (--calib-chunks chunks of 512 tokens of the calibration text, default
+16; 8 of the other).
 Round-to-nearest with the imatrix (llama.cpp's bytes) is the reference; for each shrinkage GPTQ
 writes the matrix from the calibration H, and the table gives its output error tr(D H D^T),
 D = W - Q, as a fraction of round-to-nearest's, on each text. Below 1 is better than llama.cpp.
@@ -41,6 +43,7 @@ def main() -> None:
     ap.add_argument("--type", default="Q2_K")
     ap.add_argument("--shrink", default="0,3,5,10")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--calib-chunks", type=int, default=16, help="512-token chunks of calibration text for H")
     a = ap.parse_args()
     layers = [int(x) for x in a.layers.split(",")]
     kinds = a.kinds.split(",")
@@ -58,7 +61,7 @@ def main() -> None:
         print(f"H from {path}: {chunks} x 512 tokens, {time.perf_counter() - t:.0f} s", file=sys.stderr)
         return {k: v / float(np.asarray(counts[k]).sum()) for k, v in sums.items()}  # `only` chose them
 
-    Hc, Ho = hessians(a.calib, 16), hessians(a.other, 8)
+    Hc, Ho = hessians(a.calib, a.calib_chunks), hessians(a.other, 8)
     imx = load_imatrix(a.imatrix)
     g = read_gguf(a.model)
     by = {t.name: t for t in g.tensors}

@@ -32,6 +32,15 @@ def pytest_unconfigure(config):
         shutil.rmtree(_SESSION_DIRS.pop(), ignore_errors=True)
 
 
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (the default: pyproject's addopts), the quantizer tests share one worker:
+    they compile the numba kernels (~4 min on a fresh install), and two workers compiling the same
+    kernels at once would each pay it; the other tests fill the remaining workers meanwhile."""
+    for item in items:
+        if item.path.name.startswith("test_quant"):
+            item.add_marker(pytest.mark.xdist_group("quant"))
+
+
 def _under_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
