@@ -90,7 +90,10 @@ def test_signal_during_quantize_removes_the_temp_file(tmp_path, sig, code):
     src = write_tiny_llama(tmp_path / "big.gguf", n_embd=512, n_layer=8, n_ff=1536, n_head=8, n_head_kv=8)
     out = tmp_path / "out.gguf"
     out.write_bytes(b"previous output")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # numpy kernels: what is tested is the temp file's removal on a signal, and a first numba
+    # compilation under way (30-60 s on a fresh install, two test workers compiling at once) delayed
+    # the exit past the timeout on a loaded machine
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LLMKIT_NO_JIT": "1"}
     p = subprocess.Popen([sys.executable, "-m", "llmkit", "quant", str(src), "-t", "Q4_K_M", "-o", str(out),
                           "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                          preexec_fn=lambda: _default_handlers(signal.SIGINT, sig))
