@@ -16,9 +16,9 @@ Compiled code is cached (NUMBA_CACHE_DIR, default ~/.cache/llmkit/numba): the fi
 after an install compiles its kernel, 4-30 s here (the ten K-quant entry points: 73 s in all; a
 K-quant's two entry points, with and without an imatrix, share one compiled body whose imatrix flag
 is read at run time, instead of each inlining its own copy: 242 s before), later runs load them in
-~0.5 s. LLMKIT_NO_JIT=1 turns the
-kernels off (the numpy paths give the same bytes); LLMKIT_JIT=1 uses them whatever the run-time
-decision says (tests on small models, which the decision leaves to numpy, check the compiled path so).
+~0.5 s. LLMKIT_NO_JIT=1 turns the kernels off (the numpy paths give the same bytes); LLMKIT_JIT=1
+uses them whatever the run-time decision says (tests on small models, which the decision leaves to
+numpy, check the compiled path so).
 """
 
 from __future__ import annotations
