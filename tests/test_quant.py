@@ -144,7 +144,8 @@ def test_pure_and_mixture_types(models):
 def imatrix_file(models, kernel_small):
     d, m = models
     out = d / "imatrix.gguf"
-    r = run_cli(["quant", "imatrix", "-m", str(m["base"]), "--text", str(kernel_small), "-o", str(out), "-c", "128"])
+    r = run_cli(["quant", "imatrix", "-m", str(m["base"]), "--text", str(kernel_small), "-o", str(out), "-c", "128",
+                  "--chunks", "64"])
     assert r.exit_code == 0, r.stderr
     return out
 
