@@ -32,13 +32,25 @@ def pytest_unconfigure(config):
         shutil.rmtree(_SESSION_DIRS.pop(), ignore_errors=True)
 
 
-def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (the default: pyproject's addopts), the quantizer tests share one worker:
-    they compile the numba kernels (~4 min on a fresh install), and two workers compiling the same
-    kernels at once would each pay it; the other tests fill the remaining workers meanwhile."""
-    for item in items:
-        if item.path.name.startswith("test_quant"):
-            item.add_marker(pytest.mark.xdist_group("quant"))
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    """With pytest-xdist (the default: pyproject's addopts), each `test_quant*` file runs on one
+    worker: its module fixtures (models, imatrices) are built once and its numba kernels compiled
+    once, while the other tests spread one by one over the workers. xdist's own `xdist_group` marks
+    cannot do this here: on pytest >= 9.2 its loadgroup scheduler silently stops grouping
+    (pytest-xdist issue #1386), so the grouping is this scheduler's, by file name."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class QuantFilesTogether(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if os.path.basename(path).startswith("test_quant"):
+                return path
+            return super()._split_scope(nodeid)
+
+    return QuantFilesTogether(config, log)
 
 
 def _under_ci() -> bool:
