@@ -2,7 +2,7 @@
 
     python benchmarks/gptq_transfer.py BASE-F16.gguf --imatrix IMAT --calib CALIB.txt --other OTHER.txt \
         [--layers 3,14,25] [--kinds attn_q,ffn_up,ffn_down] [--type Q2_K] [--shrink 0,3,5,10] \
-        [--calib-chunks 16]
+        [--calib-chunks 16] [--json]
 
 Per weight matrix W of the chosen layers: H = X^T X of its inputs on the calibration text (what GPTQ
 minimises) and on the other text (what a user's prompts look like), both collected through llama.cpp
@@ -12,12 +12,14 @@ Round-to-nearest with the imatrix (llama.cpp's bytes) is the reference; for each
 writes the matrix from the calibration H, and the table gives its output error tr(D H D^T),
 D = W - Q, as a fraction of round-to-nearest's, on each text. Below 1 is better than llama.cpp.
 The whole model's KLD is what counts (`llmkit quant ppl --kld`); this isolates one cause per matrix
-in minutes instead of a 50-minute whole-model GPTQ run.
+in minutes instead of a 50-minute whole-model GPTQ run. `--json` prints one JSON object instead of
+the table (what `benchmarks/run.py --area quant-gptq` reads).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -44,6 +46,7 @@ def main() -> None:
     ap.add_argument("--shrink", default="0,3,5,10")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--calib-chunks", type=int, default=16, help="512-token chunks of calibration text for H")
+    ap.add_argument("--json", action="store_true", help="print {matrix: {shrink: [calib, other]}} and the means")
     a = ap.parse_args()
     layers = [int(x) for x in a.layers.split(",")]
     kinds = a.kinds.split(",")
@@ -66,9 +69,12 @@ def main() -> None:
     g = read_gguf(a.model)
     by = {t.name: t for t in g.tensors}
     fmt = get_format(a.type)
-    print(f"| matrix ({a.type}) | " + " | ".join(f"shrink {s:g}: calib / other" for s in shrinks) + " |")
-    print("|---|" + "---|" * len(shrinks))
+    table = not a.json
+    if table:
+        print(f"| matrix ({a.type}) | " + " | ".join(f"shrink {s:g}: calib / other" for s in shrinks) + " |")
+        print("|---|" + "---|" * len(shrinks))
     ratios = {s: [] for s in shrinks}
+    result = {"type": a.type, "calib_chunks": a.calib_chunks, "other_chunks": 8, "matrices": {}}
     with open(a.model, "rb") as f:
         for name in sorted(Hc):
             W = load_f32(f, by[name], g.data_offset)
@@ -79,15 +85,22 @@ def main() -> None:
 
             rtn = deq(fmt.quantize(W, qw))
             rc, ro = output_error(W, rtn, Hc[name]), output_error(W, rtn, Ho[name])
-            cells = []
+            cells, row = [], {}
             for s in shrinks:
                 q = deq(quantize_matrix(W, Hc[name], a.type, importance=qw, shrink=s)[0])
                 c, o = output_error(W, q, Hc[name]) / rc, output_error(W, q, Ho[name]) / ro
                 ratios[s].append(o)
                 cells.append(f"{c:.3f} / {o:.3f}")
-            print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
-    print("| geometric mean, other text | " + " | ".join(
-        f"{float(np.exp(np.mean(np.log(ratios[s])))):.3f}" for s in shrinks) + " |")
+                row[f"{s:g}"] = [float(c), float(o)]
+            result["matrices"][name] = row
+            if table:
+                print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    means = {f"{s:g}": float(np.exp(np.mean(np.log(ratios[s])))) for s in shrinks}
+    result["geomean_other"] = means
+    if table:
+        print("| geometric mean, other text | " + " | ".join(f"{means[f'{s:g}']:.3f}" for s in shrinks) + " |")
+    else:
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":

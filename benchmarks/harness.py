@@ -46,6 +46,7 @@ class Config:
     work: str = ""
     quant_model: str = ""  # a real F16/F32 GGUF for the quant area's real-size rows (run.py --quant-model)
     quant_imatrix: str = ""  # its imatrix (run.py --quant-imatrix), for the rows that need one
+    quant_calib: str = ""  # calibration text for GPTQ's Hessians (run.py --quant-calib; area quant-gptq)
 
     @property
     def mode(self) -> str:

@@ -8,8 +8,9 @@
 How each figure is measured is in harness.py: whole processes timed from outside, alternating,
 median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale,
 rag-quality (llmkit's retrieval quality against the naive baseline; about 40 minutes with an
-empty vector cache) and quant-quality (size budgets against llama.cpp's mixes on a real model,
---quant-model/--quant-imatrix; about 45 minutes): --quick leaves those two out, `--area NAME` runs them.
+empty vector cache), quant-quality (size budgets against llama.cpp's mixes on a real model,
+--quant-model/--quant-imatrix; about 45 minutes) and quant-gptq (GPTQ against llama.cpp's rounding,
+also --quant-calib; about 70 minutes): --quick leaves those three out, `--area NAME` runs them.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ import harness  # noqa: E402
 
 AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench", "generate": "generate_bench",
          "kv": "kv_bench", "scale": "scale_bench", "rag-quality": "quality_bench",
-         "quant-quality": "quant_quality_bench"}
+         "quant-quality": "quant_quality_bench", "quant-gptq": "gptq_bench"}
 # long quality runs: only with --area (or a full run), not in --quick's 20 minutes
-NOT_QUICK = {"rag-quality", "quant-quality"}
+NOT_QUICK = {"rag-quality", "quant-quality", "quant-gptq"}
 QUALITY = {"rag-quality"}  # areas of quality figures only (no clock)
 BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
 
@@ -101,11 +102,13 @@ def main() -> None:
                     help="quant area: also time both quantizers on this real F16/F32 model (rows quant-real-*)")
     ap.add_argument("--quant-imatrix", default="", metavar="IMATRIX",
                     help="the imatrix of --quant-model (its i-quant and Q3_K_M rows use it)")
+    ap.add_argument("--quant-calib", default="", metavar="TEXT",
+                    help="calibration text for --quant-model's GPTQ Hessians (area quant-gptq)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (inputs and outputs of every row)")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="llmkit-bench-")
     cfg = harness.Config(quick=a.quick or a.smoke, smoke=a.smoke, work=work, quant_model=a.quant_model,
-                         quant_imatrix=a.quant_imatrix)
+                         quant_imatrix=a.quant_imatrix, quant_calib=a.quant_calib)
     sections, failed = {}, []
     t_all = time.perf_counter()
     try:
