@@ -3,7 +3,7 @@
     python benchmarks/run.py --quick -o /tmp/again.md [--quant-model ...]
     python benchmarks/diff_results.py benchmarks/RESULTS.md /tmp/again.md [--tolerance 0.15]
 
-For every row id in both files: the first number of the "llmkit vs anchor" column (a speed ratio,
+For every row id in both files: the first ratio (else the first number) of the "llmkit vs anchor" column (a speed ratio,
 a KLD ratio, an nDCG difference ...) in each, and their relative difference; rows whose figure moved
 by more than the tolerance are marked. Rows in only one file are listed. Exit status 0 always: noise
 on 2 shared cores is judged by a person reading the min-max ranges, not by this script.
@@ -15,6 +15,7 @@ import argparse
 import re
 
 NUM = re.compile(r"[-+]?\d+(?:\.\d+)?")
+RATIO = re.compile(r"([-+]?\d+(?:\.\d+)?)×")
 
 
 def rows(path: str) -> dict[str, tuple[str, str]]:
@@ -30,8 +31,9 @@ def rows(path: str) -> dict[str, tuple[str, str]]:
 
 
 def first_number(text: str) -> float | None:
-    m = NUM.search(text)
-    return float(m.group(0)) if m else None
+    """The first ratio ("1.23×") in the text, else its first number."""
+    m = RATIO.search(text) or NUM.search(text)
+    return float(m.group(1) if m.re is RATIO else m.group(0)) if m else None
 
 
 def main() -> None:
