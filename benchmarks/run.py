@@ -1,7 +1,7 @@
 """Run the benchmarks and write benchmarks/RESULTS.md (not a test).
 
     python benchmarks/run.py                       # every area, full sizes
-    python benchmarks/run.py --quick               # every area, small inputs (under 20 minutes on 2 cores)
+    python benchmarks/run.py --quick               # every area but the quality ones, small inputs (~14 min on 2 cores)
     python benchmarks/run.py --area quant --quick  # one area: only its section of RESULTS.md is replaced
     python benchmarks/run.py --smoke               # tiny inputs: proves the plumbing, figures mean nothing
 
@@ -32,7 +32,7 @@ import harness  # noqa: E402
 AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench", "generate": "generate_bench",
          "kv": "kv_bench", "scale": "scale_bench", "rag-quality": "quality_bench",
          "quant-quality": "quant_quality_bench", "quant-gptq": "gptq_bench"}
-# long quality runs: only with --area (or a full run), not in --quick's 20 minutes
+# long quality runs: only with --area (or a full run), not in --quick
 NOT_QUICK = {"rag-quality", "quant-quality", "quant-gptq"}
 QUALITY = {"rag-quality"}  # areas of quality figures only (no clock)
 BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
