@@ -26,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import BENCH, PY, Cmd, Row, cmds_of, llama_bin, rss, run_once, walls  # noqa: E402
-from quant_quality_bench import EVAL_CHUNKS, EVAL_CTX, eval_text, kld  # noqa: E402
+from quant_quality_bench import EVAL_CHUNKS, EVAL_CTX, eval_text, kld, kld_cells, kld_command  # noqa: E402
 
 SHRINKS = "0,3,10"
 CALIB_CHUNKS = 16
@@ -84,11 +84,8 @@ def rows(cfg):
                    f"peak RSS {rss([rb]) / (os.path.getsize(src) / 2**20):.2f}× the input file", cmds_of(a, b)))
     ka, kb = kld(ref, base, work), kld(ours, base, work)
     out.append(Row("gptq-q2_k-kld", f"mean KLD to the F16 base, Q2_K, {EVAL_CHUNKS} × {EVAL_CTX} tokens of Python's stdlib",
-                   f"KLD {ka['kld']['mean']:.4f} ± {ka['kld']['uncertainty']:.4f}, PPL {ka['ppl']['value']:.4f}",
-                   f"KLD {kb['kld']['mean']:.4f} ± {kb['kld']['uncertainty']:.4f}, PPL {kb['ppl']['value']:.4f}",
-                   f"{kb['kld']['mean'] / ka['kld']['mean']:.2f}× llama.cpp's KLD",
-                   f"sizes {os.path.getsize(ref):,} B vs {os.path.getsize(ours):,} B",
-                   cmds_of(mk_base, a, b) + [f"kld: `python -m llmkit quant ppl -m FILE --kld {base} --json`"]))
+                   *kld_cells(ka, kb), f"sizes {os.path.getsize(ref):,} B vs {os.path.getsize(ours):,} B",
+                   cmds_of(mk_base, a, b) + [kld_command(base)]))
     os.unlink(ref), os.unlink(ours)
     setup = [f"base: {src}; imatrix: {imx}; calibration text: {calib}; other text: the first 600k characters of "
              f"Python's standard library (*.py)",

@@ -45,6 +45,17 @@ def kld(path: str, base: str, work: str) -> dict:
     return json.loads(open(out, encoding="utf-8").read())
 
 
+def kld_cells(ka: dict, kb: dict) -> tuple[str, str, str]:
+    """The anchor, llmkit and ratio cells of a KLD row from two `quant ppl --kld --json` reports."""
+    def cell(k):
+        return f"KLD {k['kld']['mean']:.4f} ± {k['kld']['uncertainty']:.4f}, PPL {k['ppl']['value']:.4f}"
+    return cell(ka), cell(kb), f"{kb['kld']['mean'] / ka['kld']['mean']:.2f}× llama.cpp's KLD"
+
+
+def kld_command(base: str) -> str:
+    return f"kld: `python -m llmkit quant ppl -m FILE --kld {base} --json`"
+
+
 def rows(cfg):
     q = llama_bin("llama-quantize")
     src, imx = cfg.quant_model, cfg.quant_imatrix
@@ -82,12 +93,9 @@ def rows(cfg):
                        f"llmkit's file {os.path.getsize(ours):,} B (budget {size:,} B)", cmds_of(a, b)))
         ka, kb = kld(ref, base, work), kld(ours, base, work)
         out.append(Row(f"qq-{mix.lower()}-kld", f"mean KLD to the F16 base at {mix}'s size ({size / 2**20:.1f} MiB), "
-                       f"{EVAL_CHUNKS} × {EVAL_CTX} tokens of Python's stdlib",
-                       f"KLD {ka['kld']['mean']:.4f} ± {ka['kld']['uncertainty']:.4f}, PPL {ka['ppl']['value']:.4f}",
-                       f"KLD {kb['kld']['mean']:.4f} ± {kb['kld']['uncertainty']:.4f}, PPL {kb['ppl']['value']:.4f}",
-                       f"{kb['kld']['mean'] / ka['kld']['mean']:.2f}× llama.cpp's KLD",
+                       f"{EVAL_CHUNKS} × {EVAL_CTX} tokens of Python's stdlib", *kld_cells(ka, kb),
                        f"same top token {ka['same_top_p']['value']:.2%} vs {kb['same_top_p']['value']:.2%}",
-                       cmds_of(mk_base, a, b) + [f"kld: `python -m llmkit quant ppl -m FILE --kld {base} --json`"]))
+                       cmds_of(mk_base, a, b) + [kld_command(base)]))
         os.unlink(ref), os.unlink(ours)
     setup = [f"base: {src}; imatrix: {imx}; evaluation text: the first 600k characters of Python's standard "
              f"library (*.py), {EVAL_CHUNKS} chunks of {EVAL_CTX} tokens",
