@@ -39,9 +39,12 @@ def pytest_xdist_make_scheduler(config, log):
     once, while the other tests spread one by one over the workers. xdist's own `xdist_group` marks
     cannot do this here: on pytest >= 9.2 its loadgroup scheduler silently stops grouping
     (pytest-xdist issue #1386), so the grouping is this scheduler's, by file name."""
-    if config.getvalue("dist") != "loadgroup":
+    try:
+        from xdist.scheduler import LoadGroupScheduling
+    except ImportError:  # a future xdist that moved it: its own scheduler, ungrouped
         return None
-    from xdist.scheduler import LoadGroupScheduling
+    if config.getvalue("dist") != "loadgroup" or not hasattr(LoadGroupScheduling, "_split_scope"):
+        return None
 
     class QuantFilesTogether(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
