@@ -28,7 +28,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import BENCH, PY, Cmd, Row, cmds_of, llama_bin, rss, run_once, walls  # noqa: E402
 from quant_quality_bench import EVAL_CHUNKS, EVAL_CTX, eval_text, kld, kld_cells, kld_command  # noqa: E402
 
-SHRINKS = "0,3,10"
+from llmkit.quant.rounding.gptq import SHRINK  # noqa: E402
+
+DEFAULT = f"{SHRINK:g}"  # --method gptq's shrinkage when none is given
+SHRINKS = f"0,{DEFAULT},10"
 CALIB_CHUNKS = 16
 
 
@@ -42,6 +45,7 @@ def rows(cfg):
         return title, [why], []
     work = cfg.tmp("quant-gptq")
     text = eval_text(work)
+    chunks = cfg.pick(CALIB_CHUNKS, CALIB_CHUNKS, 1)
     out = []
 
     # per matrix: gptq_transfer.py as a whole process
@@ -49,7 +53,7 @@ def rows(cfg):
     layers = cfg.pick("3,14,25", "3,14,25", "3")
     t = Cmd("gptq_transfer", [PY, os.path.join(BENCH, "gptq_transfer.py"), src, "--imatrix", imx, "--calib", calib,
                               "--other", text, "--layers", layers, "--shrink", SHRINKS,
-                              "--calib-chunks", cfg.pick(CALIB_CHUNKS, CALIB_CHUNKS, 1), "--json"], stdout=per)
+                              "--calib-chunks", chunks, "--json"], stdout=per)
     run_once(t, timeout=4 * 3600)
     res = json.loads(open(per, encoding="utf-8").read().strip().splitlines()[-1])
     shrinks = list(res["geomean_other"])
@@ -58,12 +62,12 @@ def rows(cfg):
         out.append(Row(f"gptq-m-{short}", f"{short} at {res['type']}: output error on calib / other text, "
                        "as a fraction of llama.cpp's (round-to-nearest + imatrix)", "1 / 1",
                        ", ".join(f"shrink {s}: {cells[s][0]:.3f} / {cells[s][1]:.3f}" for s in shrinks),
-                       f"other text at the default shrink 3: {cells['3'][1]:.3f}×" if "3" in cells else "",
+                       f"other text at the default shrink {DEFAULT}: {cells[DEFAULT][1]:.3f}×",
                        f"H from {res['calib_chunks']} × 512 calibration tokens", cmds_of(t)))
     g = res["geomean_other"]
     out.append(Row("gptq-m-geomean", f"geometric mean over the {len(res['matrices'])} matrices, other text", "1",
                    ", ".join(f"shrink {s}: {g[s]:.3f}" for s in shrinks),
-                   f"{g['3']:.3f}× at the default shrink 3" if "3" in g else "", "", cmds_of(t)))
+                   f"{g[DEFAULT]:.3f}× at the default shrink {DEFAULT}", "", cmds_of(t)))
 
     # the whole model: Q2_K + imatrix from llama-quantize vs llmkit's GPTQ Q2_K
     base = os.path.join(work, "base.kld")
@@ -73,11 +77,11 @@ def rows(cfg):
     ref, ours = os.path.join(work, "llamacpp-Q2_K.gguf"), os.path.join(work, "llmkit-gptq-Q2_K.gguf")
     a = Cmd("llama-quantize", [q, "--imatrix", imx, src, ref, "Q2_K", 2])
     b = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", src, "-t", "Q2_K", "--method", "gptq", "--imatrix", imx,
-                       "--calib", calib, "-c", 512, "--chunks", cfg.pick(CALIB_CHUNKS, CALIB_CHUNKS, 1), "-o", ours,
+                       "--calib", calib, "-c", 512, "--chunks", chunks, "-o", ours,
                        "--threads", 2])
     ra, rb = run_once(a, timeout=4 * 3600), run_once(b, timeout=6 * 3600)
     wa, wb = walls([ra]), walls([rb])
-    out.append(Row("gptq-q2_k-time", f"Q2_K + imatrix vs --method gptq (H from {CALIB_CHUNKS} × 512 tokens), "
+    out.append(Row("gptq-q2_k-time", f"Q2_K + imatrix vs --method gptq (H from {chunks} × 512 tokens), "
                    f"{os.path.basename(src)}, 2 threads, whole process (wall, peak RSS), one run a side",
                    f"{wa.fmt()}, {rss([ra]):.0f} MB", f"{wb.fmt()}, {rss([rb]):.0f} MB",
                    f"{wb.median / wa.median:.2f}× llama-quantize's time",

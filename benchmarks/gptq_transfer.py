@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+OTHER_CHUNKS = 8  # 512-token chunks of the other text for its H
 
 
 def main() -> None:
@@ -64,7 +65,7 @@ def main() -> None:
         print(f"H from {path}: {chunks} x 512 tokens, {time.perf_counter() - t:.0f} s", file=sys.stderr)
         return {k: v / float(np.asarray(counts[k]).sum()) for k, v in sums.items()}  # `only` chose them
 
-    Hc, Ho = hessians(a.calib, a.calib_chunks), hessians(a.other, 8)
+    Hc, Ho = hessians(a.calib, a.calib_chunks), hessians(a.other, OTHER_CHUNKS)
     imx = load_imatrix(a.imatrix)
     g = read_gguf(a.model)
     by = {t.name: t for t in g.tensors}
@@ -74,7 +75,7 @@ def main() -> None:
         print(f"| matrix ({a.type}) | " + " | ".join(f"shrink {s:g}: calib / other" for s in shrinks) + " |")
         print("|---|" + "---|" * len(shrinks))
     ratios = {s: [] for s in shrinks}
-    result = {"type": a.type, "calib_chunks": a.calib_chunks, "other_chunks": 8, "matrices": {}}
+    result = {"type": a.type, "calib_chunks": a.calib_chunks, "other_chunks": OTHER_CHUNKS, "matrices": {}}
     with open(a.model, "rb") as f:
         for name in sorted(Hc):
             W = load_f32(f, by[name], g.data_offset)

@@ -147,7 +147,8 @@ def pytest(tree: str, tests, env, workers: str = "0", timeout: float = 1800) -> 
         p = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return -1, "timed out"
-    return p.returncode, (p.stdout + p.stderr).strip().splitlines()[-1] if (p.stdout + p.stderr).strip() else ""
+    out = (p.stdout + p.stderr).strip()
+    return p.returncode, out.splitlines()[-1] if out else ""
 
 
 def main() -> None:
