@@ -70,7 +70,11 @@ def rows(cfg):
     mk_base = Cmd("setup: base log-probabilities", [PY, "-m", "llmkit", "-q", "quant", "ppl", "-m", src, "--save-logits",
                                                     base, text, "-c", EVAL_CTX, "--chunks", EVAL_CHUNKS])
     run_once(mk_base, timeout=4 * 3600)
-    probes = os.path.join(work, "probes")
+    cache = os.path.join(work, "cache")  # an LLMKIT_CACHE of its own: no probes from an earlier run
+    probes = os.path.join(cache, "quant-probes")
+    from llmkit.config import cache_dir
+
+    numba_cache = os.environ.get("NUMBA_CACHE_DIR") or str(cache_dir("numba"))  # compiled kernels stay warm
     out = []
     for mix in cfg.pick(MIXES, MIXES[:1], MIXES[:1]):
         ref, ours = os.path.join(work, f"llamacpp-{mix}.gguf"), os.path.join(work, f"llmkit-{mix}.gguf")
@@ -78,7 +82,7 @@ def rows(cfg):
         first = run_once(a, timeout=4 * 3600)  # the budget is this file's size
         size = os.path.getsize(ref)
         b = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", src, "--target-size", size, "--imatrix", imx, "-o", ours,
-                           "--threads", 2], env={"LLMKIT_PROBE_CACHE": probes})
+                           "--threads", 2], env={"LLMKIT_CACHE": cache, "NUMBA_CACHE_DIR": numba_cache})
         fresh = lambda label: shutil.rmtree(probes, ignore_errors=True)  # noqa: E731 - every llmkit run probes anew
         if mix == "Q3_K_M" and not cfg.smoke:  # the first run was the warm-up: three alternating rounds
             runs = compare([a, b], cfg, warmup=False, min_runs=3, between=fresh)

@@ -19,6 +19,7 @@ GROUPS = {
     "rag": ("llmkit.commands.rag", "group", "Index documents; BM25 + dense hybrid search, rerank, answer, evaluate."),
     "quant": ("llmkit.commands.quant", "group", "Quantize GGUF models byte-identically to llama.cpp; errors, perplexity."),
     "gguf": ("llmkit.commands.gguf", "group", "Inspect GGUF files (hardened reader)."),
+    "doctor": ("llmkit.commands.doctor", "command", "Check the install: extras, llama.cpp tools, models, caches."),
 }
 
 
@@ -90,7 +91,9 @@ def _spell_option_errors(command: click.Command, extra: dict) -> click.Command:
 
 
 def _debug_env() -> bool:
-    return os.environ.get("LLMKIT_DEBUG", "") not in ("", "0")
+    from llmkit import config
+
+    return config.flag("LLMKIT_DEBUG")
 
 
 def main(argv=None) -> None:

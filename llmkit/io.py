@@ -15,30 +15,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from llmkit import config
 from llmkit.errors import BadFileFormat, BadInput
-
-# name -> (default, what it bounds); the value may end in K, M or G (powers of 1024)
-LIMITS = {
-    "LLMKIT_MAX_JSON_DEPTH": (256, "levels of JSON nesting"),
-    "LLMKIT_MAX_JSON_BYTES": (2 << 30, "bytes in one JSON or JSONL file"),
-    "LLMKIT_MAX_LINE_BYTES": (64 << 20, "bytes in one JSONL line"),
-    "LLMKIT_MAX_UNZIPPED_BYTES": (256 << 20, "bytes unpacked from one archive (.docx, .epub)"),
-    "LLMKIT_MAX_ZIP_ENTRIES": (20000, "entries in one archive (.docx, .epub)"),
-    "LLMKIT_MAX_FILE_BYTES": (32 << 20, "bytes in one document to index (PDF excepted)"),
-    "LLMKIT_MAX_PDF_BYTES": (1 << 30, "bytes in one PDF to index"),
-    "LLMKIT_MAX_PDF_SECONDS": (300, "seconds to extract the text of one PDF"),
-    "LLMKIT_MAX_PARSE_SECONDS": (120, "seconds to parse one HTML page"),
-    "LLMKIT_MAX_PDF_PAGE_SECONDS": (60, "seconds to extract the text of one PDF page"),
-    "LLMKIT_STORE_WAIT_SECONDS": (600, "seconds to wait for an embedded vector store another process has open"),
-}
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
 
 class LimitExceeded(BadFileFormat):
     """An input passed one of the LIMITS; the message names the limit's variable."""
 
     def __init__(self, what: str, name: str, found: str = ""):
-        n, desc = limit(name), LIMITS[name][1]
+        n, desc = limit(name), config.VARIABLES[name].meaning
         super().__init__(f"{what} passes the limit of {n} {desc}{f' ({found})' if found else ''}. "
                          f"If the file is trusted, raise the limit with {name}=N.")
         self.name = name
@@ -46,14 +30,8 @@ class LimitExceeded(BadFileFormat):
 
 
 def limit(name: str) -> int:
-    """The value of a limit: its environment variable (e.g. `512M`) or its default."""
-    raw = os.environ.get(name, "").strip().upper()
-    if not raw:
-        return LIMITS[name][0]
-    m = re.fullmatch(r"(\d+)\s*([KMG]?)I?B?", raw)
-    if not m or int(m.group(1)) <= 0:
-        raise BadInput(f"{name}={os.environ[name]!r} is not a positive number (e.g. 1000 or 512M). Fix or unset it.")
-    return int(m.group(1)) * _UNITS[m.group(2)]
+    """The value of a limit (llmkit.config.LIMITS): its environment variable (e.g. `512M`) or its default."""
+    return config.size(name)
 
 
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)  # an unclosed one runs to the end: linear
@@ -401,11 +379,3 @@ def split_lines(text: str) -> list[str]:
     if parts[-1]:
         lines.append(parts[-1])
     return lines
-
-
-def cache_dir(*parts: str) -> Path:
-    """llmkit's cache directory (LLMKIT_CACHE, else $XDG_CACHE_HOME/llmkit or ~/.cache/llmkit), joined
-    with `parts`; not created here."""
-    root = os.environ.get("LLMKIT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "llmkit")
-    return Path(root, *parts)

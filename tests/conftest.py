@@ -15,14 +15,22 @@ _SESSION_DIRS: list[str] = []
 
 
 def pytest_configure(config):
-    """One embedding export per test session, outside the user's cache (unless one is given);
-    the directories this session made are removed when it ends (an export is ~120 MB)."""
+    """A cache of the session's own (LLMKIT_CACHE: embedding exports, probes), removed when it ends, so
+    tests never read or fill the user's; compiled numba kernels and llama.cpp's tools are still found
+    where the user's install keeps them."""
     import tempfile
 
-    for var, prefix in (("LLMKIT_EMBED_CACHE", "llmkit-embed-"), ("LLMKIT_PROBE_CACHE", "llmkit-probes-")):
-        if not os.environ.get(var):
-            os.environ[var] = tempfile.mkdtemp(prefix=prefix)
-            _SESSION_DIRS.append(os.environ[var])
+    if os.environ.get("LLMKIT_CACHE"):  # given by the caller: used as it is
+        return
+    from llmkit import config
+    from llmkit.llama import tools
+
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(config.cache_dir("numba")))
+    found = tools.find("llama-quantize")
+    if found and not os.environ.get("LLMKIT_LLAMA_BIN"):
+        os.environ["LLMKIT_LLAMA_BIN"] = str(found.parent)
+    os.environ["LLMKIT_CACHE"] = tempfile.mkdtemp(prefix="llmkit-cache-")
+    _SESSION_DIRS.append(os.environ["LLMKIT_CACHE"])
 
 
 def pytest_unconfigure(config):

@@ -1,28 +1,19 @@
-"""Start real llama-server processes for tests (the binary scripts/build_llama_server.sh builds, which
-the README's install command runs)."""
+"""Start real llama-server processes for tests (the binary the install builds with the binding)."""
 
-import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from llamatools import tool
 
 ROOT = Path(__file__).parent.parent
 
 
 def server_binary() -> str:
-    exe = os.environ.get("LLMKIT_LLAMA_SERVER")
-    if exe:
-        return exe
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHON": sys.executable}, timeout=3600)
-    if p.returncode != 0:
-        pytest.fail(f"llama-server could not be built: {p.stderr[-2000:]}")
-    return p.stdout.strip().splitlines()[-1]
+    return tool("llama-server")
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""llmkit quant against llama.cpp's command-line tools, as built by scripts/build_llama_server.sh:
+"""llmkit quant against llama.cpp's command-line tools, as the install builds them:
 whole files equal to the `llama-quantize` binary's (metadata included: with an imatrix the binary
 also writes quantize.imatrix.*), with the numba kernels forced on (LLMKIT_JIT=1) as on real models;
 and llmkit's imatrix equal to `llama-imatrix`'s for the same model, text, context and chunks."""
@@ -6,7 +6,6 @@ and llmkit's imatrix equal to `llama-imatrix`'s for the same model, text, contex
 import os
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 
 from conftest import run_cli
 from ggufmake import write_tiny_llama
+from llamatools import tool_dir
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -22,12 +22,8 @@ ROOT = Path(__file__).parent.parent
 
 @pytest.fixture(scope="module")
 def tools() -> Path:
-    """The folder holding the llama.cpp tools (built once, cached outside the checkout)."""
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHON": sys.executable}, timeout=3600)
-    if p.returncode != 0:
-        pytest.fail(f"llama.cpp tools could not be built: {p.stderr[-2000:]}")
-    return Path(p.stdout.strip().splitlines()[-1]).parent
+    """The folder holding the llama.cpp tools."""
+    return tool_dir()
 
 
 @pytest.fixture(scope="module")

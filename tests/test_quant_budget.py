@@ -489,6 +489,6 @@ def test_budget_falls_back_to_the_mixes_without_llama_cpp(model, imatrix, monkey
         raise MissingDependency("llama-cpp-python", "llama")
 
     monkeypatch.setattr(alloc, "probe_sensitivity", missing)
-    monkeypatch.setenv("LLMKIT_PROBE_CACHE", str(model[0] / "no-probes"))
+    monkeypatch.setenv("LLMKIT_CACHE", str(model[0] / "no-probes"))
     a = alloc.allocate(str(model[1]), target_bpw=3.5, imatrix=load_imatrix(str(imatrix)))
     assert a.sensitivity_source == "llama.cpp mixes"

@@ -105,7 +105,7 @@ def test_the_models_own_text_is_reproducible(tmp_path):
 def test_budget_without_text_probes_on_the_models_own_text(tiny, tmp_path, monkeypatch):
     """No --calib: the probes run on self-written text; a second budget reuses them; the allocation
     weights the kinds by the measured KLD per unit of error (every kind probed, all positive)."""
-    monkeypatch.setenv("LLMKIT_PROBE_CACHE", str(tmp_path / "probes"))
+    monkeypatch.setenv("LLMKIT_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "b.gguf"
     r = run_cli(["quant", str(tiny), "--target-bpw", "4.5", "-o", str(out), "--json"])
     assert r.exit_code == 0, r.stderr

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -180,7 +179,9 @@ def measure_read_bandwidth(repeats: int = 3) -> float:
 
 def measured_bandwidth(cache_dir: str | None = None) -> float:
     """This machine's memory read bandwidth in GB/s (numpy sum over 256 MB), measured once and cached."""
-    cache = Path(cache_dir or os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llmkit" / "bandwidth.json"
+    from llmkit import config
+
+    cache = Path(cache_dir) / "bandwidth.json" if cache_dir else config.cache_dir("bandwidth.json")
     try:
         return float(json.loads(cache.read_text())["read_gbs"])
     except (OSError, ValueError, KeyError):

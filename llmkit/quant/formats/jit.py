@@ -48,7 +48,9 @@ def decide_for_run(plan_weights: list[tuple[int, object]] | None) -> None:
 
 def run_allows() -> bool:
     """This run's decision (or LLMKIT_JIT=1, which forces the kernels) lets the kernels run."""
-    return _RUN is None or _RUN or os.environ.get("LLMKIT_JIT", "") not in ("", "0")
+    from llmkit import config
+
+    return _RUN is None or _RUN or config.flag("LLMKIT_JIT")
 
 
 def active() -> bool:
@@ -58,7 +60,9 @@ def active() -> bool:
 
 def enabled() -> bool:
     """numba is installed and not switched off."""
-    if os.environ.get("LLMKIT_NO_JIT", "") not in ("", "0"):
+    from llmkit import config
+
+    if config.flag("LLMKIT_NO_JIT"):
         return False
     return kernels() is not None
 
@@ -68,7 +72,7 @@ def kernels():
     global _KERNELS
     if _KERNELS is None:
         if "NUMBA_CACHE_DIR" not in os.environ:
-            from llmkit.io import cache_dir
+            from llmkit.config import cache_dir
 
             os.environ["NUMBA_CACHE_DIR"] = str(cache_dir("numba"))
         try:

@@ -155,7 +155,7 @@ class GridSpec:
     index u = sum(l_k << bits*k) that kmap (`kmap_size` entries) maps; `nwant` {grid size: the
     neighbour distances kept}; `read_values(grid size)`: the dequantizer's grid, read from ggml;
     `kernel_form(grid, kmap, neighbours, values)`: the arrays the family's kernels read. The tables
-    are cached as `stem`-<size>-<name>.npy under llmkit.io.cache_dir("iqgrid")."""
+    are cached as `stem`-<size>-<name>.npy under llmkit.config.cache_dir("iqgrid")."""
 
     stem: str
     kind: str  # for the error naming a grid size that does not exist
@@ -235,7 +235,7 @@ class GridSpec:
         return grid, kmap.astype(np.int32), nb.astype(np.uint16), vals
 
     def _paths(self, grid_size: int):
-        from llmkit.io import cache_dir
+        from llmkit.config import cache_dir
 
         d = cache_dir("iqgrid")
         return d, [d / f"{self.stem}-{grid_size}-{n}.npy" for n in self.NAMES]

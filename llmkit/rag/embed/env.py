@@ -1,10 +1,10 @@
 """Environment variables that third-party libraries read, set only for the block that needs them.
 
 >>> import os
->>> with scoped_env({"LLMKIT_DOCTEST_VAR": "1"}):
-...     os.environ["LLMKIT_DOCTEST_VAR"]
+>>> with scoped_env({"DOCTEST_SCOPED_VAR": "1"}):
+...     os.environ["DOCTEST_SCOPED_VAR"]
 '1'
->>> "LLMKIT_DOCTEST_VAR" in os.environ
+>>> "DOCTEST_SCOPED_VAR" in os.environ
 False
 """
 

@@ -124,11 +124,10 @@ def model_key(path: str) -> str:
 
 
 def embed_cache() -> Path:
-    """Where exports live: LLMKIT_EMBED_CACHE, else <llmkit cache>/embed."""
-    from llmkit.io import cache_dir
+    """Where exports live: <llmkit cache>/embed."""
+    from llmkit.config import cache_dir
 
-    env = os.environ.get("LLMKIT_EMBED_CACHE")
-    return Path(env) if env else cache_dir("embed")
+    return cache_dir("embed")
 
 
 def export_path(key: str) -> Path:

@@ -1,0 +1,122 @@
+"""Every setting llmkit reads from the environment, in one table: name, default, meaning, parsing.
+
+Library code asks this module (`config.cache_dir("numba")`, `config.size("LLMKIT_MAX_FILE_BYTES")`,
+`config.flag("LLMKIT_DEBUG")`); no other module reads `LLMKIT_*` variables, and docs/configuration.md
+is checked against `VARIABLES` by a test.
+
+>>> parse_size("512M"), parse_size("2g"), parse_size("1000")
+(536870912, 2147483648, 1000)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmkit.errors import BadInput
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: its default (None: unset), what it means, and how it is read."""
+
+    name: str
+    default: object
+    meaning: str
+    kind: str = "text"  # text | path | flag | size (a count, may end in K/M/G) | seconds
+
+
+_V = Variable
+VARIABLES = {v.name: v for v in [
+    _V("LLMKIT_CACHE", None, "cache root (default $XDG_CACHE_HOME/llmkit or ~/.cache/llmkit); "
+       "holds embed/, numba/, quant-probes/, llama-server-<version>/ and bandwidth.json", "path"),
+    _V("LLMKIT_MODEL", None, "GGUF model for `generate`, `kv` and the LLM steps of `rag` when no -m/--llm is given "
+       "(default: the packaged SmolLM2-135M-Instruct)", "path"),
+    _V("LLMKIT_DEBUG", False, "show tracebacks (same as --debug)", "flag"),
+    _V("LLMKIT_NO_JIT", False, "never use the compiled (numba) quantizer kernels; the numpy ones write the same "
+       "bytes", "flag"),
+    _V("LLMKIT_JIT", False, "always use the compiled quantizer kernels, even for files too small to repay their "
+       "loading (LLMKIT_NO_JIT wins)", "flag"),
+    _V("LLMKIT_LLAMA_BIN", None, "directory holding llama.cpp's llama-server, llama-quantize, llama-perplexity and "
+       "llama-imatrix (default: the ones installed with llama-cpp-python, else the cache)", "path"),
+    # bounds on untrusted input (llmkit.io); each may end in K, M or G
+    _V("LLMKIT_MAX_JSON_DEPTH", 256, "levels of JSON nesting", "size"),
+    _V("LLMKIT_MAX_JSON_BYTES", 2 << 30, "bytes in one JSON or JSONL file", "size"),
+    _V("LLMKIT_MAX_LINE_BYTES", 64 << 20, "bytes in one JSONL line", "size"),
+    _V("LLMKIT_MAX_UNZIPPED_BYTES", 256 << 20, "bytes unpacked from one archive (.docx, .epub)", "size"),
+    _V("LLMKIT_MAX_ZIP_ENTRIES", 20000, "entries in one archive (.docx, .epub)", "size"),
+    _V("LLMKIT_MAX_FILE_BYTES", 32 << 20, "bytes in one document to index (PDF excepted)", "size"),
+    _V("LLMKIT_MAX_PDF_BYTES", 1 << 30, "bytes in one PDF to index", "size"),
+    _V("LLMKIT_MAX_PDF_SECONDS", 300, "seconds to extract the text of one PDF", "seconds"),
+    _V("LLMKIT_MAX_PDF_PAGE_SECONDS", 60, "seconds to extract the text of one PDF page", "seconds"),
+    _V("LLMKIT_MAX_PARSE_SECONDS", 120, "seconds to parse one HTML page", "seconds"),
+    _V("LLMKIT_STORE_WAIT_SECONDS", 600, "seconds to wait for an embedded vector store another process has open",
+       "seconds"),
+]}
+
+LIMITS = [name for name in VARIABLES if name.startswith("LLMKIT_MAX_") or name == "LLMKIT_STORE_WAIT_SECONDS"]
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """A positive count such as `1000`, `512M` or `2G` (powers of 1024); ValueError otherwise."""
+    m = re.fullmatch(r"(\d+)\s*([KMG]?)I?B?", text.strip().upper())
+    if not m or int(m.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a positive number (e.g. 1000 or 512M)")
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+def _raw(name: str) -> str:
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not one of llmkit's settings (llmkit.config.VARIABLES)")
+    return os.environ.get(name, "").strip()
+
+
+def text(name: str) -> str | None:
+    """The variable's value, or its default when unset or empty."""
+    return _raw(name) or VARIABLES[name].default
+
+
+def flag(name: str) -> bool:
+    """True when the variable is set to anything but empty or 0."""
+    return _raw(name) not in ("", "0")
+
+
+def size(name: str) -> int:
+    """A numeric setting (limits, seconds): the variable parsed by `parse_size`, or its default."""
+    raw = _raw(name)
+    if not raw:
+        return int(VARIABLES[name].default)
+    try:
+        return parse_size(raw)
+    except ValueError:
+        raise BadInput(f"{name}={os.environ[name]!r} is not a positive number (e.g. 1000 or 512M). "
+                       "Fix or unset it.") from None
+
+
+def cache_root() -> Path:
+    """LLMKIT_CACHE, else $XDG_CACHE_HOME/llmkit, else ~/.cache/llmkit (not created here)."""
+    root = _raw("LLMKIT_CACHE")
+    if root:
+        return Path(root).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return Path(xdg or Path.home() / ".cache") / "llmkit"
+
+
+def cache_dir(*parts: str) -> Path:
+    """A place under the cache root (not created here)."""
+    return cache_root().joinpath(*parts)
+
+
+# The caches llmkit keeps, by sub-directory: what `llmkit doctor` reports and what may be deleted at any time.
+CACHES = {
+    "embed": "embedding models exported to ONNX (rebuilt on next use)",
+    "numba": "compiled quantizer kernels (recompiled on next use, a few minutes)",
+    "quant-probes": "per-model sensitivity probes of `quant --target-size`",
+    "iqgrid": "i-quant lattice tables read back from ggml (rebuilt on next use)",
+    "bandwidth.json": "this machine's measured memory bandwidth (`kv plan`)",
+    "llama-server-<version>": "llama.cpp tools built by scripts/build_llama_server.sh when the binding's wheel "
+                              "has none",
+}
