@@ -11,7 +11,7 @@ standard library, as in quant-quality):
   search), with H from 16 x 512 tokens of the calibration text and from 8 x 512 of the other text;
   shrink 0 (the plain algorithm), 3 (the default) and 10.
 - gptq-q2_k-kld / gptq-q2_k-time: the whole model. The `llama-quantize` binary writes Q2_K with the
-  imatrix; `llmkit quant -t Q2_K --method gptq --imatrix --calib` (16 chunks of 512 tokens, default
+  imatrix; `llmkit quant --type Q2_K --method gptq --imatrix --calib` (16 chunks of 512 tokens, default
   shrinkage) writes llmkit's; both scored by `llmkit quant ppl --kld` against the F16 base on 16 x 256
   tokens of the other text. One run a side (the GPTQ run is ~45 minutes on 2 cores).
 
@@ -76,7 +76,7 @@ def rows(cfg):
     run_once(mk_base, timeout=4 * 3600)
     ref, ours = os.path.join(work, "llamacpp-Q2_K.gguf"), os.path.join(work, "llmkit-gptq-Q2_K.gguf")
     a = Cmd("llama-quantize", [q, "--imatrix", imx, src, ref, "Q2_K", 2])
-    b = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", src, "-t", "Q2_K", "--method", "gptq", "--imatrix", imx,
+    b = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", src, "--type", "Q2_K", "--method", "gptq", "--imatrix", imx,
                        "--calib", calib, "-c", 512, "--chunks", chunks, "-o", ours,
                        "--threads", 2])
     ra, rb = run_once(a, timeout=4 * 3600), run_once(b, timeout=6 * 3600)

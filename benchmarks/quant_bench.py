@@ -82,7 +82,7 @@ def quantize_rows(cfg, q: str) -> tuple[list[Row], str]:
         for th in (1, 2):
             a, b = os.path.join(work, "ref.gguf"), os.path.join(work, "ours.gguf")
             ref = Cmd("llama-quantize", [q, src, a, t, th])
-            ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "quantize", src, "-t", t, "-o", b, "--threads", th])
+            ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "quantize", src, "--type", t, "-o", b, "--threads", th])
             # warm-up round only where runs are short (page cache); IQ4 runs take many seconds
             runs = compare([ref, ours], cfg, warmup=not t.startswith("IQ"))
             wa, wb = walls(runs[ref.label]), walls(runs[ours.label])
@@ -98,7 +98,7 @@ def quantize_rows(cfg, q: str) -> tuple[list[Row], str]:
         th = 2
         a, b = os.path.join(work, "ref.gguf"), os.path.join(work, "ours.gguf")
         ref = Cmd("llama-quantize", [q, "--imatrix", imx, src, a, t, th])
-        ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "quantize", src, "-t", t, "--imatrix", imx, "-o", b,
+        ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "quantize", src, "--type", t, "--imatrix", imx, "-o", b,
                               "--threads", th])
         runs = compare([ref, ours], cfg, warmup=False)
         wa, wb = walls(runs[ref.label]), walls(runs[ours.label])
@@ -128,7 +128,7 @@ def real_rows(cfg, q: str) -> list[Row]:
         slow = t.startswith("IQ")  # minutes per run on a 1.5B model: one run per side in --quick
         a, b = os.path.join(work, "ref.gguf"), os.path.join(work, "ours.gguf")
         ref = Cmd("llama-quantize", [q, *use, src, a, t, 2])
-        ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "quantize", src, "-t", t, *use, "-o", b,
+        ours = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "quant", "quantize", src, "--type", t, *use, "-o", b,
                               "--threads", 2])
         # one warm-up round before the first row reads the base into the page cache; later rows find it there
         runs = compare([ref, ours], cfg, warmup=i == 0, min_runs=cfg.pick(3, 1 if slow else 3, 1))

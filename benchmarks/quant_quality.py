@@ -81,7 +81,7 @@ def main() -> None:
     srcs = sorted(glob.glob(os.path.join(stdlib, "*.py")))
     open(evalt, "w", encoding="utf-8").write("".join(open(p, encoding="utf-8", errors="replace").read() for p in srcs)[:600_000])
     if not os.path.exists(f16):
-        print(f"base: {args.model} dequantized to F16: {llmkit('quant', args.model, '-t', 'F16', '--allow-requantize', '-o', f16):.0f} s")
+        print(f"base: {args.model} dequantized to F16: {llmkit('quant', args.model, '--type', 'F16', '--allow-requantize', '-o', f16):.0f} s")
     imx = os.path.join(work, "imatrix.gguf")
     if not os.path.exists(imx):
         print(f"imatrix: {llmkit('quant', 'imatrix', '-m', f16, '--text', calib, '-o', imx, '-c', str(args.ctx), '--chunks', str(args.calib_chunks)):.0f} s")
@@ -102,7 +102,7 @@ def main() -> None:
         if args.gptq:
             gq = os.path.join(work, f"gptq-{mix}.gguf")
             extra = [] if os.path.exists(hess) else ["--calib", calib, "-c", str(args.ctx), "--chunks", str(args.calib_chunks)]
-            t = llmkit("quant", f16, "-t", mix, "--method", "gptq", "--imatrix", imx, "--hessian", hess, *extra, "-o", gq)
+            t = llmkit("quant", f16, "--type", mix, "--method", "gptq", "--imatrix", imx, "--hessian", hess, *extra, "-o", gq)
             runs.append((f"llmkit GPTQ {mix} mix", gq, t))
             gt = os.path.join(work, f"gptq-target-{mix}.gguf")
             t = llmkit("quant", f16, "--target-size", str(size), "--method", "gptq", "--imatrix", imx, "--hessian",

@@ -198,7 +198,7 @@ def encode_rows(cfg, corpus: str) -> list[Row]:
     outs = {k: os.path.join(d, f"ids-{k}.txt") for k in ("hf", "tiktoken", "llmkit")}
     cmds = [Cmd("HF tokenizers", [PY, ME, "encode", "hf", tok], stdin=corpus, stdout=outs["hf"]),
             Cmd("tiktoken", [PY, ME, "encode", "tiktoken", tok], stdin=corpus, stdout=outs["tiktoken"]),
-            Cmd("llmkit", [PY, "-m", "llmkit", "-q", "tokenize", "encode", "-t", tok], stdin=corpus, stdout=outs["llmkit"])]
+            Cmd("llmkit", [PY, "-m", "llmkit", "-q", "tokenize", "encode", "-m", tok], stdin=corpus, stdout=outs["llmkit"])]
     runs = compare(cmds, cfg)
     ref = open(outs["hf"]).read().split("\n")
     checks = {}

@@ -23,16 +23,16 @@ for r in map(json.loads, sys.stdin):
 PY
 head -c 150000 "$text" > "$work/calib.txt"
 tail -c 150000 "$text" > "$work/eval.txt"
-llmkit quant "$model" -t F16 --allow-requantize -o "$work/base.gguf"
+llmkit quant "$model" --type F16 --allow-requantize -o "$work/base.gguf"
 llmkit quant imatrix -m "$work/base.gguf" --text "$work/calib.txt" -o "$work/imatrix.gguf" -c 256 --chunks 8
 # the base model's logits, in llama-perplexity's --kl-divergence-base format
 llmkit quant ppl -m "$work/base.gguf" --save-logits "$work/base.kld" "$work/eval.txt" -c 256 --chunks 6
 # llama.cpp's fixed Q3_K_M mix, then the same size with types chosen per tensor, then GPTQ rounding
-llmkit quant "$work/base.gguf" -t Q3_K_M --imatrix "$work/imatrix.gguf" -o "$work/q3_k_m.gguf"
+llmkit quant "$work/base.gguf" --type Q3_K_M --imatrix "$work/imatrix.gguf" -o "$work/q3_k_m.gguf"
 size=$(stat -c %s "$work/q3_k_m.gguf")
 llmkit quant "$work/base.gguf" --target-size "$size" --imatrix "$work/imatrix.gguf" --calib "$work/calib.txt" \
   -c 256 --chunks 2 -o "$work/budget.gguf" --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("budget file:", r["bpw"], "bits/weight")'
-llmkit quant "$work/base.gguf" -t Q3_K_M --method gptq --imatrix "$work/imatrix.gguf" --calib "$work/calib.txt" \
+llmkit quant "$work/base.gguf" --type Q3_K_M --method gptq --imatrix "$work/imatrix.gguf" --calib "$work/calib.txt" \
   -c 256 --chunks 4 --hessian "$work/hessians.gguf" -o "$work/gptq.gguf"
 # mean KLD, its p99 and the same-top-token share, one JSON object per model, for a pipeline
 llmkit quant ppl -m "$work/q3_k_m.gguf" -m "$work/budget.gguf" -m "$work/gptq.gguf" --kld "$work/base.kld" --json \

@@ -19,10 +19,10 @@ case "$(llmkit gguf inspect "$model" --json | python3 -c 'import json,sys; print
   *) requant=(--allow-requantize) ;;
 esac
 llmkit quant imatrix -m "$model" --text "$text" -o "$work/imatrix.gguf" -c 256 --chunks 16
-llmkit quant "$model" -t Q8_0 -o "$work/q8_0.gguf" "${requant[@]}"
-llmkit quant "$model" -t Q4_K_M -o "$work/q4_k_m.gguf" "${requant[@]}" --json \
+llmkit quant "$model" --type Q8_0 -o "$work/q8_0.gguf" "${requant[@]}"
+llmkit quant "$model" --type Q4_K_M -o "$work/q4_k_m.gguf" "${requant[@]}" --json \
   | python3 -c 'import json,sys; r=json.load(sys.stdin); print("Q4_K_M:", r["bpw"], "bits/weight, ratio", r["ratio"]); [print(" ", t["name"], t["type_out"], round(t["cosine"], 5)) for t in r["tensors"][:6]]'
-llmkit quant "$model" -t Q4_K_M --imatrix "$work/imatrix.gguf" -o "$work/q4_k_m-imatrix.gguf" "${requant[@]}"
+llmkit quant "$model" --type Q4_K_M --imatrix "$work/imatrix.gguf" -o "$work/q4_k_m-imatrix.gguf" "${requant[@]}"
 llmkit quant compare "$model" "$work/q4_k_m.gguf" --json \
   | python3 -c 'import json,sys; ts=json.load(sys.stdin)["tensors"]; w=max(ts, key=lambda t: t["rmse"]); print("largest RMSE:", w["name"], w["rmse"])'
 llmkit quant ppl -m "$model" -m "$work/q8_0.gguf" -m "$work/q4_k_m.gguf" -m "$work/q4_k_m-imatrix.gguf" "$text" -c 256 --chunks 8

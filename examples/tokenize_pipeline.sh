@@ -13,10 +13,10 @@ fi
 for algo in bpe wordpiece unigram; do
   llmkit tokenize train --algo "$algo" --vocab-size 2000 -o "$work/$algo.json" "$@"
 done
-llmkit tokenize stats -t "$work/bpe.json" -t "$work/wordpiece.json" -t "$work/unigram.json" "$@"
+llmkit tokenize stats -m "$work/bpe.json" -m "$work/wordpiece.json" -m "$work/unigram.json" "$@"
 # text -> ids -> text, one record per line, through a pipe
 printf 'The kernel schedules tasks.\n你好，世界 🙂\n' \
-  | llmkit tokenize encode -t "$work/bpe.json" \
-  | llmkit tokenize decode -t "$work/bpe.json"
+  | llmkit tokenize encode -m "$work/bpe.json" \
+  | llmkit tokenize decode -m "$work/bpe.json"
 # the first BPE merges, as the course prints them
 head -c 20000 "$1" | llmkit tokenize train --algo bpe --vocab-size 262 --trace -o "$work/tiny.json" -

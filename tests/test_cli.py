@@ -74,15 +74,15 @@ def tok_path(kernel_small, tmp_path_factory):
 
 def test_encode_decode_pipeline_via_stdin(tok_path):
     lines = "Hello world\n你好 🙂\n\nlast line"
-    enc = run_cli(["tokenize", "encode", "-t", str(tok_path), "-"], input=lines + "\n")
+    enc = run_cli(["tokenize", "encode", "-m", str(tok_path), "-"], input=lines + "\n")
     assert enc.exit_code == 0
     assert len(enc.stdout.splitlines()) == 4  # one record per input line, empty line included
-    dec = run_cli(["tokenize", "decode", "-t", str(tok_path)], input=enc.stdout)
+    dec = run_cli(["tokenize", "decode", "-m", str(tok_path)], input=enc.stdout)
     assert dec.stdout.splitlines() == lines.split("\n")
 
 
 def test_encode_jsonl_has_ids_and_tokens(tok_path):
-    r = run_cli(["tokenize", "encode", "-t", str(tok_path), "--jsonl", "hug the bug"])
+    r = run_cli(["tokenize", "encode", "-m", str(tok_path), "--jsonl", "hug the bug"])
     rec = json.loads(r.stdout)
     assert rec["text"] == "hug the bug" and len(rec["ids"]) == len(rec["tokens"]) > 0
 
@@ -101,7 +101,7 @@ def test_train_from_stdin_with_trace_jsonl(tmp_path):
 def test_stats_compares_tokenizers(tok_path, kernel_small, tmp_path):
     uni = tmp_path / "u.json"
     assert run_cli(["tokenize", "train", "--algo", "unigram", "--vocab-size", "500", "-o", str(uni), str(kernel_small)]).exit_code == 0
-    r = run_cli(["tokenize", "stats", "--json", "-t", str(tok_path), "-t", str(uni), str(kernel_small)])
+    r = run_cli(["tokenize", "stats", "--json", "-m", str(tok_path), "-m", str(uni), str(kernel_small)])
     rows = json.loads(r.stdout)
     assert [x["algorithm"] for x in rows] == ["bpe", "unigram"]
     assert all(x["tokens"] > 0 and x["bytes_per_token"] > 1.0 for x in rows)
@@ -152,15 +152,15 @@ def test_missing_input(tmp_path):
 def test_garbage_tokenizer_files(tmp_path, content):
     p = tmp_path / "bad.json"
     p.write_bytes(content)
-    r = run_cli(["tokenize", "encode", "-t", str(p), "hello"])
+    r = run_cli(["tokenize", "encode", "-m", str(p), "hello"])
     assert r.exit_code == 1 and r.stderr.startswith("Error: ") and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_ids_out_of_range(tok_path):
-    _assert_clean_error(run_cli(["tokenize", "decode", "-t", str(tok_path), "1 2 99999"]), 1, "out of range")
-    _assert_clean_error(run_cli(["tokenize", "decode", "-t", str(tok_path), "1 -4"]), 1, "out of range")
-    _assert_clean_error(run_cli(["tokenize", "decode", "-t", str(tok_path), "1 two"]), 1, "cannot read token ids")
+    _assert_clean_error(run_cli(["tokenize", "decode", "-m", str(tok_path), "1 2 99999"]), 1, "out of range")
+    _assert_clean_error(run_cli(["tokenize", "decode", "-m", str(tok_path), "1 -4"]), 1, "out of range")
+    _assert_clean_error(run_cli(["tokenize", "decode", "-m", str(tok_path), "1 two"]), 1, "cannot read token ids")
 
 
 def test_failed_training_keeps_existing_output(tmp_path):
@@ -176,13 +176,13 @@ def test_failed_training_keeps_existing_output(tmp_path):
 def test_debug_shows_traceback(tmp_path):
     p = tmp_path / "bad.json"
     p.write_text("nope")
-    r = run_subprocess(["--debug", "tokenize", "encode", "-t", str(p), "x"])
+    r = run_subprocess(["--debug", "tokenize", "encode", "-m", str(p), "x"])
     assert r.returncode != 0 and b"Traceback" in r.stderr
 
 
 def test_broken_pipe_exits_quietly(tok_path):
     lines = ("some text to encode\n" * 20000).encode()
-    p = subprocess.Popen(f"{sys.executable} -m llmkit tokenize encode -t {tok_path} - | head -n 1", shell=True,
+    p = subprocess.Popen(f"{sys.executable} -m llmkit tokenize encode -m {tok_path} - | head -n 1", shell=True,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = p.communicate(lines, timeout=120)
     assert len(out.splitlines()) == 1

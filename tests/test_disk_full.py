@@ -179,14 +179,14 @@ def tiny_model(tmp_path_factory):
 @pytest.mark.parametrize("how", ["full", "read-only"])
 def test_quant_on_a_full_or_read_only_disk(disk, tiny_model, how):
     out = disk.path / "out.gguf"
-    assert run_cli(["quant", tiny_model, "-t", "Q8_0", "-o", str(out)]).exit_code == 0
+    assert run_cli(["quant", tiny_model,"--type", "Q8_0", "-o", str(out)]).exit_code == 0
     before = out.read_bytes()
     disk.fill() if how == "full" else disk.read_only()
-    r = run_cli(["quant", tiny_model, "-t", "Q4_0", "-o", str(out)])
+    r = run_cli(["quant", tiny_model,"--type", "Q4_0", "-o", str(out)])
     _one_line_error(r, "No space left on device" if how == "full" else "Read-only file system", "is intact")
     disk.restore()
     assert out.read_bytes() == before and not _temps(disk.path)
-    assert run_cli(["quant", tiny_model, "-t", "Q4_0", "-o", str(out)]).exit_code == 0
+    assert run_cli(["quant", tiny_model,"--type", "Q4_0", "-o", str(out)]).exit_code == 0
     assert out.read_bytes() != before
 
 

@@ -94,7 +94,7 @@ def test_signal_during_quantize_removes_the_temp_file(tmp_path, sig, code):
     # compilation under way (30-60 s on a fresh install, two test workers compiling at once) delayed
     # the exit past the timeout on a loaded machine
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LLMKIT_NO_JIT": "1"}
-    p = subprocess.Popen([sys.executable, "-m", "llmkit", "quant", str(src), "-t", "Q4_K_M", "-o", str(out),
+    p = subprocess.Popen([sys.executable, "-m", "llmkit", "quant", str(src), "--type", "Q4_K_M", "-o", str(out),
                           "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                          preexec_fn=lambda: _default_handlers(signal.SIGINT, sig))
     deadline = time.time() + 60

@@ -20,7 +20,7 @@ def test_damp_and_no_refit_change_gptq_output(tmp_path, kernel_small):
     def run(name, *extra):
         out = tmp_path / f"{name}.gguf"
         args = ["--hessian", str(hess)] + (["--calib", str(calib), "-c", "128", "--chunks", "4"] if not hess.exists() else [])
-        r = run_cli(["quant", str(m), "-t", "Q4_0", "--method", "gptq", *args, *extra, "-o", str(out)])
+        r = run_cli(["quant", str(m),"--type", "Q4_0", "--method", "gptq", *args, *extra, "-o", str(out)])
         assert r.exit_code == 0, r.stderr
         g = read_gguf(str(out))
         data = out.read_bytes()

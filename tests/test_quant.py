@@ -159,7 +159,7 @@ def test_imatrix_byte_identical(models, imatrix_file, ftype):
     imx = load_imatrix(str(imatrix_file))
     ref, ours = d / f"ref-imx-{ftype}.gguf", d / f"ours-imx-{ftype}.gguf"
     reference(m["base"], ref, ftype, imatrix=imx)
-    r = run_cli(["quant", str(m["base"]), "-t", ftype, "-o", str(ours), "--imatrix", str(imatrix_file)])
+    r = run_cli(["quant", str(m["base"]), "--type", ftype, "-o", str(ours), "--imatrix", str(imatrix_file)])
     assert r.exit_code == 0, r.stderr
     assert same_file(ours, ref)
 
@@ -196,21 +196,21 @@ def test_legacy_dat_imatrix(tmp_path):
                   + struct.pack("<i", 10) + struct.pack("<i", 4) + b"wiki")
     np.testing.assert_array_equal(load_imatrix(str(p))["blk.0.attn_q.weight"], vals / 2)
     p.write_bytes(p.read_bytes()[:20])
-    r = run_cli(["quant", str(p), "-t", "Q4_0", "-o", str(tmp_path / "x.gguf"), "--imatrix", str(p)])
+    r = run_cli(["quant", str(p),"--type", "Q4_0", "-o", str(tmp_path / "x.gguf"), "--imatrix", str(p)])
     assert r.exit_code == 1 and "imatrix" in r.stderr
 
 
 def test_report_json_compare_and_ppl(models, kernel_small, tmp_path):
     d, m = models
     q8 = tmp_path / "q8.gguf"
-    r = run_cli(["quant", str(m["base"]), "-t", "Q8_0", "-o", str(q8), "--json"])
+    r = run_cli(["quant", str(m["base"]), "--type", "Q8_0", "-o", str(q8), "--json"])
     assert r.exit_code == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["ftype"] == "Q8_0" and rep["ratio"] > 3.5 and 8.0 < rep["bpw"] < 9.0
     q = [t for t in rep["tensors"] if t["type_out"] == "Q8_0"]
     assert q and all(t["cosine"] > 0.9999 and t["bpw"] == 8.5 for t in q)
     q2 = tmp_path / "q2.gguf"
-    assert run_cli(["quant", str(m["base"]), "-t", "Q2_K", "-o", str(q2)]).exit_code == 0
+    assert run_cli(["quant", str(m["base"]), "--type", "Q2_K", "-o", str(q2)]).exit_code == 0
     r = run_cli(["quant", "compare", str(m["base"]), str(q2), "--json"])
     diffs = {t["name"]: t for t in json.loads(r.stdout)["tensors"]}
     assert diffs["blk.0.attn_norm.weight"]["rmse"] == 0 and 0 < diffs["blk.0.attn_q.weight"]["rmse"]
@@ -248,7 +248,7 @@ def test_non_finite_weights_refused(tmp_path, value):
     out = tmp_path / "out.gguf"
     # IQ4_NL: a NaN makes the block's least-squares scale 0, so only the input check can see it
     for ftype in ("Q8_0", "IQ4_NL", "Q4_K_M"):
-        r = run_cli(["quant", str(p), "-t", ftype, "-o", str(out)])
+        r = run_cli(["quant", str(p),"--type", ftype, "-o", str(out)])
         assert r.exit_code == 1 and "NaN/Inf" in r.stderr and not out.exists(), (ftype, r.stderr)
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # no temp file left behind
 
@@ -256,19 +256,19 @@ def test_non_finite_weights_refused(tmp_path, value):
 def test_bad_usage_and_requantize(models, tmp_path):
     d, m = models
     q4 = tmp_path / "q4.gguf"
-    assert run_cli(["quant", str(m["base"]), "-t", "Q4_0", "-o", str(q4)]).exit_code == 0
-    r = run_cli(["quant", str(q4), "-t", "Q8_0", "-o", str(tmp_path / "again.gguf")])
+    assert run_cli(["quant", str(m["base"]), "--type", "Q4_0", "-o", str(q4)]).exit_code == 0
+    r = run_cli(["quant", str(q4),"--type", "Q8_0", "-o", str(tmp_path / "again.gguf")])
     assert r.exit_code == 1 and "already quantized" in r.stderr
     ref = tmp_path / "ref-re.gguf"
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype, p.allow_requantize = rules.FTYPES["Q8_0"][0], True
     assert llama_cpp.llama_model_quantize(str(q4).encode(), str(ref).encode(), ctypes.byref(p)) == 0
-    r = run_cli(["quant", str(q4), "-t", "Q8_0", "-o", str(tmp_path / "again.gguf"), "--allow-requantize"])
+    r = run_cli(["quant", str(q4),"--type", "Q8_0", "-o", str(tmp_path / "again.gguf"), "--allow-requantize"])
     assert r.exit_code == 0 and same_file(tmp_path / "again.gguf", ref)
     before = q4.read_bytes()
-    r = run_cli(["quant", str(q4), "-t", "Q8_0", "-o", str(q4), "--allow-requantize"])
+    r = run_cli(["quant", str(q4),"--type", "Q8_0", "-o", str(q4), "--allow-requantize"])
     assert r.exit_code == 1 and "output path is the input" in r.stderr and q4.read_bytes() == before
-    r = run_cli(["quant", str(m["base"]), "-t", "Q7_X", "-o", str(tmp_path / "x.gguf")])
+    r = run_cli(["quant", str(m["base"]), "--type", "Q7_X", "-o", str(tmp_path / "x.gguf")])
     assert r.exit_code == 1 and "unknown quantization type" in r.stderr
     r = run_cli(["quant", str(m["base"]), "-o", str(tmp_path / "x.gguf")])
     assert r.exit_code == 2
@@ -280,7 +280,7 @@ def test_malformed_inputs_fail_fast(tmp_path, name):
     p.write_bytes(MALFORMED[name])
     out = tmp_path / "out.gguf"
     t = time.perf_counter()
-    r = run_cli(["quant", str(p), "-t", "Q4_K_M", "-o", str(out)])
+    r = run_cli(["quant", str(p),"--type", "Q4_K_M", "-o", str(out)])
     assert time.perf_counter() - t < 1.0
     assert r.exit_code == 1 and r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
     assert not out.exists()
@@ -318,7 +318,7 @@ def test_fp16_overflow_refused_like_llama_cpp(tmp_path, ftype, value):
     prm.ftype = rules.FTYPES[ftype][0]
     refused = llama_cpp.llama_model_quantize(str(p).encode(), str(tmp_path / "ref.gguf").encode(), ctypes.byref(prm)) != 0
     out = tmp_path / "out.gguf"
-    r = run_cli(["quant", str(p), "-t", ftype, "-o", str(out)])
+    r = run_cli(["quant", str(p),"--type", ftype, "-o", str(out)])
     if refused:
         assert r.exit_code == 1 and "beyond fp16's range" in r.stderr and not out.exists()
     else:
@@ -392,7 +392,7 @@ def test_type_overrides_byte_identical(models, model, ftype, ov):
 def test_type_override_cli_and_errors(models, tmp_path):
     d, m = models
     out = tmp_path / "o.gguf"
-    r = run_cli(["quant", str(m["base"]), "-t", "Q4_0", "-o", str(out), "--tensor-type", "attn_q=q8_0",
+    r = run_cli(["quant", str(m["base"]), "--type", "Q4_0", "-o", str(out), "--tensor-type", "attn_q=q8_0",
                  "--output-tensor-type", "q6_k", "--json"])
     assert r.exit_code == 0, r.output
     types = {t["name"]: t["type_out"] for t in json.loads(r.stdout)["tensors"]}
@@ -400,9 +400,9 @@ def test_type_override_cli_and_errors(models, tmp_path):
     assert types["blk.0.attn_k.weight"] == "Q4_0"
     for args, words in ((["--tensor-type", "attn_q"], "PATTERN=TYPE"), (["--tensor-type", "attn_q=Q9_9"], "unknown tensor type"),
                         (["--tensor-type", "(=Q8_0"], "regular expression"), (["--output-tensor-type", "Q7"], "unknown")):
-        r = run_cli(["quant", str(m["base"]), "-t", "Q4_0", "-o", str(out), *args])
+        r = run_cli(["quant", str(m["base"]), "--type", "Q4_0", "-o", str(out), *args])
         assert r.exit_code == 1 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
-    r = run_cli(["quant", str(m["odd"]), "-t", "Q4_0", "-o", str(out), "--token-embedding-type", "Q4_K"])
+    r = run_cli(["quant", str(m["odd"]), "--type", "Q4_0", "-o", str(out), "--token-embedding-type", "Q4_K"])
     assert r.exit_code == 1 and "not a multiple" in r.stderr
 
 

@@ -85,7 +85,7 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, monkeypatch, ftype
     path = {None: None, "gguf": imx_gguf, "dat": imx_dat}[imx]
     ref, ours = d / f"bin-{ftype}-{imx}.gguf", d / f"ours-{ftype}-{imx}.gguf"
     binary_quantize(tools, base, ref, ftype, path)
-    args = ["quant", str(base), "-t", ftype, "-o", str(ours)] + (["--imatrix", str(path)] if path else [])
+    args = ["quant", str(base),"--type", ftype, "-o", str(ours)] + (["--imatrix", str(path)] if path else [])
     r = run_cli(args)
     assert r.exit_code == 0, r.stderr
     assert ours.read_bytes() == ref.read_bytes(), f"{ftype} with imatrix {imx} differs from llama-quantize"
@@ -115,13 +115,13 @@ def test_f16_base_through_the_compiled_conversion(tools, setup, monkeypatch, tmp
     d, base, _, _ = setup
     f16 = d / "base-f16.gguf"
     if not f16.exists():
-        assert run_cli(["quant", str(base), "-t", "F16", "-o", str(f16)]).exit_code == 0
+        assert run_cli(["quant", str(base),"--type", "F16", "-o", str(f16)]).exit_code == 0
     monkeypatch.setenv("LLMKIT_JIT", "1")
     calls, real = [], jit.f16_rows
     monkeypatch.setattr(jit, "f16_rows", lambda raw, ne0: calls.append(ne0) or real(raw, ne0))
     ref, ours = tmp_path / "ref.gguf", tmp_path / "ours.gguf"
     binary_quantize(tools, f16, ref, ftype)
-    r = run_cli(["quant", str(f16), "-t", ftype, "-o", str(ours)])
+    r = run_cli(["quant", str(f16),"--type", ftype, "-o", str(ours)])
     assert r.exit_code == 0, r.stderr
     assert calls and ours.read_bytes() == ref.read_bytes(), f"{ftype} from F16 differs from llama-quantize"
     if ftype == "Q8_0":
@@ -134,7 +134,7 @@ def test_f16_base_through_the_compiled_conversion(tools, setup, monkeypatch, tmp
         bad = tmp_path / "nan-f16.gguf"
         bad.write_bytes(bytes(data))
         n = len(calls)
-        r = run_cli(["quant", str(bad), "-t", "Q8_0", "-o", str(tmp_path / "nan-out.gguf")])
+        r = run_cli(["quant", str(bad),"--type", "Q8_0", "-o", str(tmp_path / "nan-out.gguf")])
         assert r.exit_code == 1 and "NaN/Inf" in r.stderr and "blk.1.ffn_up.weight" in r.stderr, r.stderr
         assert len(calls) > n and not (tmp_path / "nan-out.gguf").exists()
 
@@ -170,7 +170,7 @@ def test_long_imatrix_path_cut_like_the_binary(tools, setup, tmp_path):
     assert len(str(long).encode()) > 127
     ref, ours = tmp_path / "bin.gguf", tmp_path / "ours.gguf"
     binary_quantize(tools, base, ref, "Q4_0", long)
-    assert run_cli(["quant", str(base), "-t", "Q4_0", "-o", str(ours), "--imatrix", str(long)]).exit_code == 0
+    assert run_cli(["quant", str(base),"--type", "Q4_0", "-o", str(ours), "--imatrix", str(long)]).exit_code == 0
     assert ours.read_bytes() == ref.read_bytes()
     assert metadata(ours)["quantize.imatrix.file"] == str(long)[:127]
 

@@ -108,7 +108,7 @@ def test_budget_errors(model, tmp_path):
     assert r.exit_code == 1 and "largest candidate mix" in r.stderr
     r = run_cli(["quant", str(m), "--target-size", "lots", "-o", str(out)])
     assert r.exit_code == 2
-    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--target-bpw", "4", "-o", str(out)])
+    r = run_cli(["quant", str(m),"--type", "Q4_K_M", "--target-bpw", "4", "-o", str(out)])
     assert r.exit_code == 2
     assert not out.exists()
 
@@ -185,12 +185,12 @@ def test_gptq_model_beats_rtn_and_reuses_hessians(model, tmp_path):
     d, m = model
     hess = tmp_path / "h.gguf"
     g = tmp_path / "gptq.gguf"
-    r = run_cli(["quant", str(m), "-t", "Q3_K_S", "--method", "gptq", "--calib", str(d / "calib.txt"), "-c", "128",
+    r = run_cli(["quant", str(m),"--type", "Q3_K_S", "--method", "gptq", "--calib", str(d / "calib.txt"), "-c", "128",
                  "--chunks", "8", "--hessian", str(hess), "-o", str(g)])
     assert r.exit_code == 0, r.stderr
     assert "error-compensated" in r.stderr and hess.exists()
     rtn = tmp_path / "rtn.gguf"
-    assert run_cli(["quant", str(m), "-t", "Q3_K_S", "-o", str(rtn)]).exit_code == 0
+    assert run_cli(["quant", str(m),"--type", "Q3_K_S", "-o", str(rtn)]).exit_code == 0
     from llmkit.gguf.reader import read_gguf
 
     gg, gr = read_gguf(str(g)), read_gguf(str(rtn))
@@ -207,22 +207,22 @@ def test_gptq_model_beats_rtn_and_reuses_hessians(model, tmp_path):
     assert res["gptq"] < 0.9 * res["rtn"], res
     # the saved Hessians are reused: no calibration text needed the second time
     again = tmp_path / "again.gguf"
-    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--method", "gptq", "--hessian", str(hess), "-o", str(again)])
+    r = run_cli(["quant", str(m),"--type", "Q4_K_M", "--method", "gptq", "--hessian", str(hess), "-o", str(again)])
     assert r.exit_code == 0, r.stderr
     # Hessians of another model are refused
     other = write_tiny_llama(tmp_path / "o.gguf", seed=3, n_embd=512, n_ff=512, n_layer=4, n_head=4, n_head_kv=2)
-    r = run_cli(["quant", str(other), "-t", "Q4_K_M", "--method", "gptq", "--hessian", str(hess), "-o",
+    r = run_cli(["quant", str(other),"--type", "Q4_K_M", "--method", "gptq", "--hessian", str(hess), "-o",
                  str(tmp_path / "o-q.gguf")])
     assert r.exit_code == 1 and "another model" in r.stderr
 
 
 def test_gptq_bad_input(model, tmp_path):
     d, m = model
-    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--method", "gptq", "-o", str(tmp_path / "x.gguf")])
+    r = run_cli(["quant", str(m),"--type", "Q4_K_M", "--method", "gptq", "-o", str(tmp_path / "x.gguf")])
     assert r.exit_code == 2 and "--calib" in r.stderr
     short = tmp_path / "short.txt"
     short.write_text("a short text")
-    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--method", "gptq", "--calib", str(short), "-o",
+    r = run_cli(["quant", str(m),"--type", "Q4_K_M", "--method", "gptq", "--calib", str(short), "-o",
                  str(tmp_path / "x.gguf")])
     assert r.exit_code == 1 and "fewer than one chunk" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
@@ -235,7 +235,7 @@ def test_imatrix_of_another_model_is_refused(model, tmp_path):
     imx = tmp_path / "other.imatrix.gguf"
     save_imatrix(str(imx), {"blk.0.something_else.weight": np.ones(64, np.float32)},
                  {"blk.0.something_else.weight": np.ones(1)}, 1, 128, "x")
-    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--imatrix", str(imx), "-o", str(tmp_path / "q.gguf")])
+    r = run_cli(["quant", str(m),"--type", "Q4_K_M", "--imatrix", str(imx), "-o", str(tmp_path / "q.gguf")])
     assert r.exit_code == 1 and "another model" in r.stderr
 
 
@@ -278,7 +278,7 @@ def test_imatrix_lacking_a_planned_tensor_named(model, imatrix, tmp_path):
         r = run_cli(["quant", str(m), *args, "--imatrix", str(cut), "-o", str(out)])
         assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "no entry for 'blk.2.ffn_down.weight'" in r.stderr and not out.exists()
-    assert run_cli(["quant", str(m), "-t", "Q4_K_M", "--imatrix", str(full), "-o", str(tmp_path / "ok.gguf")]).exit_code == 0
+    assert run_cli(["quant", str(m),"--type", "Q4_K_M", "--imatrix", str(full), "-o", str(tmp_path / "ok.gguf")]).exit_code == 0
 
 
 def test_low_budget_with_an_imatrix_uses_the_lattice_iquants(model, imatrix, tmp_path):
@@ -310,14 +310,14 @@ def test_gptq_says_which_types_it_does_not_write(model, imatrix, tmp_path):
     d, m = model
     imx = imatrix
     out = tmp_path / "g.gguf"
-    r = run_cli(["quant", str(m), "-t", "IQ2_XS", "--imatrix", str(imx), "--method", "gptq", "--calib",
+    r = run_cli(["quant", str(m),"--type", "IQ2_XS", "--imatrix", str(imx), "--method", "gptq", "--calib",
                  str(d / "calib.txt"), "-c", "128", "--chunks", "2", "-o", str(out), "--json"])
     assert r.exit_code == 0, r.stderr
     g = json.loads(r.stdout)["gptq"]
     assert g["matrices"] > 0 and g["not_gptq"].get("IQ2_XS", 0) > 0
     assert "rounded as llama.cpp does" in r.stderr and "in IQ2_XS" in r.stderr
     out2 = tmp_path / "t.gguf"
-    r = run_cli(["quant", str(m), "-t", "TQ1_0", "--pure", "--method", "gptq", "--calib", str(d / "calib.txt"),
+    r = run_cli(["quant", str(m),"--type", "TQ1_0", "--pure", "--method", "gptq", "--calib", str(d / "calib.txt"),
                  "-o", str(out2)])
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "GPTQ writes" in r.stderr and "--method rtn" in r.stderr and not out2.exists()

@@ -96,7 +96,7 @@ def test_gptq_that_cannot_fit_stops_before_it_starts(setup, monkeypatch, tmp_pat
     d, m, _ = setup
     monkeypatch.setattr(hessians, "available_memory", lambda: 100 << 20)
     out, hess = tmp_path / "g.gguf", tmp_path / "h.gguf"
-    r = run_cli(["quant", str(m), "-t", "Q4_K_M", "--method", "gptq", "--calib", str(d / "calib.txt"), "-c", "128",
+    r = run_cli(["quant", str(m),"--type", "Q4_K_M", "--method", "gptq", "--calib", str(d / "calib.txt"), "-c", "128",
                  "--hessian", str(hess), "-o", str(out)])
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "GPTQ" in r.stderr and "GiB of memory" in r.stderr and "0.1 GiB is available" in r.stderr

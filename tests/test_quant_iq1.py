@@ -91,7 +91,7 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, ftype):  # noqa: F
     d, base, imx, _ = setup
     ref, ours = d / f"bin-{ftype}.gguf", d / f"ours-{ftype}.gguf"
     binary_quantize(tools, base, ref, ftype, imx)
-    r = run_cli(["quant", str(base), "-t", ftype, "-o", str(ours), "--imatrix", str(imx)])
+    r = run_cli(["quant", str(base),"--type", ftype, "-o", str(ours), "--imatrix", str(imx)])
     assert r.exit_code == 0, r.stderr
     assert ours.read_bytes() == ref.read_bytes(), f"{ftype} differs from llama-quantize"
     assert ftype in {t.type_name for t in read_gguf(str(ours)).tensors}

@@ -101,7 +101,7 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, ftype, pure):  # n
     p = subprocess.run([str(tools / "llama-quantize"), *flag, "--imatrix", str(imx), str(base), str(ref), ftype, "2"],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
-    r = run_cli(["quant", str(base), "-t", ftype, "-o", str(ours), "--imatrix", str(imx), *flag])
+    r = run_cli(["quant", str(base),"--type", ftype, "-o", str(ours), "--imatrix", str(imx), *flag])
     assert r.exit_code == 0, r.stderr
     assert ours.read_bytes() == ref.read_bytes(), f"{ftype} (pure: {pure}) differs from llama-quantize"
     if pure:
@@ -118,7 +118,7 @@ def test_first_compilation_is_announced_once(setup, tmp_path):  # noqa: F811
     d, base, imx, _ = setup
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "PYTHONPATH": str(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))}
-    args = [sys.executable, "-m", "llmkit", "quant", str(base), "-t", "IQ2_XXS", "--imatrix", str(imx)]
+    args = [sys.executable, "-m", "llmkit", "quant", str(base), "--type", "IQ2_XXS", "--imatrix", str(imx)]
     first = subprocess.run(args + ["-o", str(tmp_path / "a.gguf")], capture_output=True, text=True, env=env, timeout=600)
     assert first.returncode == 0, first.stderr
     assert "compiling llmkit's iq2_xxs quantization kernel" in first.stderr

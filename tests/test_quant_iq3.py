@@ -110,7 +110,7 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, ftype, imx):  # no
     path = imx_gguf if imx else None
     ref, ours = d / f"bin-{ftype}-{imx}.gguf", d / f"ours-{ftype}-{imx}.gguf"
     binary_quantize(tools, base, ref, ftype, path)
-    r = run_cli(["quant", str(base), "-t", ftype, "-o", str(ours)] + (["--imatrix", str(path)] if path else []))
+    r = run_cli(["quant", str(base),"--type", ftype, "-o", str(ours)] + (["--imatrix", str(path)] if path else []))
     assert r.exit_code == 0, r.stderr
     assert ours.read_bytes() == ref.read_bytes(), f"{ftype} (imatrix {imx}) differs from llama-quantize"
     from llmkit.gguf.reader import read_gguf

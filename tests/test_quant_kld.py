@@ -22,7 +22,7 @@ def setup(tmp_path_factory, kernel_small):
     d = tmp_path_factory.mktemp("kld")
     base = write_tiny_llama(d / "base.gguf", seed=5, n_embd=64, n_ff=128, n_ctx=512)
     for t in ("Q8_0", "Q4_0"):
-        r = run_cli(["quant", str(base), "-t", t, "-o", str(d / f"{t}.gguf"), "--pure"])
+        r = run_cli(["quant", str(base),"--type", t, "-o", str(d / f"{t}.gguf"), "--pure"])
         assert r.exit_code == 0, r.stderr
     text = d / "text.txt"
     text.write_text(kernel_small.read_text(encoding="utf-8")[:6000])

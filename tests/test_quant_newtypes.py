@@ -54,13 +54,14 @@ def run_binary(tools, src, dst, ftype, imatrix=None, extra=()):  # noqa: F811
 
 
 def test_the_file_type_table():
-    """llama.h's numbers, llama_ftype_get_default_type's tensor types; 33 file types in all."""
+    """llama.h's numbers, llama_ftype_get_default_type's tensor types; 35 file types in all
+    (Q1_0, Q2_0: test_quant_lowbit.py)."""
     want = {"IQ2_XXS": (19, "IQ2_XXS"), "IQ2_XS": (20, "IQ2_XS"), "Q2_K_S": (21, "Q2_K"), "IQ3_XS": (22, "IQ3_S"),
             "IQ3_XXS": (23, "IQ3_XXS"), "IQ1_S": (24, "IQ1_S"), "IQ3_S": (26, "IQ3_S"), "IQ3_M": (27, "IQ3_S"),
             "IQ2_S": (28, "IQ2_XS"), "IQ2_M": (29, "IQ2_S"), "IQ1_M": (31, "IQ1_M"), "TQ1_0": (36, "TQ1_0"),
             "TQ2_0": (37, "TQ2_0"), "MXFP4_MOE": (38, "MXFP4")}
     assert {k: rules.FTYPES[k] for k in NEW} == want
-    assert len(rules.FTYPES) == 33 and rules.resolve_ftype("iq2_m") == "IQ2_M"
+    assert len(rules.FTYPES) == 35 and rules.resolve_ftype("iq2_m") == "IQ2_M"
 
 
 def dry_run_types(tools, src, ftype, imatrix=None, extra=()):  # noqa: F811
@@ -130,7 +131,7 @@ def test_same_file_as_the_binary(tools, models, monkeypatch, ftype, imx):  # noq
         ref, ours = d / f"whole-bin-{shape}-{ftype}.gguf", d / f"whole-ours-{shape}-{ftype}.gguf"
         p = run_binary(tools, src, ref, ftype, dat if imx else None)
         assert p.returncode == 0, p.stderr[-2000:]
-        r = run_cli(["quant", str(src), "-t", ftype, "-o", str(ours)] + (["--imatrix", str(dat)] if imx else []))
+        r = run_cli(["quant", str(src),"--type", ftype, "-o", str(ours)] + (["--imatrix", str(dat)] if imx else []))
         assert r.exit_code == 0, r.stderr
         assert ours.read_bytes() == ref.read_bytes(), f"{shape} {ftype} (imatrix {imx}) differs from llama-quantize"
         ref.unlink(), ours.unlink()

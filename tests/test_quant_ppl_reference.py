@@ -118,7 +118,7 @@ def setup(tmp_path_factory, kernel_small):
     d = tmp_path_factory.mktemp("pplref")
     base = write_tiny_llama(d / "base.gguf", seed=5, n_embd=64, n_ff=128, n_ctx=512)
     bos = with_bos(base, d / "bos.gguf")
-    r = run_cli(["quant", str(base), "-t", "Q4_0", "-o", str(d / "q4_0.gguf"), "--pure"])
+    r = run_cli(["quant", str(base),"--type", "Q4_0", "-o", str(d / "q4_0.gguf"), "--pure"])
     assert r.exit_code == 0, r.stderr
     text = d / "text.txt"
     text.write_text(kernel_small.read_text(encoding="utf-8")[:6000] + "\n", encoding="utf-8")

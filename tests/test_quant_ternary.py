@@ -125,7 +125,7 @@ def test_same_file_as_the_binary(tools, models, monkeypatch, model, ftype, imx):
     path = imxs[model] if imx else None
     p = run_binary(tools, m[model], ref, ftype, path)
     assert p.returncode == 0, p.stderr[-2000:]
-    r = run_cli(["quant", str(m[model]), "-t", ftype, "-o", str(ours), "--json"]
+    r = run_cli(["quant", str(m[model]), "--type", ftype, "-o", str(ours), "--json"]
                 + (["--imatrix", str(path)] if imx else []))
     assert r.exit_code == 0, r.stderr
     assert ours.read_bytes() == ref.read_bytes(), f"{model} {ftype} (imatrix {imx}) differs from llama-quantize"
@@ -146,7 +146,7 @@ def test_refuses_without_imatrix_like_the_binary(tools, models, tmp_path, ftype)
     first = re.search(r"offending tensor: (\S+)", p.stderr + p.stdout).group(1)
     out = tmp_path / "ours.gguf"
     out.write_bytes(b"earlier result")
-    r = run_cli(["quant", str(m["dense"]), "-t", ftype, "-o", str(out)])
+    r = run_cli(["quant", str(m["dense"]), "--type", ftype, "-o", str(out)])
     assert r.exit_code == 1
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "importance matrix" in r.stderr and f"'{first}'" in r.stderr
@@ -157,7 +157,7 @@ def test_rows_that_fall_back_need_no_imatrix(tools, models, tmp_path):  # noqa: 
     """Q2_K_S on rows of 96: every matrix falls back to Q4_0, so neither tool asks for an imatrix."""
     d, m, _ = models
     assert run_binary(tools, m["odd"], tmp_path / "bin.gguf", "Q2_K_S").returncode == 0
-    assert run_cli(["quant", str(m["odd"]), "-t", "Q2_K_S", "-o", str(tmp_path / "ours.gguf")]).exit_code == 0
+    assert run_cli(["quant", str(m["odd"]), "--type", "Q2_K_S", "-o", str(tmp_path / "ours.gguf")]).exit_code == 0
     assert (tmp_path / "bin.gguf").read_bytes() == (tmp_path / "ours.gguf").read_bytes()
 
 
@@ -170,7 +170,7 @@ def test_imatrix_missing_a_tensor(tools, models, tmp_path, ftype):  # noqa: F811
     p = run_binary(tools, m["dense"], tmp_path / "bin.gguf", ftype, holey)
     assert p.returncode != 0 and "blk.3.attn_q.weight" in p.stderr + p.stdout
     out = tmp_path / "ours.gguf"
-    r = run_cli(["quant", str(m["dense"]), "-t", ftype, "-o", str(out), "--imatrix", str(holey)])
+    r = run_cli(["quant", str(m["dense"]), "--type", ftype, "-o", str(out), "--imatrix", str(holey)])
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "'blk.3.attn_q.weight'" in r.stderr
     assert not out.exists()

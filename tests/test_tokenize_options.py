@@ -30,12 +30,12 @@ def test_min_frequency_and_special_tokens_equal_hf_bpe_trainer(kernel_small, tmp
     assert [(t["id"], t["content"], t["special"]) for t in ours["added_tokens"]] == [(0, "<s>", True), (1, "</s>", True)]
 
     text = "<s>The kernel maps memory.</s>"
-    enc = run_cli(["tokenize", "encode", "-t", str(out)], input=text + "\n")
+    enc = run_cli(["tokenize", "encode", "-m", str(out)], input=text + "\n")
     assert enc.exit_code == 0, enc.stderr
     ids = ref.encode(text).ids
     assert ids[0] == 0 and ids[-1] == 1 and " ".join(map(str, ids)) in enc.stdout
-    plain = run_cli(["tokenize", "decode", "-t", str(out)], input=" ".join(map(str, ids)) + "\n")
-    skip = run_cli(["tokenize", "decode", "-t", str(out), "--skip-special"], input=" ".join(map(str, ids)) + "\n")
+    plain = run_cli(["tokenize", "decode", "-m", str(out)], input=" ".join(map(str, ids)) + "\n")
+    skip = run_cli(["tokenize", "decode", "-m", str(out), "--skip-special"], input=" ".join(map(str, ids)) + "\n")
     assert plain.stdout.rstrip("\n") == ref.decode(ids, skip_special_tokens=False) == text
     assert skip.stdout.rstrip("\n") == ref.decode(ids, skip_special_tokens=True) == "The kernel maps memory."
 

@@ -7,6 +7,7 @@ import json
 import click
 
 from llmkit.commands._common import Output, progress_bar, read_text_arg, resolve_inputs
+from llmkit.commands.deprecated import Renamed, not_a_number, renamed
 
 
 @click.group("tokenize")
@@ -84,8 +85,9 @@ def _trace_text(algo: str, s: dict) -> str:
             f"removed={s['removed']} e.g. {', '.join(s['removed_sample'])}")
 
 
+@renamed(Renamed("-t", "-m", when=not_a_number), Renamed("--tokenizer", "--model"))
 @group.command("encode")
-@click.option("-t", "--tokenizer", "tokenizer_path", required=True, help="tokenizer.json or .gguf")
+@click.option("-m", "--model", "tokenizer_path", required=True, help="The tokenizer: tokenizer.json or .gguf.")
 @click.argument("text", required=False)
 @click.option("--tokens", "show_tokens", is_flag=True, help="Print token strings instead of ids.")
 @click.option("--jsonl", is_flag=True, help="One JSON object per input line: text, ids, tokens.")
@@ -93,8 +95,8 @@ def encode_cmd(tokenizer_path, text, show_tokens, jsonl):
     """Encode TEXT (or each line of stdin) into token ids.
 
     \b
-    llmkit tokenize encode -t tok.json "Hello world"
-    cat lines.txt | llmkit tokenize encode -t model.gguf --jsonl
+    llmkit tokenize encode -m tok.json "Hello world"
+    cat lines.txt | llmkit tokenize encode -m model.gguf --jsonl
     """
     tok = _load(tokenizer_path)
     out = Output(jsonl=jsonl)
@@ -108,8 +110,9 @@ def encode_cmd(tokenizer_path, text, show_tokens, jsonl):
             out.data(" ".join(map(str, ids)))
 
 
+@renamed(Renamed("-t", "-m", when=not_a_number), Renamed("--tokenizer", "--model"))
 @group.command("decode")
-@click.option("-t", "--tokenizer", "tokenizer_path", required=True, help="tokenizer.json or .gguf")
+@click.option("-m", "--model", "tokenizer_path", required=True, help="The tokenizer: tokenizer.json or .gguf.")
 @click.argument("ids", required=False)
 @click.option("--skip-special", is_flag=True, help="Drop special tokens from the text.")
 @click.option("--jsonl", is_flag=True, help="One JSON object per input line: ids, text.")
@@ -142,10 +145,11 @@ def decode_cmd(tokenizer_path, ids, skip_special, jsonl):
             out.data(text)
 
 
+@renamed(Renamed("-n", "--sample"))
 @group.command("inspect")
 @click.argument("tokenizer_path", metavar="TOKENIZER")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("-n", "--sample", default=10, show_default=True, help="How many merges/pieces to show.")
+@click.option("--sample", default=10, show_default=True, help="How many merges/pieces to show.")
 def inspect_cmd(tokenizer_path, as_json, sample):
     """Show a tokenizer's algorithm, vocabulary size, special tokens and sample merges/pieces."""
     from llmkit.tokenize.stats import describe
@@ -159,15 +163,16 @@ def inspect_cmd(tokenizer_path, as_json, sample):
         out.data(f"{k}: {v if not isinstance(v, list) else json.dumps(v, ensure_ascii=False)}")
 
 
+@renamed(Renamed("-t", "-m", when=not_a_number), Renamed("--tokenizer", "--model"))
 @group.command("stats")
-@click.option("-t", "--tokenizer", "tokenizers", multiple=True, required=True, help="Tokenizer (repeat to compare).")
+@click.option("-m", "--model", "tokenizers", multiple=True, required=True, help="Tokenizer: tokenizer.json or .gguf (repeat to compare).")
 @click.argument("inputs", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def stats_cmd(tokenizers, inputs, as_json):
     """Tokens per word/character, bytes per token and unknown rate of tokenizers on a corpus.
 
     \b
-    llmkit tokenize stats -t bpe.json -t unigram.json -t model.gguf corpus.txt
+    llmkit tokenize stats -m bpe.json -m unigram.json -m model.gguf corpus.txt
     """
     from llmkit.io import expand_inputs, iter_lines
     from llmkit.tokenize.stats import corpus_stats

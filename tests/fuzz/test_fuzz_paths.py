@@ -42,7 +42,7 @@ def test_tokenize_refuses_hostile_tokenizer_json_in_one_line(tmp_path, case, wor
     data = dict(crafted.tokenizer(True))[case]
     path = tmp_path / f"{case}.json"
     path.write_bytes(data)
-    r = _cli("tokenize", "encode", "-t", str(path), "hello")
+    r = _cli("tokenize", "encode", "-m", str(path), "hello")
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("Error: ") and words in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr
@@ -51,9 +51,9 @@ def test_tokenize_refuses_hostile_tokenizer_json_in_one_line(tmp_path, case, wor
 def test_limits_come_from_their_variables(tmp_path):
     path = tmp_path / "d.json"
     path.write_bytes(b"[" * 40 + b"]" * 40)
-    r = _cli("tokenize", "encode", "-t", str(path), "x", env={"LLMKIT_MAX_JSON_DEPTH": "20"})
+    r = _cli("tokenize", "encode", "-m", str(path), "x", env={"LLMKIT_MAX_JSON_DEPTH": "20"})
     assert r.returncode == 1 and "limit of 20 levels" in r.stderr and "LLMKIT_MAX_JSON_DEPTH" in r.stderr
-    r = _cli("tokenize", "encode", "-t", str(path), "x", env={"LLMKIT_MAX_JSON_DEPTH": "lots"})
+    r = _cli("tokenize", "encode", "-m", str(path), "x", env={"LLMKIT_MAX_JSON_DEPTH": "lots"})
     assert r.returncode == 1 and "LLMKIT_MAX_JSON_DEPTH='lots' is not a positive number" in r.stderr
 
 

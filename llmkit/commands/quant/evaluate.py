@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from llmkit.commands._common import Output, progress_bar
+from llmkit.commands.deprecated import Renamed, renamed
 from llmkit.commands.quant.base import group
 
 
@@ -32,11 +33,12 @@ def compare_cmd(a, b, as_json):
     out.table(t)
 
 
+@renamed(Renamed("--ctx", "--ctx-size"))
 @group.command("ppl")
 @click.option("-m", "--model", "models", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="Model(s) to score; repeat to compare (e.g. F16 and Q4_K_M).")
 @click.argument("text_path", metavar="FILE", type=click.Path(dir_okay=False), required=False)
-@click.option("-c", "--ctx", "n_ctx", default=512, show_default=True, type=int)
+@click.option("-c", "--ctx-size", "n_ctx", default=512, show_default=True, type=int)
 @click.option("--chunks", default=0, type=int, help="Score at most N chunks (0 = all).")
 @click.option("--save-logits", "save_logits", type=click.Path(dir_okay=False),
               help="Write the (one) model's log-probabilities in llama-perplexity's --kl-divergence-base format.")
@@ -48,7 +50,7 @@ def compare_cmd(a, b, as_json):
               help="Physical batch size (llama-perplexity's -ub).")
 @click.option("--flash-attn", "flash_attn", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True, help="Flash attention (llama-perplexity's -fa; auto is on for the CPU).")
-@click.option("--threads", type=int)
+@click.option("-t", "--threads", type=int, help="CPU threads (default: all cores).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per model, one per line.")
 def ppl_cmd(models, text_path, n_ctx, chunks, save_logits, kld_base, n_batch, n_ubatch, flash_attn, threads, as_json):
     """Perplexity of each model on FILE through llama.cpp, computed as llama-perplexity computes it

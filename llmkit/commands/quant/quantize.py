@@ -1,4 +1,4 @@
-"""`llmkit quant [quantize] IN -t TYPE -o OUT`: parse the options, run the library's pipeline
+"""`llmkit quant [quantize] IN --type TYPE -o OUT`: parse the options, run the library's pipeline
 (llmkit.quant.pipeline.quantize), print the report."""
 
 from __future__ import annotations
@@ -6,12 +6,14 @@ from __future__ import annotations
 import click
 
 from llmkit.commands._common import Output, progress_bar
+from llmkit.commands.deprecated import Renamed, not_a_number, renamed
 from llmkit.commands.quant.base import group
 
 
+@renamed(Renamed("-t", "--type", when=not_a_number), Renamed("--ctx", "--ctx-size"))
 @group.command("quantize")
 @click.argument("src", metavar="IN.gguf", type=click.Path(dir_okay=False))
-@click.option("-t", "--type", "qtype",
+@click.option("--type", "qtype",
               help="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q2_K_S Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
                    "Q6_K IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M IQ4_NL IQ4_XS TQ1_0 TQ2_0 "
                    "MXFP4_MOE (IQ1_*, IQ2_*, IQ3_XXS, IQ3_XS and Q2_K_S need --imatrix; not with "
@@ -20,7 +22,7 @@ from llmkit.commands.quant.base import group
 @click.option("--pure", is_flag=True, help="Every quantizable tensor gets TYPE (no _S/_M/_L mixture, no Q6_K output).")
 @click.option("--imatrix", "imatrix_path", type=click.Path(dir_okay=False), help="Importance matrix (GGUF or legacy .dat).")
 @click.option("--allow-requantize", is_flag=True, help="Allow re-quantizing tensors that are already quantized.")
-@click.option("--threads", type=int, help="Worker threads (default: all cores).")
+@click.option("-t", "--threads", type=int, help="Worker threads (default: all cores).")
 @click.option("--report", is_flag=True, help="Per-tensor table: type, bits/weight, bytes, RMSE, max error, cosine.")
 @click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
 @click.option("--output-tensor-type", "output_type", metavar="TYPE", help="Type for output.weight (as llama-quantize).")
@@ -32,7 +34,7 @@ from llmkit.commands.quant.base import group
 @click.option("--calib", "calib_path", type=click.Path(dir_okay=False),
               help="Calibration text: --target-* probes each tensor kind's effect on the output (KLD) on it "
                    "(without it, on text the model writes itself); --method gptq collects its Hessians from it.")
-@click.option("-c", "--ctx", "n_ctx", default=None, type=int,
+@click.option("-c", "--ctx-size", "n_ctx", default=None, type=int,
               help="Tokens per calibration chunk (default: 32 for the budget's probes, 256 for GPTQ's Hessians).")
 @click.option("--chunks", default=None, type=int, help="Calibration chunks (default: 4 for the probes, 16 for GPTQ).")
 @click.option("--method", type=click.Choice(["rtn", "gptq"]), default="rtn", show_default=True,
@@ -56,9 +58,9 @@ def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads,
 
     targeted = target_bpw is not None or target_size is not None
     if targeted and qtype:
-        raise click.UsageError("-t TYPE and --target-bpw/--target-size exclude each other: the budget chooses the types.")
+        raise click.UsageError("--type TYPE and --target-bpw/--target-size exclude each other: the budget chooses the types.")
     if not targeted and not qtype:
-        raise click.UsageError("give -t TYPE, or a budget with --target-bpw / --target-size.")
+        raise click.UsageError("give --type TYPE, or a budget with --target-bpw / --target-size.")
     if target_bpw is not None and target_size is not None:
         raise click.UsageError("give --target-bpw or --target-size, not both.")
     if method == "gptq" and not calib_path and not (hessian_path and os.path.exists(hessian_path)):
