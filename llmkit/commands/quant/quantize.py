@@ -14,9 +14,9 @@ from llmkit.commands.quant.base import group
 @group.command("quantize")
 @click.argument("src", metavar="IN.gguf", type=click.Path(dir_okay=False))
 @click.option("--type", "qtype",
-              help="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q2_K_S Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
-                   "Q6_K IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M IQ4_NL IQ4_XS TQ1_0 TQ2_0 "
-                   "MXFP4_MOE (IQ1_*, IQ2_*, IQ3_XXS, IQ3_XS and Q2_K_S need --imatrix; not with "
+              help="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q1_0 Q2_0 Q2_K Q2_K_S Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M "
+                   "Q5_K_S Q5_K_M Q6_K IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M IQ4_NL IQ4_XS "
+                   "TQ1_0 TQ2_0 MXFP4_MOE (IQ1_*, IQ2_*, IQ3_XXS, IQ3_XS and Q2_K_S need --imatrix; not with "
                    "--target-bpw/--target-size).")
 @click.option("-o", "--output", "dst", required=True, type=click.Path(dir_okay=False), help="Output GGUF path.")
 @click.option("--pure", is_flag=True, help="Every quantizable tensor gets TYPE (no _S/_M/_L mixture, no Q6_K output).")

@@ -13,7 +13,8 @@ from llmkit.quant.formats.numerics import F32
 
 FORMATS: dict[str, "Format"] = {}
 MODULES = ("floats", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
-           "iq4_xs", "tq1_0", "tq2_0", "mxfp4", "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m")
+           "iq4_xs", "tq1_0", "tq2_0", "mxfp4", "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m",
+           "q1_0", "q2_0")
 
 
 class Format:

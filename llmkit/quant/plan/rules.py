@@ -18,7 +18,8 @@ from llmkit.gguf.types import block_size, n_dims
 
 # file type name -> (llama_ftype number, default tensor type), in llama-quantize's listing order
 FTYPES = {
-    "Q4_0": (2, "Q4_0"), "Q4_1": (3, "Q4_1"), "MXFP4_MOE": (38, "MXFP4"), "Q5_0": (8, "Q5_0"), "Q5_1": (9, "Q5_1"),
+    "Q1_0": (40, "Q1_0"), "Q2_0": (41, "Q2_0"), "Q4_0": (2, "Q4_0"), "Q4_1": (3, "Q4_1"), "MXFP4_MOE": (38, "MXFP4"),
+    "Q5_0": (8, "Q5_0"), "Q5_1": (9, "Q5_1"),
     "IQ2_XXS": (19, "IQ2_XXS"), "IQ2_XS": (20, "IQ2_XS"), "IQ2_S": (28, "IQ2_XS"), "IQ2_M": (29, "IQ2_S"),
     "IQ1_S": (24, "IQ1_S"), "IQ1_M": (31, "IQ1_M"), "TQ1_0": (36, "TQ1_0"), "TQ2_0": (37, "TQ2_0"),
     "Q2_K": (10, "Q2_K"), "Q2_K_S": (21, "Q2_K"), "IQ3_XXS": (23, "IQ3_XXS"), "IQ3_S": (26, "IQ3_S"),
@@ -30,13 +31,13 @@ FTYPES = {
 ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}  # llama-quantize's shorthands
 TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
          "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "TQ1_0", "TQ2_0",
-         "MXFP4")  # the tensor types llmkit writes
+         "MXFP4", "Q1_0", "Q2_0")  # the tensor types llmkit writes
 BLOCK = {t: block_size(t) for t in TYPES}  # from ggml's type table
 QUANTIZED = {k for k, b in BLOCK.items() if b > 1}
-# tensor_type_fallback: a 256-block type whose rows do not fit; a 32-block type (or one whose fallback
-# does not fit either) becomes F16
+# tensor_type_fallback: a 256-block (or Q2_0's 64-block) type whose rows do not fit; a 32-block type (or
+# one whose fallback does not fit either) becomes F16; Q1_0 has none (llama.cpp refuses the tensor)
 FALLBACK = {**dict.fromkeys(("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS"), "IQ4_NL"),
-            **dict.fromkeys(("Q2_K", "Q3_K", "TQ1_0", "TQ2_0"), "Q4_0"), "Q4_K": "Q5_0", "Q5_K": "Q5_1",
+            **dict.fromkeys(("Q2_0", "Q2_K", "Q3_K", "TQ1_0", "TQ2_0"), "Q4_0"), "Q4_K": "Q5_0", "Q5_K": "Q5_1",
             "Q6_K": "Q8_0"}
 # tensor_requires_imatrix: the types llama.cpp refuses to write without an importance matrix (any
 # tensor but the token embedding and the output), and Q2_K inside a Q2_K_S file
@@ -211,12 +212,16 @@ class TypeChooser:
                 new = manual
             elif not self.pure:
                 new = self._mix(name, shape, new)
-            new = self._fallback(shape, new)
+            new = self._fallback(name, shape, new)
         return new
 
-    def _fallback(self, shape, new: str) -> str:
+    def _fallback(self, name: str, shape, new: str) -> str:
         if shape[0] % BLOCK[new] == 0:
             return new
+        if new not in FALLBACK and BLOCK[new] > 32:
+            raise BadInput(f"tensor '{name}' has rows of {shape[0]} weights, not a multiple of {new}'s block of "
+                           f"{BLOCK[new]}, and {new} has no smaller type to fall back to (llama.cpp refuses it too); "
+                           "choose another type for this tensor or this model.")
         self.n_fallback += 1
         ret = FALLBACK.get(new, new)
         if shape[0] % BLOCK[ret]:
@@ -251,7 +256,7 @@ class TypeChooser:
                 return "Q2_K"
             if ft in ("IQ2_S", "IQ2_M", "IQ3_XXS"):
                 return "IQ3_S"
-            if ft in ("TQ1_0", "TQ2_0"):
+            if ft in ("TQ1_0", "TQ2_0", "Q2_0"):
                 return "Q4_K"
             return new
         if ft in _LOW_IQ:
