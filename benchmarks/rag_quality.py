@@ -301,7 +301,7 @@ def cli(*args: str) -> str:
 
 
 def eval_configs(idx: str, queries: str, qrels: str, configs: list[str]) -> dict[str, float]:
-    out = cli("rag", "eval", idx, "--queries", queries, "--qrels", qrels, "--jsonl", *sum((["-c", c] for c in configs), []))
+    out = cli("rag", "eval", idx, "--queries", queries, "--qrels", qrels, "--jsonl", *sum((["--config", c] for c in configs), []))
     return {r["config"]: r["ndcg@10"] for r in map(json.loads, filter(str.strip, out.splitlines()))}
 
 

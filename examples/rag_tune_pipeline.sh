@@ -9,15 +9,15 @@ cran=${1:-../shared/data/cranfield}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-llmkit rag cranfield "$cran" -o "$work/cran"
+python3 "$(dirname "$0")/../scripts/cranfield.py" "$cran" -o "$work/cran"
 llmkit rag index "$work/idx" "$work/cran/docs.jsonl" --graph
 # before: the built-in fusion (RRF 1:1, k 60)
-llmkit rag eval "$work/idx" --queries "$work/cran/queries.jsonl" --qrels "$work/cran/qrels.txt" -c bm25 -c dense -c hybrid
+llmkit rag eval "$work/idx" --queries "$work/cran/queries.jsonl" --qrels "$work/cran/qrels.txt" --config bm25 --config dense --config hybrid
 # tune on pseudo-queries made from the corpus (no labels); the choice is stored in the index
 llmkit rag tune "$work/idx"
 llmkit rag info "$work/idx" | grep fusion
 # after: `tuned` is what `rag query` now uses by default
-llmkit rag eval "$work/idx" --queries "$work/cran/queries.jsonl" --qrels "$work/cran/qrels.txt" -c tuned -c hybrid+graph
+llmkit rag eval "$work/idx" --queries "$work/cran/queries.jsonl" --qrels "$work/cran/qrels.txt" --config tuned --config hybrid+graph
 llmkit rag query "$work/idx" "what similarity laws must be obeyed when constructing aeroelastic models" -k 3 --explain
 # the graph list on its own terms: which hits came through entities
 llmkit rag query "$work/idx" "shock wave boundary layer interaction" --graph -k 5 --jsonl \

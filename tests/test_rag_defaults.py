@@ -262,7 +262,7 @@ def test_graph_on_a_tuned_index_does_not_hurt(tmp_path, paragraphs):
     judged = ["--queries", str(tmp_path / "q.jsonl"), "--qrels", str(tmp_path / "qrels.txt")]
 
     def ndcg(*configs):
-        r = run_cli(["rag", "eval", str(idx), *judged, "--jsonl", *[x for c in configs for x in ("-c", c)]])
+        r = run_cli(["rag", "eval", str(idx), *judged, "--jsonl", *[x for c in configs for x in ("--config", c)]])
         assert r.exit_code == 0, r.stderr
         return [json.loads(x)["ndcg@10"] for x in r.stdout.splitlines()]
 

@@ -100,7 +100,7 @@ def test_global_answer_with_local_model(gidx, tmp_path):
 
     _, idx = gidx
     model = write_tiny_llama(tmp_path / "tiny.gguf", seed=3, n_ctx=4096)
-    args = ["rag", "answer", str(idx), "What are the main topics of these documents?", "--global", "-m", str(model),
+    args = ["rag", "answer", str(idx), "What are the main topics of these documents?", "--global", "--llm", str(model),
             "-n", "8", "-k", "2"]
     r = run_cli(args)
     assert r.exit_code == 0, r.stderr
@@ -131,10 +131,10 @@ def test_ask_global_new_and_old_spelling(gidx, tmp_path):
     _, idx = gidx
     model = write_tiny_llama(tmp_path / "tiny.gguf", seed=3, n_ctx=4096)
     question = "What are the main topics of these documents?"
-    r = run_cli(["rag", "ask-global", str(idx), question, "-m", str(model), "-n", "8", "-k", "2"])
+    r = run_cli(["rag", "ask-global", str(idx), question, "--llm", str(model), "-n", "8", "-k", "2"])
     assert r.exit_code == 0, r.stderr
     assert "Topics:" in r.stdout and "[1]" in r.stdout and "deprecated" not in r.stderr
-    old = run_cli(["rag", "answer", str(idx), question, "--global", "-m", str(model), "-n", "8", "-k", "2"])
+    old = run_cli(["rag", "answer", str(idx), question, "--global", "--llm", str(model), "-n", "8", "-k", "2"])
     assert old.exit_code == 0 and old.stdout == r.stdout  # same answer (greedy), summaries now from the cache
     notes = [line for line in old.stderr.splitlines() if "deprecated" in line]
     assert len(notes) == 1 and "rag ask-global" in notes[0]

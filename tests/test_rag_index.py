@@ -305,7 +305,7 @@ def test_llm_steps_with_local_gguf(built, tiny_gguf):
     assert "HyDE passage" in err and "rewrites" in err and len(hits) == 3
     hits, err = query(idx, "kernel memory pages", "-k", "3", "-m", str(tiny_gguf), "--compress-to", "20")
     assert "compressed" in err and all("compressed_text" in h for h in hits)
-    r = run_cli(["rag", "answer", str(idx), "How is memory tracked?", "-m", str(tiny_gguf), "-n", "8", "-k", "2"])
+    r = run_cli(["rag", "answer", str(idx), "How is memory tracked?", "--llm", str(tiny_gguf), "-n", "8", "-k", "2"])
     assert r.exit_code == 0 and "Sources:\n[1] " in r.stdout and "[2] " in r.stdout
 
 

@@ -4,12 +4,18 @@ evaluated end to end. Indexes use a tiny random 32-d model (tests/tinyst.py): fa
 
 import json
 import math
+import os
 import sqlite3
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from conftest import run_cli
+
+ROOT = Path(__file__).parent.parent
 
 pytest.importorskip("faiss")
 pytest.importorskip("sentence_transformers")
@@ -101,8 +107,12 @@ def test_cranfield_conversion_known_answer_and_eval(tmp_path, st32):
     (src / "cran.qry").write_text(CRAN_QRY)
     (src / "cranqrel").write_text(CRAN_QREL)
     out = tmp_path / "out"
-    r = run_cli(["rag", "cranfield", str(src), "-o", str(out)])
-    assert r.exit_code == 0, r.stderr
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "cranfield.py"), str(src), "-o", str(out)],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0 and "3 documents, 2 queries, 3 judgments" in p.stderr, p.stderr
+    old = run_cli(["rag", "cranfield", str(src), "-o", str(tmp_path / "old")])  # deprecated spelling: same files
+    assert old.exit_code == 0 and "scripts/cranfield.py" in old.stderr
+    assert (tmp_path / "old" / "qrels.txt").read_text() == (out / "qrels.txt").read_text()
     docs = [json.loads(line) for line in (out / "docs.jsonl").read_text().splitlines()]
     assert docs == [
         {"id": "1", "title": "wing in a slipstream .", "author": "brenckman,m.",
@@ -117,7 +127,7 @@ def test_cranfield_conversion_known_answer_and_eval(tmp_path, st32):
     idx = tmp_path / "idx"
     index(idx, str(out / "docs.jsonl"), "--model", st32)
     r = run_cli(["rag", "eval", str(idx), "--queries", str(out / "queries.jsonl"), "--qrels", str(out / "qrels.txt"),
-                 "-c", "bm25", "--jsonl"])
+                 "--config", "bm25", "--jsonl"])
     assert r.exit_code == 0, r.stderr
     (row,) = [json.loads(line) for line in r.stdout.splitlines()]
     ndcg = next(v for k, v in row.items() if k.lower().startswith("ndcg"))
@@ -125,7 +135,7 @@ def test_cranfield_conversion_known_answer_and_eval(tmp_path, st32):
     # term with the query and is not retrieved: DCG 4 of the ideal 4 + 1/log2(3) (linear gains)
     assert ndcg == pytest.approx((1 + 4 / (4 + 1 / math.log2(3))) / 2, abs=1e-4)
     r = run_cli(["rag", "eval", str(idx), "--queries", str(out / "queries.jsonl"), "--qrels", str(out / "qrels.txt"),
-                 "-c", "bm25", "--limit", "1", "--jsonl"])
+                 "--config", "bm25", "--limit", "1", "--jsonl"])
     (row,) = [json.loads(line) for line in r.stdout.splitlines()]
     assert next(v for k, v in row.items() if k.lower().startswith("ndcg")) == pytest.approx(1.0)  # query 1 only
 
@@ -249,3 +259,15 @@ def test_query_depth_limits_candidates(tmp_path, st32):
 
     assert max(ranks("3")) <= 3  # each retriever handed over only its top 3
     assert max(ranks("100")) > 3  # (with every candidate, a top-3 hit has a worse rank in some list)
+
+
+def test_beir_qrels_header_is_skipped(tmp_path):
+    from llmkit.rag.evaluate.datasets import load_qrels
+
+    p = tmp_path / "test.tsv"
+    p.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\nq2\td3\t2\n")
+    assert load_qrels(str(p)) == {"q1": {"d1": 1}, "q2": {"d3": 2}}
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("q1 d1 1\nq1 d2 x\n")
+    with pytest.raises(Exception, match="relevance 'x' is not a number"):
+        load_qrels(str(bad))

@@ -94,7 +94,7 @@ def test_tune_with_judged_queries_finds_the_useful_retriever(corpus):
 def test_stored_choice_is_used_overridden_kept_and_reset(corpus, tmp_path):
     root, idx = corpus
     before = (idx / "manifest.json").read_bytes()
-    r = run_cli(["rag", "tune", str(idx), "-n", "60", "--no-expand"])
+    r = run_cli(["rag", "tune", str(idx), "--pseudo-queries", "60", "--no-expand"])
     assert r.exit_code == 0, r.stderr
     assert "chosen:" in r.stdout and "held-out half" in r.stdout
     m = json.loads((idx / "manifest.json").read_text())
@@ -150,7 +150,7 @@ def test_bad_input(corpus, tmp_path):
 def test_interrupted_tune_leaves_the_index_alone(corpus):
     _, idx = corpus
     before = (idx / "manifest.json").read_bytes()
-    p = subprocess.Popen([sys.executable, "-m", "llmkit", "rag", "tune", str(idx), "-n", "150"],
+    p = subprocess.Popen([sys.executable, "--llm", "llmkit", "rag", "tune", str(idx), "--pseudo-queries", "150"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
     time.sleep(3)
     p.send_signal(signal.SIGTERM)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from llmkit.commands._common import Output
+from llmkit.commands.deprecated import Renamed, renamed
 
 
 @click.group("kv")
@@ -57,6 +58,7 @@ def plan_cmd(model_path, ctxs, parallel, cache_type_k, cache_type_v, as_json):
     out.table(t)
 
 
+@renamed(Renamed("-n", "--samples"))
 @group.command("simulate")
 @click.argument("trace", required=False)
 @click.option("--requests", "n_requests", default=300, show_default=True, help="Built-in trace: number of requests.")
@@ -64,7 +66,7 @@ def plan_cmd(model_path, ctxs, parallel, cache_type_k, cache_type_v, as_json):
 @click.option("--prompt-mean", default=160, show_default=True, help="Built-in trace: mean prompt tokens (log-normal).")
 @click.option("--output-mean", default=340, show_default=True, help="Built-in trace: mean output tokens (log-normal).")
 @click.option("--shared-prefix", default=0, show_default=True, help="Built-in trace: tokens of a common system prompt.")
-@click.option("-n", "--samples", default=1, show_default=True, help="Built-in trace: parallel samples / beams per request.")
+@click.option("--samples", default=1, show_default=True, help="Built-in trace: parallel samples / beams per request.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--budget-tokens", type=int, help="KV budget in tokens.")
 @click.option("--budget-bytes", type=float, help="KV budget in bytes (needs -m to convert to tokens).")

@@ -9,6 +9,7 @@ import click
 
 from llmkit.commands._common import Output
 from llmkit.commands.rag.query_options import query_options
+from llmkit.commands.deprecated import Renamed, renamed
 
 
 def _question(question: str | None) -> str:
@@ -29,6 +30,7 @@ def asking(k_help: str):
     return deco
 
 
+@renamed(Renamed("-m", "--llm"))
 @click.command("answer")
 @asking("Sources in the prompt.")
 @click.option("--compress-to", default=0, type=int, help="Compress the sources to about N tokens first.")
@@ -38,7 +40,7 @@ def answer_cmd(index_dir, question, k, req, n_predict, compress_to, global_, as_
     """Retrieve sources for QUESTION and stream an answer citing them, with a local GGUF model.
 
     \b
-    llmkit rag answer idx "How are kernel modules loaded?" -m qwen2.5-1.5b.gguf
+    llmkit rag answer idx "How are kernel modules loaded?" --llm qwen2.5-1.5b.gguf
     """
     from llmkit.commands._common import stdout_stream
     from llmkit.rag.answer.cite import answer, gather_sources
@@ -62,6 +64,7 @@ def answer_cmd(index_dir, question, k, req, n_predict, compress_to, global_, as_
     sys.stdout.flush()
 
 
+@renamed(Renamed("-m", "--llm"))
 @click.command("ask-global")
 @asking("Communities whose summaries answer the question.")
 @click.option("--json", "as_json", is_flag=True)
@@ -70,7 +73,7 @@ def ask_global_cmd(index_dir, question, k, req, n_predict, as_json):
     touches (index built with --graph; summaries cached in the index).
 
     \b
-    llmkit rag ask-global idx "What are the main themes of these documents?" -m model.gguf
+    llmkit rag ask-global idx "What are the main themes of these documents?" --llm model.gguf
     """
     _ask_global(Output(), index_dir, _question(question), k, req, n_predict, as_json)
 

@@ -1,5 +1,5 @@
-"""`rag eval` and `rag cranfield`: measure retrieval configurations on judged queries; convert the
-Cranfield collection into judged queries."""
+"""`rag eval`: measure retrieval configurations on judged queries (and the deprecated `rag cranfield`,
+now scripts/cranfield.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import click
 
 from llmkit.commands._common import Output
 from llmkit.commands.rag.options import judged_option
+from llmkit.commands.deprecated import Renamed, renamed
 
 
 def parse_config(spec: str, llm_path: str | None = None):
@@ -56,26 +57,27 @@ def parse_config(spec: str, llm_path: str | None = None):
     return QueryRequest(fusion=f, filters=flt, steps=st)
 
 
+@renamed(Renamed("-m", "--llm"), Renamed("-c", "--config"))
 @click.command("eval")
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @judged_option(required=True, queries_help="Queries (JSONL id/text or TSV).",
                qrels_help="TREC qrels: query 0 doc relevance.")
-@click.option("-c", "--config", "configs", multiple=True,
+@click.option("--config", "configs", multiple=True,
               help="MODE[:bm25=W,dense=W[,graph=W]][+fusion=rrf|cc][+norm=N][+rrf-k=K][+expand[=N]][+parents]"
                    "[+graph[=W]][+chunks][+rerank=SPEC][+hyde][+rewrite=N]; MODE is bm25, dense, hybrid (built-in fusion) or "
                    "tuned (the index's `rag tune` choice); repeatable (default: bm25, dense, hybrid, and tuned "
                    "when the index has one).")
 @click.option("--recall-k", default=100, show_default=True, type=int)
-@click.option("-m", "--llm", "llm_path", help="Local GGUF model for configurations that need one.")
+@click.option("--llm", "llm_path", help="Local GGUF model for configurations that need one.")
 @click.option("--limit", default=0, type=int, help="Only the first N queries.")
 @click.option("--jsonl", is_flag=True, help="One JSON object per configuration.")
 def eval_cmd(index_dir, judged, configs, recall_k, llm_path, limit, jsonl):
     """Evaluate retrieval configurations on judged queries: nDCG@10, Recall@k, MRR, latency.
 
     \b
-    llmkit rag cranfield ../shared/data/cranfield -o cran
+    python scripts/cranfield.py ../shared/data/cranfield -o cran
     llmkit rag index cran-idx cran/docs.jsonl
-    llmkit rag eval cran-idx --queries cran/queries.jsonl --qrels cran/qrels.txt -c bm25 -c dense -c hybrid
+    llmkit rag eval cran-idx --queries cran/queries.jsonl --qrels cran/qrels.txt --config bm25 --config dense --config hybrid
     """
     from rich.table import Table
 
@@ -103,12 +105,16 @@ def eval_cmd(index_dir, judged, configs, recall_k, llm_path, limit, jsonl):
         out.table(t)
 
 
-@click.command("cranfield")
+@click.command("cranfield", hidden=True)
 @click.argument("src", type=click.Path(file_okay=False, exists=True))
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory to write.")
 def cranfield_cmd(src, out_dir):
-    """Convert the Cranfield collection in SRC into docs.jsonl, queries.jsonl and qrels.txt."""
+    """Convert the Cranfield collection in SRC into docs.jsonl, queries.jsonl and qrels.txt (deprecated:
+    scripts/cranfield.py)."""
+    from llmkit.commands.deprecated import REMOVED_IN
     from llmkit.rag.evaluate.datasets import import_cranfield
 
+    click.echo(f"Note: `llmkit rag cranfield` leaves the CLI in llmkit {REMOVED_IN}; use `python scripts/cranfield.py "
+               "SRC -o DIR` (same files).", err=True)
     counts = import_cranfield(src, out_dir)
     Output().info(f"{out_dir}: {counts['docs']} documents, {counts['queries']} queries, {counts['judgments']} judgments")

@@ -15,7 +15,7 @@ import click
 FLAGS = {"parent_size": "--parent-size", "csv_meta": "--csv-meta", "model": "--model", "runtime": "--runtime",
          "ray": "--ray", "store": "--store", "no_wait": "--no-wait", "query_prompt": "--query-prompt",
          "passage_prompt": "--passage-prompt", "stem": "--stem", "weights": "--weights", "k": "-k",
-         "depth": "--depth", "rewrite": "--rewrite", "subqueries": "--subqueries", "hyde": "--hyde", "llm": "-m",
+         "depth": "--depth", "rewrite": "--rewrite", "subqueries": "--subqueries", "hyde": "--hyde", "llm": "--llm",
          "mode": "--mode", "rrf_k": "--rrf-k", "rerank": "--rerank", "compress_to": "--compress-to",
          "queries": "--queries", "qrels": "--qrels", "batch_size": "--batch-size", "tokens": "--tokens",
          "analysis": "--analysis"}

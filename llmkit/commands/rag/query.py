@@ -8,6 +8,7 @@ import click
 
 from llmkit.commands._common import Output
 from llmkit.commands.rag.query_options import query_options
+from llmkit.commands.deprecated import Renamed, renamed
 
 
 def iter_queries(query, queries_file):
@@ -34,6 +35,7 @@ def describe(o) -> str:
     return how + f" {w}" + (f"; expand {o.expand}" if o.expand else "") + ("; parents" if o.parents else "")
 
 
+@renamed(Renamed("-m", "--llm"))
 @click.command("query")
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @click.argument("query", required=False)

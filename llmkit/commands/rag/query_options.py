@@ -70,7 +70,7 @@ llm_options = bundle("steps", [
     click.option("--rewrite", default=0, type=int, help="Also search N LLM paraphrases of the query (needs -m)."),
     click.option("--subqueries", is_flag=True, help="Also search LLM sub-queries of the question (needs -m)."),
     click.option("--hyde", is_flag=True, help="Embed the query with an LLM-written hypothetical answer (needs -m)."),
-    click.option("-m", "--llm", "llm_path", help="Local GGUF model for --rewrite/--subqueries/--hyde/answer "
+    click.option("--llm", "llm_path", help="Local GGUF model for --rewrite/--subqueries/--hyde/answer "
                  "(default: LLMKIT_MODEL or the packaged SmolLM2)."),
     click.option("--rerank", help="Re-rank the top candidates: cross-encoder:DIR or llm:MODEL.gguf."),
     click.option("--rerank-depth", default=20, show_default=True, type=int),

@@ -12,6 +12,7 @@ import click
 
 from llmkit.commands._common import Output, progress_bar
 from llmkit.commands.rag.options import judged_option
+from llmkit.commands.deprecated import Renamed, renamed
 
 
 def _reset(out: Output, index_dir: str) -> None:
@@ -22,13 +23,14 @@ def _reset(out: Output, index_dir: str) -> None:
                                   if had else "no tuned fusion was stored."))
 
 
+@renamed(Renamed("-m", "--llm"), Renamed("-n", "--pseudo-queries"))
 @click.command("tune")
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @judged_option(queries_help="Judged queries (JSONL id/text or TSV); with --qrels. Default: pseudo-queries from the "
                             "corpus.")
-@click.option("-n", "n_queries", default=400, show_default=True, type=int, help="Pseudo-queries to make.")
+@click.option("--pseudo-queries", "n_queries", default=400, show_default=True, type=int, help="Pseudo-queries to make.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sample and of the split.")
-@click.option("-m", "--llm", "llm_path", help="Local GGUF model: pseudo-queries are questions it writes per chunk.")
+@click.option("--llm", "llm_path", help="Local GGUF model: pseudo-queries are questions it writes per chunk.")
 @click.option("--no-expand", is_flag=True, help="Leave query expansion out of the search space (faster).")
 @click.option("--dry-run", is_flag=True, help="Measure and report, but do not store the choice.")
 @click.option("--reset", is_flag=True, help="Deprecated: use `rag tune-reset`.")
@@ -80,6 +82,7 @@ def tune_reset_cmd(index_dir):
     _reset(Output(), index_dir)
 
 
+@renamed(Renamed("-m", "--llm"))
 @click.command("adapt")
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -92,7 +95,7 @@ def tune_reset_cmd(index_dir):
 @click.option("--lr", default=2e-5, show_default=True, type=float, help="Learning rate.")
 @click.option("--pairs", default=4000, show_default=True, type=int, help="Pseudo-queries to make (a fifth held out).")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("-m", "--llm", "llm_path", help="Local GGUF model: training queries are questions it writes.")
+@click.option("--llm", "llm_path", help="Local GGUF model: training queries are questions it writes.")
 @click.option("--hard-negatives", is_flag=True, help="Add one BM25/dense-mined negative per pair (measured: hurt on "
               "Cranfield, the mined passages are often relevant too).")
 @judged_option(queries_help="Judged queries that decide promotion (with --qrels) instead of held-out pseudo-queries.")

@@ -47,7 +47,8 @@ def parse_query_line(line: str, n: int, where: str = "input") -> tuple[str, str]
 
 
 def load_qrels(path: str) -> dict[str, dict[str, int]]:
-    """TREC qrels 'qid iter docid rel' (or 'qid docid rel'): {qid: {docid: grade}}, grades > 0 kept."""
+    """TREC qrels 'qid iter docid rel', or 'qid docid rel' as BEIR's TSV files (their header line is
+    skipped): {qid: {docid: grade}}, grades > 0 kept."""
     qrels: dict[str, dict[str, int]] = {}
     try:
         with open(path, encoding="utf-8") as f:
@@ -64,6 +65,8 @@ def load_qrels(path: str) -> dict[str, dict[str, int]]:
         try:
             grade = int(float(rel))
         except ValueError:
+            if not qrels and n == next(i for i, ln in enumerate(lines, 1) if ln.split()):
+                continue  # a header such as BEIR's "query-id corpus-id score"
             raise BadInput(f"{path}:{n}: relevance {rel!r} is not a number.") from None
         if grade > 0:
             qrels.setdefault(qid, {})[doc] = grade
