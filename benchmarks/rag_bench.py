@@ -334,7 +334,7 @@ def cranfield_rows(cfg) -> list[Row]:
         b = Cmd(f"index {rt} {p}", [PY, "-m", "llmkit", "-q", "rag", "index", idx, src, "--runtime", rt,
                                     "--embed-precision", p, "--json"])
         rep = run_once(b).report
-        e = Cmd(f"eval {rt} {p}", [PY, "--llm", "llmkit", "-q", "rag", "eval", idx, "--queries",
+        e = Cmd(f"eval {rt} {p}", [PY, "-m", "llmkit", "-q", "rag", "eval", idx, "--queries",
                                    os.path.join(work, "queries.jsonl"), "--qrels", os.path.join(work, "qrels.txt"),
                                    "-c", "bm25", "-c", "dense", "-c", "hybrid", "--jsonl",
                                    *(["--limit", limit] if limit else [])])
@@ -351,7 +351,7 @@ def cranfield_rows(cfg) -> list[Row]:
     idx = os.path.join(work, "idx-onnx-fp32")
     q = "what similarity laws must be obeyed when constructing aeroelastic models of heated high speed aircraft"
     cases = [("hybrid", "onnx"), ("dense", "onnx"), ("bm25", "onnx"), ("hybrid", "torch")]
-    qc = [Cmd(f"--mode {m} --runtime {rt}", [PY, "--llm", "llmkit", "-q", "rag", "query", idx, q, "--mode", m, "--runtime",
+    qc = [Cmd(f"--mode {m} --runtime {rt}", [PY, "-m", "llmkit", "-q", "rag", "query", idx, q, "--mode", m, "--runtime",
                                              rt, "-k", 5]) for m, rt in cases]
     runs = compare(qc, cfg)
     w = {c.label: walls(runs[c.label]) for c in qc}

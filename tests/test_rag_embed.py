@@ -175,13 +175,13 @@ def test_damaged_and_stale_exports_are_rebuilt(small_index):
     d = export_path(model_key(resolve_model(None)))
     (d / "model-fp32.onnx").write_bytes(b"garbage")
     _LOADED.clear()
-    p = subprocess.run([sys.executable, "--llm", "llmkit", "rag", "query", str(idx), "memory", "--mode", "dense", "-k", "1"],
+    p = subprocess.run([sys.executable, "-m", "llmkit", "rag", "query", str(idx), "memory", "--mode", "dense", "-k", "1"],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0 and "docs.jsonl#p" in p.stdout, p.stderr
     spec = json.loads((d / "spec.json").read_text())
     spec["version"] = 999
     (d / "spec.json").write_text(json.dumps(spec))
-    p = subprocess.run([sys.executable, "--llm", "llmkit", "rag", "query", str(idx), "memory", "--mode", "dense", "-k", "1"],
+    p = subprocess.run([sys.executable, "-m", "llmkit", "rag", "query", str(idx), "memory", "--mode", "dense", "-k", "1"],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0 and "docs.jsonl#p" in p.stdout, p.stderr
     assert json.loads((d / "spec.json").read_text())["version"] == 1

@@ -150,7 +150,7 @@ def test_bad_input(corpus, tmp_path):
 def test_interrupted_tune_leaves_the_index_alone(corpus):
     _, idx = corpus
     before = (idx / "manifest.json").read_bytes()
-    p = subprocess.Popen([sys.executable, "--llm", "llmkit", "rag", "tune", str(idx), "--pseudo-queries", "150"],
+    p = subprocess.Popen([sys.executable, "-m", "llmkit", "rag", "tune", str(idx), "--pseudo-queries", "150"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
     time.sleep(3)
     p.send_signal(signal.SIGTERM)
