@@ -1,10 +1,10 @@
-"""KV rows for run.py (not a test): time to first token with and without a cached prompt (`--slot-dir`).
+"""KV rows for run.py (not a test): time to first token with and without a cached prompt (`--prompt-cache DIR`).
 
     python benchmarks/run.py --area kv [--quick]
 
 The README's prefix-cache example, as whole processes: a long shared system prompt, then a
 question. Anchor: `llmkit generate` with no cache (the whole prompt is prefilled). llmkit cached:
-`llmkit generate --slot-dir DIR` for question 2 after question 1 filled DIR (that priming run is
+`llmkit generate --prompt-cache DIR` for question 2 after question 1 filled DIR (that priming run is
 not timed; it runs again before every timed run, in a fresh DIR). Figures: wall time of the whole
 process, and the in-process TTFT from `--json`'s stats. Check: both answers identical, slot file
 size against `llmkit kv plan`'s KV bytes for the cached tokens.
@@ -38,8 +38,8 @@ def rows(cfg):
     base = [PY, "-m", "llmkit", "-q", "generate", "-m", model, "-n", 8, "--temp", 0, "-t", 1, "--json"]
     outs = {k: os.path.join(work, f"out-{k}.json") for k in ("nocache", "cached")}
     cold = Cmd("no cache", [*base, "-"], stdin=paths[2], stdout=outs["nocache"])
-    warm = Cmd("--slot-dir", [*base, "--slot-dir", slots, "-"], stdin=paths[2], stdout=outs["cached"])
-    prime = Cmd("prime: question 1 into a fresh DIR (not timed)", [*base, "--slot-dir", slots, "-"], stdin=paths[1],
+    warm = Cmd("--slot-dir", [*base, "--prompt-cache", slots, "-"], stdin=paths[2], stdout=outs["cached"])
+    prime = Cmd("prime: question 1 into a fresh DIR (not timed)", [*base, "--prompt-cache", slots, "-"], stdin=paths[1],
                 stdout=os.devnull)
     ttft: dict = {"no cache": [], "--slot-dir": []}
     runs: dict = {"no cache": [], "--slot-dir": []}
@@ -61,14 +61,14 @@ def rows(cfg):
     cached = jb["stats"].get("prefill_reused", 0)
     kv_check = (f"; slot file {slot_bytes / 2**20:.2f} MiB vs plan's KV for {cached} tokens "
                 f"{per_tok * cached / 2**20:.2f} MiB" if per_tok and cached else "")
-    return "prefix cache across processes (generate --slot-dir)", [
+    return "prefix cache across processes (generate --prompt-cache DIR)", [
         f"model: {model}; system prompt of {n_rules} rules ({ja['stats']['prompt_tokens']} prompt tokens with the "
         "question); 8 tokens generated, greedy, 1 thread"], [
         Row("kv-slot-dir-ttft", "time to first token of question 2, in-process (`--json` stats)",
             f"no cache {ta.fmt('ms', 0, 1000)}", f"--slot-dir {tb.fmt('ms', 0, 1000)}", speed(ta.median, tb.median, "no cache"),
             f"answers identical: {ja['text'] == jb['text']}; reused {cached} cached tokens" + kv_check,
             cmds_of(cold, prime, warm)),
-        Row("kv-slot-dir-process", "question 2, whole process (the --slot-dir run also restores and saves its slot)",
+        Row("kv-slot-dir-process", "question 2, whole process (the --prompt-cache run also restores and saves its slot)",
             f"no cache {a.fmt()}", f"--slot-dir {b.fmt()}", speed(a.median, b.median, "no cache"), "", cmds_of(cold, warm))]
 
 

@@ -136,7 +136,7 @@ def batch_child(mode: str, slots: int, work: str, n_predict: int) -> None:
     proc, url = start_server(default_model_path(), "-np", str(slots), "-c", str(512 * slots), "-t", "2")
     # both clients are whole processes timed from here (the server is already up): same span
     client = ([PY, ME, "sequential", url, path, str(n_predict)] if mode == "sequential" else
-              [PY, "-m", "llmkit", "-q", "generate", "--server", url, "--batch", path, "-n", str(n_predict), "--temp", "0",
+              [PY, "-m", "llmkit", "-q", "server", "batch", "--server", url, path, "-n", str(n_predict), "--temp", "0",
                "--seed", "1"])
     try:
         t = time.perf_counter()

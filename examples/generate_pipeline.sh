@@ -11,5 +11,5 @@ llmkit generate "${m[@]}" --chat --temp 0 -n 48 "Name three uses of a hash map."
 printf 'Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog.\n' \
   | llmkit generate "${m[@]}" --chat --temp 0 -n 40 --lookup 3 -
 # 3. constrained output feeding another program
-llmkit generate "${m[@]}" -n 6 --seed 1 --grammar 'root ::= [1-9] [0-9]*' --json "A random number:" \
+llmkit constrain "${m[@]}" -n 6 --seed 1 --grammar 'root ::= [1-9] [0-9]*' --json "A random number:" \
   | python3 -c 'import json,sys; d=json.load(sys.stdin); print("number:", int(d["text"]), "tok/s:", round(d["stats"]["tokens_per_s"]))'

@@ -13,5 +13,5 @@ llmkit kv ls "$work"
 llmkit kv restore -m "$model" -c 4096 "$work/system.slot" "Question: what is 2+2?" -n 24
 # a cross-request prefix cache in a directory: the second call reuses the first one's KV
 for q in "What is a hash map?" "What is a binary tree?"; do
-  llmkit generate -m "$model" -c 4096 --temp 0 -n 24 --slot-dir "$work/cache" "$(cat "$work/system.txt") $q"
+  llmkit generate -m "$model" -c 4096 --temp 0 -n 24 --prompt-cache "$work/cache" "$(cat "$work/system.txt") $q"
 done

@@ -35,6 +35,6 @@ for u in "${urls[@]}"; do
 done
 for i in $(seq 1 8); do echo "{\"id\": $i, \"prompt\": \"Question $i: what is a kernel module? Answer:\"}"; done > "$work/prompts.jsonl"
 echo '{"id": "chat", "messages": [{"role": "user", "content": "Name a Linux filesystem."}], "n_predict": 12}' >> "$work/prompts.jsonl"
-llmkit generate --server "$(IFS=,; echo "${urls[*]}")" --batch "$work/prompts.jsonl" -n 24 --temp 0 -o "$work/out.jsonl"
-llmkit generate --server "$(IFS=,; echo "${urls[*]}")" --batch "$work/prompts.jsonl" -n 24 --temp 0 -o "$work/out.jsonl"  # resumes: nothing left
+llmkit server batch --server "$(IFS=,; echo "${urls[*]}")" "$work/prompts.jsonl" -n 24 --temp 0 -o "$work/out.jsonl"
+llmkit server batch --server "$(IFS=,; echo "${urls[*]}")" "$work/prompts.jsonl" -n 24 --temp 0 -o "$work/out.jsonl"  # resumes: nothing left
 python3 -c 'import json,sys; [print(r["id"], r["server"], repr(r["text"][:50])) for r in map(json.loads, open(sys.argv[1]))]' "$work/out.jsonl"

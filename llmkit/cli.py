@@ -15,6 +15,8 @@ from llmkit import __version__
 GROUPS = {
     "tokenize": ("llmkit.commands.tokenize", "group", "Train, apply, inspect and compare subword tokenizers."),
     "generate": ("llmkit.commands.generate", "command", "Stream text from a GGUF model (speculative decoding, lookup)."),
+    "constrain": ("llmkit.commands.constrain", "command", "Generate text that follows a GBNF grammar or a JSON schema."),
+    "server": ("llmkit.commands.server", "group", "Generate on running llama-servers: one prompt, or a JSONL batch."),
     "kv": ("llmkit.commands.kv", "group", "Plan KV-cache memory; save and restore KV slots."),
     "rag": ("llmkit.commands.rag", "group", "Index documents; BM25 + dense hybrid search, rerank, answer, evaluate."),
     "quant": ("llmkit.commands.quant", "group", "Quantize GGUF models byte-identically to llama.cpp; errors, perplexity."),

@@ -106,7 +106,7 @@ def test_cli_generate_streams_and_reports(models):
     assert r.exit_code == 0, r.stderr
     assert "tok/s" in r.stderr and "generated 20 tok" in r.stderr
     j = run_cli(["generate", "-m", models["target"], "--temp", "0", "-n", "20", "--ignore-eos", "--json",
-                 "--draft-model", models["target"], "--fixed-draft", "--draft-max", "4", PROMPT])
+                 "--draft-model", models["target"], "--draft-min", "4", "--draft-max", "4", PROMPT])
     d = json.loads(j.stdout)
     assert d["stats"]["generated_tokens"] == 20 and d["stats"]["acceptance"] == 1.0
     assert d["text"] + "\n" == r.stdout
@@ -121,7 +121,7 @@ def test_cli_stop_string_and_grammar(models):
     cut = json.loads(run_cli(["generate", "-m", models["target"], "--temp", "0", "-n", "30", "--ignore-eos", "--json",
                               "--stop", stop, PROMPT]).stdout)
     assert cut["text"] == full[: full.index(stop)] and cut["stats"]["stop_reason"] == "stop"
-    g = run_cli(["generate", "-m", models["target"], "-n", "8", "--seed", "1", "--grammar", "root ::= [0-9]+", "--json", "Number:"])
+    g = run_cli(["constrain", "-m", models["target"], "-n", "8", "--seed", "1", "--grammar", "root ::= [0-9]+", "--json", "Number:"])
     text = json.loads(g.stdout)["text"]
     assert text and text.isdigit()
 
@@ -157,17 +157,17 @@ def test_cli_json_schema_output_parses_and_matches(models, tmp_path):
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}},
               "required": ["ok", "n"]}
     for seed in (1, 2):
-        r = run_cli(["generate", "-m", models["target"], "-n", "64", "--seed", str(seed), "--json-schema", json.dumps(schema),
+        r = run_cli(["constrain", "-m", models["target"], "-n", "64", "--seed", str(seed), "--json-schema", json.dumps(schema),
                      "--json", "Answer as JSON:"])
         assert r.exit_code == 0, r.stderr
         d = json.loads(json.loads(r.stdout)["text"])
         assert set(d) == {"ok", "n"} and isinstance(d["ok"], bool) and isinstance(d["n"], int)
     (tmp_path / "g.gbnf").write_text('root ::= "yes" | "no"\n')
-    r = run_cli(["generate", "-m", models["target"], "-n", "8", "--seed", "3", "--grammar-file", str(tmp_path / "g.gbnf"),
+    r = run_cli(["constrain", "-m", models["target"], "-n", "8", "--seed", "3", "--grammar-file", str(tmp_path / "g.gbnf"),
                  "--json", "Answer:"])
     assert json.loads(r.stdout)["text"] in ("yes", "no")
-    r = run_cli(["generate", "-m", models["target"], "--json-schema", "{not json", "hi"])
-    assert r.exit_code == 1 and "grammar/schema" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli(["constrain", "-m", models["target"], "--json-schema", "{not json", "hi"])
+    assert r.exit_code == 1 and "--json-schema is not JSON" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_cli_chat_template(models):
@@ -210,7 +210,7 @@ def test_cli_context_overflow_and_shift(models):
 
 
 @pytest.mark.parametrize("args,code,fragment", [
-    (["-n", "0"], 1, "-n must be"),
+    (["-n", "0"], 1, "--n-predict must be"),
     (["--temp", "-1"], 1, "--temp"),
     (["--top-p", "0"], 1, "--top-p"),
     (["--ctk", "q9_9"], 1, "KV cache type"),

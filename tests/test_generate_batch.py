@@ -39,7 +39,7 @@ def _batch_file(tmp_path, lines) -> str:
 def test_batch_output_in_input_order_equals_single_requests(pool, tmp_path):
     items = [{"id": f"p{i}", "prompt": p} for i, p in enumerate(PROMPTS)]
     items[2]["n_predict"] = 3  # per-item option overrides -n
-    r = run_cli(["generate", "--server", ",".join(pool), "--batch", _batch_file(tmp_path, items), "-n", "8",
+    r = run_cli(["server", "batch", "--server", ",".join(pool), _batch_file(tmp_path, items), "-n", "8",
                  "--temp", "0"])
     assert r.exit_code == 0, r.stderr
     recs = [json.loads(line) for line in r.stdout.splitlines()]
@@ -47,7 +47,7 @@ def test_batch_output_in_input_order_equals_single_requests(pool, tmp_path):
     assert recs[2]["stats"]["generated_tokens"] <= 3 and recs[0]["stats"]["generated_tokens"] > 3
     assert {x["server"] for x in recs} <= set(pool)
     for rec, item in zip(recs, items):
-        one = run_cli(["generate", "--server", pool[1], "-n", str(item.get("n_predict", 8)), "--temp", "0", "--json",
+        one = run_cli(["server", "generate", "--server", pool[1], "-n", str(item.get("n_predict", 8)), "--temp", "0", "--json",
                        item["prompt"]])
         assert one.exit_code == 0, one.stderr
         # (the random model emits byte tokens: a non-streamed answer ends a cut UTF-8 character with
@@ -58,7 +58,7 @@ def test_batch_output_in_input_order_equals_single_requests(pool, tmp_path):
 
 def test_batch_chat_messages(pool, tmp_path):
     items = [{"id": 1, "messages": [{"role": "user", "content": "hi"}]}, {"id": 2, "prompt": "hi"}]
-    r = run_cli(["generate", "--server", pool[0], "--batch", _batch_file(tmp_path, items), "-n", "4", "--temp", "0"])
+    r = run_cli(["server", "batch", "--server", pool[0], _batch_file(tmp_path, items), "-n", "4", "--temp", "0"])
     assert r.exit_code == 0, r.stderr
     recs = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["id"] for x in recs] == [1, 2] and all(x["stats"]["generated_tokens"] for x in recs)
@@ -68,18 +68,18 @@ def test_batch_resumes_from_output_file(pool, tmp_path):
     items = [{"id": i, "prompt": p} for i, p in enumerate(PROMPTS)]
     batch = _batch_file(tmp_path, items)
     out = tmp_path / "out.jsonl"
-    r = run_cli(["generate", "--server", ",".join(pool), "--batch", batch, "-o", str(out), "-n", "6", "--temp", "0"])
+    r = run_cli(["server", "batch", "--server", ",".join(pool), batch, "-o", str(out), "-n", "6", "--temp", "0"])
     assert r.exit_code == 0, r.stderr
     first = out.read_text().splitlines()
     assert [json.loads(x)["id"] for x in first] == list(range(5))
     # a killed run leaves a cut line: it is dropped, that item and the missing ones are run again
     out.write_text("\n".join(first[:2]) + "\n" + first[2][:10])
-    r = run_cli(["generate", "--server", ",".join(pool), "--batch", batch, "-o", str(out), "-n", "6", "--temp", "0"])
+    r = run_cli(["server", "batch", "--server", ",".join(pool), batch, "-o", str(out), "-n", "6", "--temp", "0"])
     assert r.exit_code == 0, r.stderr
     assert "2 of 5 items already done, running 3" in r.stderr
     assert out.read_text().splitlines() == first or [json.loads(x)["text"] for x in out.read_text().splitlines()] == \
         [json.loads(x)["text"] for x in first]
-    r = run_cli(["generate", "--server", ",".join(pool), "--batch", batch, "-o", str(out), "-n", "6", "--temp", "0"])
+    r = run_cli(["server", "batch", "--server", ",".join(pool), batch, "-o", str(out), "-n", "6", "--temp", "0"])
     assert r.exit_code == 0 and "5 of 5 items already done, running 0" in r.stderr
     assert len(out.read_text().splitlines()) == 5
 
@@ -88,10 +88,10 @@ def test_malformed_lines_are_reported_with_line_numbers(pool, tmp_path):
     batch = _batch_file(tmp_path, [{"id": "a", "prompt": "x"}, "{not json", {"prompt": "no id"},
                                    {"id": "a", "prompt": "dup"}, {"id": "b", "prompt": "y", "temperature": "hot"},
                                    {"id": "c", "prompt": "z"}])
-    r = run_cli(["generate", "--server", pool[0], "--batch", batch, "-n", "2", "--temp", "0"])
+    r = run_cli(["server", "batch", "--server", pool[0], batch, "-n", "2", "--temp", "0"])
     assert r.exit_code == 1 and r.stdout == ""
     assert "line 2: not JSON" in r.stderr and "--on-error skip" in r.stderr
-    r = run_cli(["generate", "--server", pool[0], "--batch", batch, "-n", "2", "--temp", "0", "--on-error", "skip"])
+    r = run_cli(["server", "batch", "--server", pool[0], batch, "-n", "2", "--temp", "0", "--on-error", "skip"])
     assert r.exit_code == 0, r.stderr
     assert [json.loads(x)["id"] for x in r.stdout.splitlines()] == ["a", "c"]
     for frag in ("line 2: not JSON", "line 3: no \"id\"", "line 4: id \"a\" appears twice", "line 5: \"temperature\" must be a number"):
@@ -100,17 +100,15 @@ def test_malformed_lines_are_reported_with_line_numbers(pool, tmp_path):
 
 def test_unreachable_servers_and_usage(tmp_path):
     batch = _batch_file(tmp_path, [{"id": 1, "prompt": "x"}])
-    r = run_cli(["generate", "--server", f"http://127.0.0.1:{free_port()}", "--batch", batch])
+    r = run_cli(["server", "batch", "--server", f"http://127.0.0.1:{free_port()}", batch])
     assert r.exit_code == 1 and "no llama-server answers" in r.stderr and "Traceback" not in r.stderr
-    assert run_cli(["generate", "--batch", batch]).exit_code == 2
-    assert run_cli(["generate", "--server", "ftp://x", "--batch", batch]).exit_code == 1
-    # options of the in-process model do nothing on a server: refused, not dropped
+    assert run_cli(["server", "batch", batch]).exit_code == 2  # --server is required
+    assert run_cli(["server", "batch", "--server", "ftp://x", batch]).exit_code == 1
+    # options of the in-process model are not options of the server commands: usage errors, not dropped
     url = f"http://127.0.0.1:{free_port()}"
-    for extra in (["--draft-model", "d.gguf"], ["--chat"], ["--slot-dir", str(tmp_path)], ["--lookup", "3"]):
-        r = run_cli(["generate", "--server", url, *extra, "hello"])
-        assert r.exit_code == 2 and extra[0] in r.stderr and "do nothing with --server" in r.stderr, r.stderr
-    r = run_cli(["generate", "--server", url, "--chat", "--cache-reuse", "4", "--batch", batch])
-    assert r.exit_code == 2 and "--chat, --cache-reuse" in r.stderr
+    for extra in (["--draft-model", "d.gguf"], ["--chat"], ["--prompt-cache", str(tmp_path)], ["--lookup", "3"]):
+        r = run_cli(["server", "generate", "--server", url, *extra, "hello"])
+        assert r.exit_code == 2 and extra[0] in r.stderr, r.stderr
 
 
 def test_server_killed_mid_batch_loses_and_duplicates_nothing(model, tmp_path):
@@ -118,7 +116,7 @@ def test_server_killed_mid_batch_loses_and_duplicates_nothing(model, tmp_path):
     try:
         items = [{"id": i, "prompt": f"{PROMPTS[i % 5]} {i}"} for i in range(40)]
         out = tmp_path / "out.jsonl"
-        proc = subprocess.Popen([sys.executable, "-m", "llmkit", "generate", "--server", f"{a[1]},{b[1]}", "--batch",
+        proc = subprocess.Popen([sys.executable, "-m", "llmkit", "server", "batch", "--server", f"{a[1]},{b[1]}",
                                  _batch_file(tmp_path, items), "-o", str(out), "-n", "400", "--temp", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
         deadline = time.time() + 60
@@ -169,7 +167,7 @@ def test_server_restarted_mid_batch_loses_and_duplicates_nothing(model, tmp_path
     try:
         items = [{"id": i, "prompt": f"{PROMPTS[i % 5]} {i}"} for i in range(n)]
         out = tmp_path / "out.jsonl"
-        proc = subprocess.Popen([sys.executable, "-m", "llmkit", "generate", "--server", f"{a[1]},{b[1]}", "--batch",
+        proc = subprocess.Popen([sys.executable, "-m", "llmkit", "server", "batch", "--server", f"{a[1]},{b[1]}",
                                  _batch_file(tmp_path, items), "-o", str(out), "-n", "400", "--temp", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
         deadline = time.time() + 60
@@ -198,8 +196,8 @@ def test_server_restarted_mid_batch_loses_and_duplicates_nothing(model, tmp_path
 def test_retries_must_be_positive(tmp_path):
     f = tmp_path / "b.jsonl"
     f.write_text('{"id": 1, "prompt": "hi"}\n')
-    r = run_cli(["generate", "--server", f"http://127.0.0.1:{free_port()}", "--batch", str(f), "--retries", "0"])
-    assert r.exit_code == 1 and "--retries must be positive" in r.stderr
+    r = run_cli(["server", "batch", "--server", f"http://127.0.0.1:{free_port()}", str(f), "--retries", "0"])
+    assert r.exit_code == 1 and "--retries must be a positive number" in r.stderr
 
 
 class _Flaky:

@@ -70,3 +70,21 @@ def test_lookup_and_expected_tokens():
     assert lookup_draft([1, 2, 3, 4, 1, 2], 2, 2) == [3, 4]
     assert lookup_draft([1, 2, 3], 2, 2) == []
     assert expected_tokens(0.0, 4) == 1.0 and expected_tokens(1.0, 4) == 5.0
+
+
+def test_draft_min_above_zero_always_drafts_like_llama_cpp():
+    """--draft-min 0 lets the chooser skip drafting where a batch costs as much as its tokens; with
+    --draft-min N >= 1 it drafts at least N every round (llama.cpp's meaning), N = --draft-max is fixed."""
+    from llmkit.llama.draft import DraftLengthChooser
+
+    def linear(c):  # verifying b tokens costs b single steps: drafting never pays
+        for b in range(1, 10):
+            c.observe_batch(b, 0.01 * b)
+        c.observe_draft(0.002)
+        c.observe_acceptance(1, 10)
+        return c
+
+    assert linear(DraftLengthChooser(0, 8, adaptive=True)).choose(100) == 0
+    assert 2 <= linear(DraftLengthChooser(2, 8, adaptive=True)).choose(100) <= 8
+    assert linear(DraftLengthChooser(4, 4, adaptive=True)).choose(100) == 4
+    assert DraftLengthChooser(3, 8, adaptive=True).choose(100) >= 3  # nothing measured yet: still drafts

@@ -88,7 +88,7 @@ def test_slot_restore_reuses_prefix_and_matches_fresh(small_models, tmp_path):
     r = run_cli(["kv", "save", "-m", a, "-o", str(slot), PROMPT])
     assert r.exit_code == 0, r.stderr
     fresh = _gen_json(["-m", a, PROMPT + "Question: why?"])
-    cached = _gen_json(["-m", a, "--slot", str(slot), PROMPT + "Question: why?"])
+    cached = _gen_json(["-m", a, "--prompt-cache", str(slot), PROMPT + "Question: why?"])
     assert cached["text"] == fresh["text"]
     n_slot = len(json.loads(run_cli(["kv", "show", "--json", str(slot)]).stdout)["tokens"])
     assert n_slot > 100 and cached["stats"]["prefill_reused"] >= n_slot - 2
@@ -103,8 +103,8 @@ def test_slot_restore_reuses_prefix_and_matches_fresh(small_models, tmp_path):
 def test_slot_dir_is_a_prefix_cache_across_runs(small_models, tmp_path):
     a, _ = small_models
     d = tmp_path / "cache"
-    first = _gen_json(["-m", a, "--slot-dir", str(d), PROMPT + "Q1"])
-    second = _gen_json(["-m", a, "--slot-dir", str(d), PROMPT + "Q2"])
+    first = _gen_json(["-m", a, "--prompt-cache", str(d), PROMPT + "Q1"])
+    second = _gen_json(["-m", a, "--prompt-cache", str(d), PROMPT + "Q2"])
     fresh = _gen_json(["-m", a, PROMPT + "Q2"])
     assert first["stats"]["prefill_reused"] == 0
     assert second["stats"]["prefill_reused"] > 100
@@ -116,13 +116,13 @@ def test_foreign_and_broken_slots_are_refused(small_models, tmp_path):
     a, b = small_models
     slot = tmp_path / "a.slot"
     assert run_cli(["kv", "save", "-m", a, "-o", str(slot), PROMPT]).exit_code == 0
-    r = run_cli(["generate", "-m", b, "--slot", str(slot), PROMPT])
+    r = run_cli(["generate", "-m", b, "--prompt-cache", str(slot), PROMPT])
     assert r.exit_code == 1 and "different model" in r.stderr
-    r = run_cli(["generate", "-m", a, "--ctk", "q8_0", "--slot", str(slot), PROMPT])
+    r = run_cli(["generate", "-m", a, "--ctk", "q8_0", "--prompt-cache", str(slot), PROMPT])
     assert r.exit_code == 1 and "--ctk f16" in r.stderr
     junk = tmp_path / "junk.slot"
     junk.write_bytes(b"not a slot at all")
-    for cmd in (["generate", "-m", a, "--slot", str(junk), "x"], ["kv", "show", str(junk)], ["kv", "erase", str(junk)]):
+    for cmd in (["generate", "-m", a, "--prompt-cache", str(junk), "x"], ["kv", "show", str(junk)], ["kv", "erase", str(junk)]):
         r = run_cli(cmd)
         assert r.exit_code == 1 and "not an llmkit KV slot" in r.stderr and "Traceback" not in r.stderr
     assert junk.exists()  # erase refuses files that are not slots
@@ -145,11 +145,11 @@ def test_cache_reuse_shifts_later_chunks_exactly_on_one_layer(tmp_path):
     assert run_cli(["kv", "save", "-m", model, "-o", str(slot), head + gap + tail]).exit_code == 0
     new = head + tail + "Answer:"
     fresh = _gen_json(["-m", model, new])
-    reused = _gen_json(["-m", model, "--slot", str(slot), "--cache-reuse", "8", new])
+    reused = _gen_json(["-m", model, "--prompt-cache", str(slot), "--cache-reuse", "8", new])
     assert reused["stats"]["shifted"] > len(tail) // 2  # the tail chunk came from the cache
     assert reused["stats"]["prefill_reused"] > len(head) // 2 + reused["stats"]["shifted"] // 2
     assert reused["text"] == fresh["text"]
-    plain = _gen_json(["-m", model, "--slot", str(slot), new])  # without --cache-reuse only the prefix is kept
+    plain = _gen_json(["-m", model, "--prompt-cache", str(slot), new])  # without --cache-reuse only the prefix is kept
     assert plain["stats"]["shifted"] == 0 and plain["text"] == fresh["text"]
 
 

@@ -29,16 +29,16 @@ PROMPT = "You are a helpful assistant. Answer briefly. " * 4
 
 
 def test_generate_on_server_reuses_cached_prompt(server):
-    r1 = run_cli(["generate", "--server", server["url"], "--slot-id", "0", "-n", "8", "--temp", "0", "--json", PROMPT + "Q1"])
+    r1 = run_cli(["server", "generate", "--server", server["url"], "--slot", "0", "-n", "8", "--temp", "0", "--json", PROMPT + "Q1"])
     assert r1.exit_code == 0, r1.stderr
-    r2 = run_cli(["generate", "--server", server["url"], "--slot-id", "0", "-n", "8", "--temp", "0", "--json", PROMPT + "Q2"])
+    r2 = run_cli(["server", "generate", "--server", server["url"], "--slot", "0", "-n", "8", "--temp", "0", "--json", PROMPT + "Q2"])
     s1, s2 = json.loads(r1.stdout)["stats"], json.loads(r2.stdout)["stats"]
     assert s2["prompt_tokens"] < s1["prompt_tokens"]  # the shared prefix came from the slot's cache
 
 
 def test_server_slot_verbs(server):
     url = server["url"]
-    assert run_cli(["generate", "--server", url, "--slot-id", "0", "-n", "4", "--temp", "0", PROMPT]).exit_code == 0
+    assert run_cli(["server", "generate", "--server", url, "--slot", "0", "-n", "4", "--temp", "0", PROMPT]).exit_code == 0
     r = run_cli(["kv", "save", "--server", url, "--slot", "0", "sys.bin"])
     assert r.exit_code == 0, r.stderr
     assert (server["slots"] / "sys.bin").stat().st_size > 1000
@@ -67,7 +67,7 @@ def test_slot_files_interchange_with_embedded_mode(server):
     """llama-server's slot files restore in-process (flash attention on, as the server runs), and
     llmkit's --raw files restore in the server."""
     url, model = server["url"], server["model"]
-    assert run_cli(["generate", "--server", url, "--slot-id", "0", "-n", "2", "--temp", "0", PROMPT]).exit_code == 0
+    assert run_cli(["server", "generate", "--server", url, "--slot", "0", "-n", "2", "--temp", "0", PROMPT]).exit_code == 0
     assert run_cli(["kv", "save", "--server", url, "--slot", "0", "from_server.bin"]).exit_code == 0
     r = run_cli(["kv", "restore", "-m", model, "--flash-attn", "-c", "512", str(server["slots"] / "from_server.bin"),
                  "Q:", "-n", "4", "--json"])
@@ -81,7 +81,7 @@ def test_slot_files_interchange_with_embedded_mode(server):
 
 
 def _server_gen(url, prompt, *args):
-    r = run_cli(["generate", "--server", url, "--slot-id", "0", "--json", *args, prompt])
+    r = run_cli(["server", "generate", "--server", url, "--slot", "0", "--json", *args, prompt])
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -126,5 +126,5 @@ def test_generate_on_server_passes_grammar_and_schema(server, tmp_path):
     assert set(d) == {"ok"} and isinstance(d["ok"], bool)
     (tmp_path / "g.gbnf").write_text('root ::= "yes" | "no"\n')
     assert _server_gen(url, "Answer:", "-n", "8", "--seed", "1", "--grammar-file", str(tmp_path / "g.gbnf"))["text"] in ("yes", "no")
-    r = run_cli(["generate", "--server", url, "--json-schema", "{not json", "hi"])
+    r = run_cli(["server", "generate", "--server", url, "--json-schema", "{not json", "hi"])
     assert r.exit_code == 1 and "--json-schema is not JSON" in r.stderr

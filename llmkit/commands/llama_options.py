@@ -1,13 +1,18 @@
-"""Options and error wording shared by the commands that drive llama.cpp (`generate`, `kv`)."""
+"""Options and error wording shared by the commands that drive llama.cpp (`generate`, `constrain`, `server`, `kv`)."""
 
 from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
 from llmkit.commands._common import settings
+
+if TYPE_CHECKING:
+    from llmkit.llama.sampling import SamplingParams
 
 _MODEL = [
     click.option("-m", "--model", "model_path", help="GGUF model (default: LLMKIT_MODEL or the packaged SmolLM2-135M-Instruct)."),
@@ -47,8 +52,94 @@ def model_options(loading: bool = False):
     return decorate
 
 
+_SAMPLING = [
+    click.option("-n", "--n-predict", default=128, show_default=True, type=int, help="Tokens to generate."),
+    click.option("--temp", default=0.8, show_default=True, type=float, help="Temperature (0 = greedy)."),
+    click.option("--top-k", default=40, show_default=True, type=int),
+    click.option("--top-p", default=0.95, show_default=True, type=float),
+    click.option("--min-p", default=0.05, show_default=True, type=float),
+    click.option("--repeat-penalty", default=1.0, show_default=True, type=float),
+    click.option("--seed", type=int, default=None, help="Random seed (default: random)."),
+    click.option("--stop", multiple=True, help="Stop when this text appears (repeatable)."),
+    click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-sequence tokens."),
+]
+
+
+@dataclass
+class Sampling:
+    """What the sampling options say: llama.cpp's sampler settings plus length and stop conditions."""
+
+    params: "SamplingParams"
+    n_predict: int
+    stop: tuple[str, ...]
+    ignore_eos: bool
+
+    def server_fields(self) -> dict:
+        """The same settings as llama-server's /completion fields."""
+        p = self.params
+        return {"n_predict": self.n_predict, "temperature": p.temp, "top_k": p.top_k, "top_p": p.top_p,
+                "min_p": p.min_p, "repeat_penalty": p.repeat_penalty, **({"seed": p.seed} if p.seed is not None else {}),
+                **({"stop": list(self.stop)} if self.stop else {}), **({"ignore_eos": True} if self.ignore_eos else {})}
+
+
+def sampling_options(n_predict: int = 128, eos: bool = True):
+    """-n, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed, --stop and (with `eos`) --ignore-eos,
+    llama.cpp's meanings; the command receives `sampling`, a validated Sampling."""
+    options = [click.option("-n", "--n-predict", default=n_predict, show_default=True, type=int,
+                            help="Tokens to generate.")] + _SAMPLING[1:(None if eos else -1)]
+
+    def decorate(f):
+        @functools.wraps(f)
+        def run(*args, n_predict, temp, top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos=False, **kwargs):
+            from llmkit.errors import OptionError
+            from llmkit.llama.sampling import SamplingParams
+
+            params = SamplingParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
+                                    seed=seed)
+            params.validate()
+            if n_predict <= 0:
+                raise OptionError("{n_predict} must be a positive number of tokens, got {value}.", value=n_predict)
+            return f(*args, sampling=Sampling(params, n_predict, tuple(stop), ignore_eos), **kwargs)
+
+        for opt in reversed(options):
+            run = opt(run)
+        return run
+
+    return decorate
+
+
+def chat_options(f):
+    f = click.option("--system", help="System message for --chat.")(f)
+    return click.option("--chat", is_flag=True, help="Wrap the prompt in the model's own chat template.")(f)
+
+
 def server_slot_option(f):
     return click.option("--slot", "slot_id", type=int, default=0, show_default=True, help="With --server: the server slot.")(f)
+
+
+def stats_line(d: dict) -> str:
+    """The statistics line generate and constrain print on stderr."""
+    return (f"prompt {d['prompt_tokens']} tok, prefill {d['prefill_s'] * 1000:.0f} ms | generated {d['generated_tokens']} tok "
+            f"in {d['decode_s']:.2f} s = {d['tokens_per_s']:.1f} tok/s | stop: {d['stop_reason']}")
+
+
+def open_for_prompt(model_path, opts, prompt: str, chat: bool, system: str | None):
+    """Open the model (default: the packaged one) and tokenize the prompt, wrapped in its chat template
+    with --chat: (path, model, prompt as evaluated, tokens)."""
+    from llmkit.errors import BadInput
+    from llmkit.llama import runtime
+
+    path = model_path or runtime.default_model_path()
+    model = runtime.open_model(path, opts)
+    if chat:
+        from llmkit.llama.chat import NoChatTemplate, chat_prompt
+
+        try:
+            prompt = chat_prompt(model, prompt, system)
+        except NoChatTemplate:
+            raise BadInput("this model has no chat template (tokenizer.chat_template). Drop --chat and write the "
+                           "prompt yourself.") from None
+    return path, model, prompt, model.tokenize(prompt.encode("utf-8"), add_bos=runtime.add_bos(model), special=chat)
 
 
 @contextmanager
@@ -63,23 +154,3 @@ def server_errors():
         raise BadInput(f"{e} Start it, or check --server.") from None
     except BadSlotId as e:
         raise BadInput(f"--slot must be a slot number >= 0, got {e.slot_id}.") from None
-
-
-# `generate`'s options that act on the in-process model only: a server runs its own model, cache and drafting
-LOCAL_ONLY = {"model_path": "-m/--model", "chat": "--chat", "system": "--system", "context_shift": "--context-shift",
-              "keep": "--keep", "draft_path": "--draft-model", "draft_max": "--draft-max", "draft_min": "--draft-min",
-              "fixed_draft": "--fixed-draft", "lookup": "--lookup", "slot_path": "--slot", "slot_dir": "--slot-dir",
-              "cache_reuse": "--cache-reuse"}
-
-
-def refuse_local_only(local_only: dict) -> None:
-    """With --server, an option only the in-process path honours is a usage error (not silently dropped)."""
-    from click.core import ParameterSource
-
-    ctx = click.get_current_context()
-    given = [flag for name, flag in local_only.items()
-             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
-    if given:
-        raise click.UsageError(f"{', '.join(given)} act on the in-process model and do nothing with --server: drop "
-                               f"{'them' if len(given) > 1 else 'it'} (start llama-server with its own -m, -md, "
-                               "--ctx-size and slot options; chat messages go in a --batch file).")

@@ -7,10 +7,21 @@ import hashlib
 import os
 import time
 
-from llmkit.errors import OptionError
+from llmkit.errors import BadInput, OptionError
 from llmkit.kv.slots import list_slots, model_fingerprint, restore_slot, save_raw, save_slot
 from llmkit.llama import runtime
 from llmkit.llama.cache import common_prefix, eval_no_logits
+
+
+def prompt_cache_kind(path: str) -> str:
+    """'file' for a slot file to continue from, 'dir' for a directory of slots (made if missing); a
+    missing path that names a slot file (.slot, .bin) is an error rather than a new directory."""
+    if os.path.isfile(path):
+        return "file"
+    if not os.path.exists(path) and path.endswith((".slot", ".bin")):
+        raise BadInput(f"no slot file '{path}'. Save one first (llmkit kv save), or pass a directory to keep a "
+                       "prompt cache in.")
+    return "dir"
 
 
 def restore_best(model, model_path: str, opts, tokens: list[int], slot_dir: str) -> str | None:

@@ -17,11 +17,15 @@ from llmkit.llama.speculative import expected_tokens
 
 class DraftLengthChooser:
     """Picks K each round from measured verify cost T(b) (b = K + 1 tokens), draft cost per token
-    and the running acceptance rate: maximise E[tokens](alpha, K) / (K * t_draft + T(K + 1))."""
+    and the running acceptance rate: maximise E[tokens](alpha, K) / (K * t_draft + T(K + 1)).
+
+    K stays within [k_min, k_max]; with k_min = 0 the chooser may also not draft at all (K = 0) where
+    drafting does not pay, with k_min >= 1 it always drafts at least k_min (llama.cpp's --draft-min)."""
 
     def __init__(self, k_min: int, k_max: int, adaptive: bool, draft_cost_known_zero: bool = False,
                  draft_cost_ratio: float = 0.2):
         self.k_min, self.k_max, self.adaptive = max(1, k_min), k_max, adaptive
+        self.may_skip = k_min == 0
         self.t_batch: dict[int, float] = {}
         self.t_draft = 0.0 if draft_cost_known_zero else None
         # decoding is memory-bound: before measuring, a draft token costs about T(1) times the ratio
@@ -68,22 +72,22 @@ class DraftLengthChooser:
         k_max = min(self.k_max, available)
         if k_max < self.k_min:
             return 0
-        if not self.adaptive:
+        if not self.adaptive or self.k_min == k_max:
             return k_max
-        if 1 not in self.t_batch:
+        if 1 not in self.t_batch and self.may_skip:
             return 0  # measure plain decoding first
         if not any(b > 1 for b in self.t_batch) and self.rounds_without_draft > 0:
             return k_max  # short prompt: no batch was timed in prefill, so measure one verification
         td = self.t_draft if self.t_draft is not None else self.cost(1) * self.draft_cost_ratio
         catch_up = behind * td * 0.5 if self.t_draft != 0.0 else 0.0  # batched catch-up, ~half a step each
-        best_k, best_rate = 0, 1.0 / self.cost(1)
+        best_k, best_rate = (0, 1.0 / self.cost(1)) if self.may_skip else (self.k_min, 0.0)
         for k in range(self.k_min, k_max + 1):
             rate = expected_tokens(self.alpha, k) / (k * td + self.cost(k + 1) + catch_up)
             if rate > best_rate * 1.001:
                 best_k, best_rate = k, rate
         # the most drafting could ever give (every draft accepted): probes re-sync the draft model,
         # which costs real time, so only probe when a changed acceptance rate could pay well
-        if best_k == 0 and self.rounds_without_draft >= self.probe_every and self._ideal_rate(td, k_max) * self.cost(1) > 1.3:
+        if best_k == 0 and self.may_skip and self.rounds_without_draft >= self.probe_every and self._ideal_rate(td, k_max) * self.cost(1) > 1.3:
             # occasional probe so a changed acceptance rate is noticed; back off while it keeps failing
             best_k = self.k_min
             self.probe_every *= 2

@@ -70,7 +70,8 @@ class Generator:
         if draft is not None and lookup:
             raise OptionError("use either {draft_path} or {lookup}, not both.")
         if draft_max < 1 or draft_min < 0 or draft_min > draft_max:
-            raise BadInput(f"need 0 <= --draft-min <= --draft-max and --draft-max >= 1 (got {draft_min}, {draft_max}).")
+            raise OptionError("need 0 <= {draft_min} <= {draft_max} and {draft_max} >= 1 (got {lo}, {hi}).",
+                              lo=draft_min, hi=draft_max)
         self.target, self.draft, self.lookup = target, draft, lookup
         self.params = params
         self.rng = np.random.default_rng(params.seed)
@@ -106,7 +107,7 @@ class Generator:
         kept too, their positions shifted into place (llama-server's --cache-reuse).
         """
         if n_predict <= 0:
-            raise BadInput(f"n_predict must be a positive number of tokens, got {n_predict}.")
+            raise OptionError("{n_predict} must be a positive number of tokens, got {value}.", value=n_predict)
         if not prompt:
             raise BadInput("the prompt is empty. Give some text to continue.")
         bad = [t for t in prompt if not 0 <= t < self.n_vocab]
@@ -224,8 +225,8 @@ class Generator:
         if len(prompt) < n_ctx:
             return prompt
         if not self.context_shift:
-            raise BadInput(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}. "
-                           "Raise -c, shorten the prompt, or pass --context-shift to drop the oldest tokens.")
+            raise OptionError("the prompt has {n} tokens but the context holds {ctx}. Raise {n_ctx}, shorten the "
+                              "prompt, or pass {context_shift} to drop the oldest tokens.", n=len(prompt), ctx=n_ctx)
         keep = min(self.keep, n_ctx // 2)
         tail = n_ctx // 2 - keep
         return prompt[:keep] + prompt[len(prompt) - tail:]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmkit.errors import BadInput, OptionError
+from llmkit.errors import OptionError
 
 
 @dataclass
@@ -26,11 +26,11 @@ class SamplingParams:
 
     def validate(self) -> None:
         if self.temp < 0:
-            raise BadInput(f"--temp must be >= 0, got {self.temp}.")
+            raise OptionError("{temp} must be >= 0, got {value}.", value=self.temp)
         if self.top_k < 0:
             raise OptionError("{top_k} must be >= 0 (0 = off), got {value}.", value=self.top_k)
         if not 0.0 < self.top_p <= 1.0:
-            raise BadInput(f"--top-p must be in (0, 1], got {self.top_p}.")
+            raise OptionError("{top_p} must be in (0, 1], got {value}.", value=self.top_p)
         if not 0.0 <= self.min_p < 1.0:
             raise OptionError("{min_p} must be in [0, 1), got {value}.", value=self.min_p)
         if self.repeat_penalty <= 0:
