@@ -160,6 +160,34 @@ def test_compiled_kernels_ran(setup, monkeypatch, tmp_path):
     assert not get_format("Q4_K").compiled()
 
 
+def test_two_runs_in_one_process_do_not_interfere(setup, monkeypatch, tmp_path):
+    """A run whose decision leaves the kernels to numpy (a model too small to repay numba's start-up)
+    does not switch them off for another caller quantizing meanwhile in the same process; each run's
+    notice callback is its own (jit.Kernels is passed down a run, not kept in the module)."""
+    pytest.importorskip("numba")
+    from llmkit.quant.formats import get_format, jit
+    from llmkit.quant.write.quantize import quantize_file
+
+    d, base, _, _ = setup
+    seen, real = [], jit.run
+    monkeypatch.setattr(jit, "run", lambda name, *a: seen.append(name) or real(name, *a))
+    x = np.random.default_rng(0).standard_normal((4, 256)).astype(np.float32)
+    inside = []
+
+    def other_caller(i, n, name):  # called in the middle of the small run
+        if i == 3:
+            inside.append(get_format("Q4_K").quantize(x))
+            inside.append(list(seen))
+
+    heard = []
+    quantize_file(str(base), str(tmp_path / "a.gguf"), "Q4_K_M", progress=other_caller, notice=heard.append)
+    assert inside and inside[1] == ["q4_k"]  # the other caller's kernel ran; the small run's did not
+    assert seen == ["q4_k"]
+    assert jit.Kernels(notice=heard.append).quiet().notice is None
+    jit.Kernels(notice=heard.append).note_if_cold("_kernels", "no_such_kernel")
+    assert len(heard) == 1 and "no_such_kernel" in heard[0]
+
+
 def test_long_imatrix_path_cut_like_the_binary(tools, setup, tmp_path):
     """quantize.cpp copies the path into a 128-byte kv-override: longer paths are cut at 127 bytes."""
     d, base, imx_gguf, _ = setup

@@ -273,7 +273,7 @@ def test_imatrix_lacking_a_planned_tensor_named(model, imatrix, tmp_path):
     del imx["blk.2.ffn_down.weight"]
     cut = tmp_path / "cut.gguf"
     save_imatrix(str(cut), {k: v * 2 for k, v in imx.items()}, {k: np.full(1, 2) for k in imx}, 2, 128, "x")
-    for args in (["-t", "Q4_K_M"], ["--target-bpw", "4.5"]):
+    for args in (["--type", "Q4_K_M"], ["--target-bpw", "4.5"]):
         out = tmp_path / "q.gguf"
         r = run_cli(["quant", str(m), *args, "--imatrix", str(cut), "-o", str(out)])
         assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr

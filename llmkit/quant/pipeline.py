@@ -13,6 +13,7 @@ from typing import Callable
 from llmkit.errors import BadInput
 from llmkit.quant.budget.allocate import RECIPE_KEY, Allocation, allocate, file_type_for, recipe
 from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians
+from llmkit.quant.formats.jit import Kernels
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.rules import Overrides
 from llmkit.quant.plan.tensors import plan_types
@@ -48,7 +49,8 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
              overrides: Overrides | None = None, target_bpw: float | None = None, target_size: int | None = None,
              calib_text: str | None = None, n_ctx: int | None = None, chunks: int | None = None, method: str = "rtn",
              hessian_path: str | None = None, damp: float = 0.01, refit: bool = True,
-             shrink: float | None = None, progress: Progress | None = None) -> QuantRun:
+             shrink: float | None = None, progress: Progress | None = None,
+             notice: Callable[[str], None] | None = None) -> QuantRun:
     """Quantize `src` into `dst` to the file type `ftype`, or under a budget (`target_bpw` bits per
     weight or `target_size` bytes for the whole file; the budget chooses every tensor's type), with
     llama.cpp's rounding (`method="rtn"`) or GPTQ's. GPTQ reads its Hessians from `hessian_path`, or
@@ -56,7 +58,7 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
     that is removed); a budget probes each tensor kind's effect on the output, on `calib_text` or on
     text the model writes itself. `chunks` x `n_ctx` tokens: 16 x 256 for the Hessians, 4 x 32 for the
     probes unless given. `shrink`: GPTQ's shrinkage of H toward its diagonal (default
-    rounding.gptq.SHRINK)."""
+    rounding.gptq.SHRINK). `notice` hears, in one line, of a compiled kernel's first compilation."""
     budgeted = target_bpw is not None or target_size is not None
     if budgeted == (ftype is not None):
         raise BadInput("give either a file type or a size budget (target_bpw or target_size): a budget chooses "
@@ -89,7 +91,7 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
         if budgeted:
             allocation = allocate(src, target_bpw=target_bpw, target_size=target_size, imatrix=imatrix,
                                   calib_text=calib_text, threads=threads, progress=stage("measuring"), n_ctx=n_ctx,
-                                  chunks=chunks, hessian_path=hpath)
+                                  chunks=chunks, hessian_path=hpath, kernels=Kernels(notice=notice))
             assign, ftype = allocation.assign, file_type_for(allocation)
             extra = {RECIPE_KEY: recipe(allocation, target_bpw, target_size, imatrix is not None, method)}
             allow_requantize = True  # a budget may keep already-quantized tensors at (or near) their type
@@ -104,7 +106,7 @@ def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False
             extra = {**(extra or {}), "llmkit.quantize.method": "gptq"}
         report = quantize_file(src, dst, ftype, pure=pure, imatrix=imatrix, allow_requantize=allow_requantize,
                                threads=threads, measure=measure, progress=stage("quantizing"), overrides=overrides,
-                               assign=assign, extra_meta=extra, replace=replace)
+                               assign=assign, extra_meta=extra, replace=replace, notice=notice)
     return QuantRun(report, allocation, method, n_gptq, raised, skipped)
 
 

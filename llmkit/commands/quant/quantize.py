@@ -76,18 +76,15 @@ def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads,
         from llmkit.io import read_text
 
         calib = read_text(calib_path)
-    from llmkit.quant.formats import jit
-
-    jit.NOTICE = Output().info  # a kernel's first compilation takes seconds: say so on stderr
     bars = _StageBars()
     try:
         run = quantize(src, dst, qtype, pure=pure, imatrix=imx, allow_requantize=allow_requantize, threads=threads,
                        measure=report or as_json, overrides=overrides, target_bpw=target_bpw, target_size=size,
                        calib_text=calib, n_ctx=n_ctx, chunks=chunks, method=method, hessian_path=hessian_path,
-                       damp=damp, refit=not no_refit, shrink=shrink, progress=bars)
+                       damp=damp, refit=not no_refit, shrink=shrink, progress=bars,
+                       notice=Output().info)  # a kernel's first compilation takes seconds: say so on stderr
     finally:
         bars.close()
-        jit.NOTICE = None
     _emit(run, src, dst, report, as_json)
 
 

@@ -64,6 +64,7 @@ from llmkit.gguf.types import ALIGNMENT
 from llmkit.quant.budget.measure import GRID_MAX_BPW, Item, grid_names, measure, shape_items
 from llmkit.quant.budget.priors import bracket, group_key, kind_budgets, layer_groups, llama_mixes, mix_bytes
 from llmkit.quant.budget.probe import PROBE_SEQS, PROBE_TOKENS, cached_probe, probe_key, probe_sensitivity, store_probe
+from llmkit.quant.formats.jit import DEFAULT, Kernels
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers
 from llmkit.quant.write.quantize import output_header
@@ -262,10 +263,11 @@ def no_worse_than_mixes(items: list[Item], budget: int, sensitivity: dict, mixes
 
 def allocate(src: str, *, target_bpw: float | None = None, target_size: int | None = None, imatrix=None,
              calib_text: str | None = None, threads=None, progress=None, n_ctx: int | None = None,
-             chunks: int | None = None, hessian_path: str | None = None, probe: bool = True) -> Allocation:
+             chunks: int | None = None, hessian_path: str | None = None, probe: bool = True,
+             kernels: Kernels = DEFAULT) -> Allocation:
     """Measure, probe and solve for `src` under the budget. The probes read `chunks` sequences of `n_ctx`
     tokens of `calib_text`, or of text the model writes itself (none with probe=False: llama.cpp's
-    mixes then split the budget among the kinds)."""
+    mixes then split the budget among the kinds); `kernels`: the run's compiled kernels."""
     t0 = time.perf_counter()
     if (target_bpw is None) == (target_size is None):
         raise BadInput("give exactly one budget: target_bpw or target_size.")
@@ -284,7 +286,7 @@ def allocate(src: str, *, target_bpw: float | None = None, target_size: int | No
     if grid:
         shaped = shape_items(g, align, grid_names(imatrix))
     check_reachable(shaped, budget, head, n_weights, target_bpw is not None)  # before the minutes of measuring
-    items = measure(src, imatrix, threads, progress, hessian_path=hessian_path, grid=grid)
+    items = measure(src, imatrix, threads, progress, hessian_path=hessian_path, grid=grid, kernels=kernels)
     mixes = llama_mixes(g, items, imatrix is not None)
     sens, source, origin = None, "none", None
     if probe or calib_text:

@@ -27,6 +27,7 @@ from llmkit.gguf.tensors import read_rows
 from llmkit.gguf.types import ALIGNMENT, tensor_bytes
 from llmkit.quant.calibration.hessians import hessian_index
 from llmkit.quant.formats import get_format, to_f32
+from llmkit.quant.formats.jit import DEFAULT, Kernels
 from llmkit.quant.plan import rules
 from llmkit.quant.rounding.gptq import SUPPORTED, output_error, quantize_matrix
 
@@ -139,7 +140,7 @@ def shape_items(g, align: int, grid_for=frozenset()) -> list[Item]:
 
 def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
             progress: Callable[[int, int, str], None] | None = None, align: int | None = None,
-            hessian_path: str | None = None, grid: bool = False) -> list[Item]:
+            hessian_path: str | None = None, grid: bool = False, kernels: Kernels = DEFAULT) -> list[Item]:
     """Every tensor's candidate types with their bytes and measured (sampled) errors. With GPTQ's
     Hessians every candidate's error is the output error tr(D H D^T) of the sampled rows, and the
     types GPTQ writes are measured GPTQ-quantized."""
@@ -173,7 +174,7 @@ def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
             if name in hidx and len(shape) == 2 and hidx[name][1] == ne0:
                 off, dim = hidx[name]
                 h = np.memmap(hessian_path, dtype="<f4", mode="r", offset=off, shape=(dim, dim))
-            jobs.append(pool.submit(_errors, item, xs, ws, stand, h))
+            jobs.append(pool.submit(_errors, item, xs, ws, stand, h, kernels))
             if progress:
                 progress(i + 1, len(items), name)
         for j in jobs:
@@ -181,7 +182,7 @@ def measure(src: str, imatrix: dict | None = None, threads: int | None = None,
     return items
 
 
-def _errors(item: Item, xs: np.ndarray, ws, stand: np.ndarray, h=None) -> None:
+def _errors(item: Item, xs: np.ndarray, ws, stand: np.ndarray, h=None, kernels: Kernels = DEFAULT) -> None:
     """Weighted squared error of each candidate on the sampled rows, each row counted for the rows it
     stands for (with a Hessian: the output error, GPTQ rounding for the types it writes)."""
     weights = np.ones_like(xs) if ws is None else ws
@@ -192,17 +193,17 @@ def _errors(item: Item, xs: np.ndarray, ws, stand: np.ndarray, h=None) -> None:
             if c in SUPPORTED:
                 q, _ = quantize_matrix(xs, H, c, importance=None if ws is None else ws[0])
             else:
-                q = fmt.quantize(xs, None if ws is None else ws[0])
+                q = fmt.quantize(xs, None if ws is None else ws[0], kernels)
             d = fmt.dequantize(q.reshape(-1), xs.size).reshape(xs.shape)
             item.error[c] = output_error(xs, d, H, stand)
         return
     for c in item.bytes:
         fmt = get_format(c)
         if ws is not None and fmt.uses_imatrix and len(np.unique(ws, axis=0)) == 1:
-            q = fmt.quantize(xs, ws[0])
+            q = fmt.quantize(xs, ws[0], kernels)
         elif ws is not None and fmt.uses_imatrix:  # experts: each row with its own expert's weights
-            q = np.concatenate([fmt.quantize(xs[i:i + 1], ws[i]) for i in range(len(xs))])
+            q = np.concatenate([fmt.quantize(xs[i:i + 1], ws[i], kernels) for i in range(len(xs))])
         else:
-            q = fmt.quantize(xs)
+            q = fmt.quantize(xs, None, kernels)
         d = fmt.dequantize(q.reshape(-1), xs.size).reshape(xs.shape)
         item.error[c] = float(((xs.astype(np.float64) - d) ** 2 * weights).sum(axis=1) @ stand)

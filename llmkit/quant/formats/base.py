@@ -9,6 +9,8 @@ import numpy as np
 from llmkit.errors import BadInput
 from llmkit.gguf.tensors import read_tensor
 from llmkit.gguf.types import TYPE_ID, block_size, type_size
+from llmkit.quant.formats import jit
+from llmkit.quant.formats.jit import DEFAULT, Kernels
 from llmkit.quant.formats.numerics import F32
 
 FORMATS: dict[str, "Format"] = {}
@@ -28,7 +30,7 @@ class Format:
     uses_imatrix = False
     half_fields: tuple[tuple[int, int], ...] = ()  # byte ranges of each block holding fp16 values
     nan_reaches_scale = False  # True where a NaN/Inf weight always shows in an output scale (no search)
-    jit_saves_ns = 0  # what the compiled kernel saves per weight (0: no kernel; jit.decide_for_run)
+    jit_saves_ns = 0  # what the compiled kernel saves per weight (0: no kernel; jit.for_run)
     jit_kernel = ""  # the compiled kernel (jit.py) of the path without an imatrix: the name, lower-cased
     weighted_compiled = False  # the imatrix path runs a compiled kernel too (GIL released: threads scale)
     weighted_kernel = ""  # that kernel where it sits beside jit_kernel's (K-quants; sets weighted_compiled)
@@ -44,38 +46,30 @@ class Format:
     def row_bytes(self, n_per_row: int) -> int:
         return n_per_row // self.block * self.type_size
 
-    def quantize(self, rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
-        """rows: (n_rows, n_per_row) float32 -> (n_rows, row_bytes) uint8."""
+    def quantize(self, rows: np.ndarray, imatrix: np.ndarray | None = None, kernels: Kernels = DEFAULT) -> np.ndarray:
+        """rows: (n_rows, n_per_row) float32 -> (n_rows, row_bytes) uint8; `kernels`: the run's use of
+        the compiled kernels (same bytes either way)."""
         n_rows, n = rows.shape
         if n % self.block:
             raise BadInput(f"{self.name} needs rows of a multiple of {self.block} weights, got {n}.")
         x = np.ascontiguousarray(rows, dtype=F32)
         if imatrix is not None and self.uses_imatrix:
-            if self.weighted_kernel and self.compiled():
-                from llmkit.quant.formats import jit
-
+            if self.weighted_kernel and self.compiled(kernels):
+                kernels.note_if_cold("_kernels", self.weighted_kernel)
                 out = jit.run_weighted(self.weighted_kernel, x, imatrix, self.type_size, self.block)
             else:
                 out = self.quantize_weighted(x, np.ascontiguousarray(imatrix, dtype=F32))
-        elif self.compiled():
-            from llmkit.quant.formats import jit
-
+        elif self.compiled(kernels):
+            kernels.note_if_cold("_kernels", self.jit_kernel)
             out = jit.run(self.jit_kernel, x, self.type_size, self.block)
         else:
             out = self.quantize_blocks(x.reshape(-1, self.block))
         return out.reshape(n_rows, self.row_bytes(n))
 
-    def compiled_for(self, weighted: bool) -> bool:
-        """Does a compiled kernel (GIL released) run this format's path with (or without) an imatrix?"""
-        return self.compiled() and (not weighted or self.weighted_compiled)
-
-    def compiled(self) -> bool:
-        """Does a compiled kernel (numba, same bytes) run this format's path without an imatrix?"""
-        if not self.jit_kernel:
-            return False
-        from llmkit.quant.formats import jit
-
-        return jit.active()
+    def compiled(self, kernels: Kernels = DEFAULT, weighted: bool = False) -> bool:
+        """Does a compiled kernel (numba, same bytes, GIL released) run this format's path without an
+        imatrix (with one when `weighted`) in a run using `kernels`?"""
+        return bool(self.jit_kernel) and kernels.on() and (not weighted or self.weighted_compiled)
 
     def check(self, out: np.ndarray, name: str) -> None:
         """ggml_validate_row_data: every fp16 field (block scales, F16 values) must be finite.

@@ -24,42 +24,69 @@ numpy, check the compiled path so).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
 F32 = np.float32
 _KERNELS = None
-_RUN: bool | None = None  # this quantization run's decision (None: no run, e.g. a direct call)
 START_UP_S = 1.0  # importing numba (0.5 s) and loading the first cached kernel (0.5 s), measured
+_NOTED: set = set()  # (module, kernel) pairs already checked for a cached compilation in this process
 
 
-def decide_for_run(plan_weights: list[tuple[int, object]] | None) -> None:
-    """Use the kernels in this run or not, from [(weights, format)] of what it quantizes with a
-    kernel of jit_kernel's module (without an imatrix, or with one where the format has a
-    weighted_kernel; None: forget the decision): only when the time they save (Format.jit_saves_ns per
-    weight, measured against the numpy path: 30-60 ns for Q4_K/Q5_K, 1-2 ns for the memory-bound
-    32-block formats) repays numba's start-up. Same bytes either way."""
-    global _RUN
-    if plan_weights is None:
-        _RUN = None
-        return
-    _RUN = sum(n * f.jit_saves_ns for n, f in plan_weights if f.jit_kernel) * 1e-9 >= START_UP_S
+@dataclass(frozen=True)
+class Kernels:
+    """How one run uses the compiled kernels, passed down the run (no module state):
+
+    - `use`: this run's decision; False leaves the formats to their numpy paths (same bytes).
+      LLMKIT_JIT=1 overrides a False, LLMKIT_NO_JIT=1 (or no numba) turns the kernels off anyway.
+    - `notice`: told in one line before a kernel compiles for the first time (not found in numba's
+      cache), since a first run waits seconds per kernel; None says nothing.
+    """
+
+    use: bool = True
+    notice: Callable[[str], None] | None = None
+
+    def on(self) -> bool:
+        """The kernels run: numba is installed and not switched off, and this run allows them."""
+        from llmkit import config
+
+        return (self.use or config.flag("LLMKIT_JIT")) and available()
+
+    def quiet(self) -> "Kernels":
+        """The same decision without the notice (for worker processes: the callback stays home)."""
+        return replace(self, notice=None)
+
+    def note_if_cold(self, module: str, kernel: str) -> None:
+        """Tell `notice` when kernel `kernel` of llmkit.quant.formats.<module> has no cached compilation
+        yet (numba names its index files <module>.<kernel>-<line>.py<ver>.nbi under NUMBA_CACHE_DIR)."""
+        if self.notice is None or (module, kernel) in _NOTED:
+            return
+        _NOTED.add((module, kernel))
+        from pathlib import Path
+
+        root = Path(os.environ.get("NUMBA_CACHE_DIR", ""))
+        if root.name and any(root.rglob(f"{module}.{kernel}-*.nbi")):
+            return
+        self.notice(f"compiling llmkit's {kernel} quantization kernel (first use after an install: a few seconds, "
+                    f"cached in {root})")
 
 
-def run_allows() -> bool:
-    """This run's decision (or LLMKIT_JIT=1, which forces the kernels) lets the kernels run."""
-    from llmkit import config
-
-    return _RUN is None or _RUN or config.flag("LLMKIT_JIT")
+DEFAULT = Kernels()  # a direct call outside a run: the kernels whenever numba is there, silently
 
 
-def active() -> bool:
-    """The kernels run now: numba is installed and not switched off, and this run's decision allows them."""
-    return run_allows() and enabled()
+def for_run(plan_weights: list[tuple[int, object]], notice: Callable[[str], None] | None = None) -> Kernels:
+    """A run's Kernels from [(weights, format)] of what it quantizes with a kernel of jit_kernel's
+    module (without an imatrix, or with one where the format has a weighted_kernel): the kernels run
+    only when the time they save (Format.jit_saves_ns per weight, measured against the numpy path:
+    30-60 ns for Q4_K/Q5_K, 1-2 ns for the memory-bound 32-block formats) repays numba's start-up."""
+    saved = sum(n * f.jit_saves_ns for n, f in plan_weights if f.jit_kernel) * 1e-9
+    return Kernels(use=saved >= START_UP_S, notice=notice)
 
 
-def enabled() -> bool:
-    """numba is installed and not switched off."""
+def available() -> bool:
+    """numba is installed and not switched off (LLMKIT_NO_JIT)."""
     from llmkit import config
 
     if config.flag("LLMKIT_NO_JIT"):
@@ -84,27 +111,6 @@ def kernels():
     return _KERNELS or None
 
 
-# Called with one line before a kernel compiles for the first time (not found in numba's cache):
-# the CLI shows it on stderr, since a first run waits seconds per kernel. None: say nothing.
-NOTICE = None
-_NOTED: set = set()
-
-
-def note_if_cold(module: str, kernel: str) -> None:
-    """Tell NOTICE when kernel `kernel` of llmkit.quant.formats.<module> has no cached compilation yet
-    (numba names its index files <module>.<kernel>-<line>.py<ver>.nbi under NUMBA_CACHE_DIR)."""
-    if NOTICE is None or (module, kernel) in _NOTED:
-        return
-    _NOTED.add((module, kernel))
-    from pathlib import Path
-
-    root = Path(os.environ.get("NUMBA_CACHE_DIR", ""))
-    if root.name and any(root.rglob(f"{module}.{kernel}-*.nbi")):
-        return
-    NOTICE(f"compiling llmkit's {kernel} quantization kernel (first use after an install: a few seconds, "
-           f"cached in {root})")
-
-
 def run_weighted(name: str, x: np.ndarray, qw: np.ndarray, type_size: int, block: int) -> np.ndarray:
     """Quantize (n_rows, n) float32 rows with the imatrix qw (n,) with kernel `name`: each block gets
     its slice of qw -> (n_blocks, type_size) uint8."""
@@ -114,22 +120,21 @@ def run_weighted(name: str, x: np.ndarray, qw: np.ndarray, type_size: int, block
 
 
 def run(name: str, x: np.ndarray, type_size: int, block: int, *blocks: np.ndarray) -> np.ndarray:
-    """Quantize (n_blocks, block) float32 with kernel `name` -> (n_blocks, type_size) uint8; `blocks`:
-    further (n_blocks, block) inputs the kernel takes after x (run_weighted's imatrix)."""
-    k = kernels()
-    note_if_cold("_kernels", name)
+    """Quantize (n_blocks, block) float32 with kernel `name` of _kernels.py -> (n_blocks, type_size)
+    uint8; `blocks`: further (n_blocks, block) inputs the kernel takes after x (run_weighted's imatrix).
+    The caller's Kernels.note_if_cold("_kernels", name) says first whether it compiles now."""
+    mod = kernels()
     x = np.ascontiguousarray(x, dtype=F32).reshape(-1, block)
     out = np.empty((len(x), type_size), np.uint8)
-    getattr(k, name)(x, *blocks, out)
+    getattr(mod, name)(x, *blocks, out)
     return out
 
 
 def f16_rows(raw: np.ndarray, ne0: int) -> tuple[np.ndarray, int]:
     """F16 tensor bytes as float32 rows (n_rows, ne0), with the count of Inf/NaN values among them
     (the compiled kernels' callers then skip a second pass for the finiteness check)."""
-    k = kernels()
-    note_if_cold("_kernels", "f16_to_f32")
+    mod = kernels()
     h = np.ascontiguousarray(raw).view("<u2").reshape(-1)
     out = np.empty(len(h), np.uint32)
-    bad = k.f16_to_f32(h, k.F16_BITS, out)
+    bad = mod.f16_to_f32(h, mod.F16_BITS, out)
     return out.view(F32).reshape(-1, ne0), int(bad)

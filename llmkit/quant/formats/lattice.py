@@ -33,6 +33,7 @@ import numpy as np
 
 from llmkit.errors import BadInput, MissingDependency
 from llmkit.quant.formats.base import Format
+from llmkit.quant.formats.jit import DEFAULT, Kernels
 from llmkit.quant.formats.numerics import F32
 
 _WARM_LOCK = threading.Lock()
@@ -106,32 +107,31 @@ class LatticeFormat(Format):
         None, into out (n_rows, row_bytes) uint8."""
         raise NotImplementedError
 
-    def compiled(self) -> bool:
-        """The kernels are this format's only path: they run whenever numba is installed. Asking
-        also compiles (or loads) the kernel, in the caller's thread: see the module docstring."""
+    def compiled(self, kernels: Kernels = DEFAULT, weighted: bool = False) -> bool:
+        """The kernels are this format's only path: they run whenever numba is installed, whatever the
+        run decided. Asking also compiles (or loads) the kernel, in the caller's thread: see the module
+        docstring."""
         try:
-            self.ready()
+            self.ready(kernels)
         except MissingDependency:
             return False
         return True
 
-    def ready(self):
+    def ready(self, kernels: Kernels = DEFAULT):
         """The kernel module, with this format's kernel compiled (or loaded from numba's cache) and its
         tables built: once per process, on one block of zeros, so no worker forked later inherits a
-        half-done load."""
+        half-done load (`kernels.notice` hears of a first compilation)."""
         k = self.kernel_module()
         if not self._warm:
             with _WARM_LOCK:
                 if not self._warm:
-                    from llmkit.quant.formats import jit
-
-                    jit.note_if_cold(k.__name__.rpartition(".")[2], self.kernel)
+                    kernels.note_if_cold(k.__name__.rpartition(".")[2], self.kernel)
                     out = np.empty((1, self.type_size), np.uint8)
                     self.run(k, np.zeros((1, self.block), F32), np.ones(self.block, F32), out)
                     self._warm = True
         return k
 
-    def quantize(self, rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    def quantize(self, rows: np.ndarray, imatrix: np.ndarray | None = None, kernels: Kernels = DEFAULT) -> np.ndarray:
         """rows (n_rows, n) float32 with column weights imatrix (n,) -> (n_rows, row_bytes) uint8, ggml's bytes."""
         n_rows, n = rows.shape
         if n % self.block:
@@ -139,7 +139,7 @@ class LatticeFormat(Format):
         if imatrix is None and self.needs_imatrix:
             raise BadInput(f"{self.name} needs an importance matrix (llama.cpp refuses it without one, or aborts "
                            "where the imatrix lacks the tensor). Give an imatrix covering it, or choose another type.")
-        k = self.ready()
+        k = self.ready(kernels)
         x = np.ascontiguousarray(rows, dtype=F32)
         qw = None if imatrix is None else np.ascontiguousarray(imatrix, dtype=F32).reshape(-1)
         if qw is not None and qw.size != n:

@@ -15,6 +15,7 @@ import numpy as np
 
 from llmkit.errors import BadInput, MissingDependency
 from llmkit.quant.formats.base import Format
+from llmkit.quant.formats.jit import DEFAULT, Kernels
 from llmkit.quant.formats.lattice import load_kernels
 from llmkit.quant.formats.numerics import F32
 
@@ -72,13 +73,11 @@ def nearest_codes(x: np.ndarray, d: np.ndarray) -> np.ndarray:
 _KERNEL = None
 
 
-def kernel():
+def kernel(kernels: Kernels = DEFAULT):
     """The compiled quantizer (_kernels_fp4.mxfp4), or None where numba is missing or switched off
-    (LLMKIT_NO_JIT) or this run's decision (jit.decide_for_run) leaves it out."""
+    (LLMKIT_NO_JIT) or the run (`kernels`) leaves it out."""
     global _KERNEL
-    from llmkit.quant.formats import jit
-
-    if not jit.active():  # enabled() also points numba's cache at llmkit's
+    if not kernels.on():  # available() also points numba's cache at llmkit's
         return None
     if _KERNEL is None:
         try:
@@ -92,14 +91,14 @@ class MXFP4(Format):
     name = "MXFP4"
     jit_saves_ns = 25  # per weight against the numpy path (rough, measured under load)
 
-    def compiled(self) -> bool:
-        return kernel() is not None
+    def compiled(self, kernels: Kernels = DEFAULT, weighted: bool = False) -> bool:
+        return kernel(kernels) is not None
 
-    def quantize(self, rows, imatrix=None):
+    def quantize(self, rows, imatrix=None, kernels: Kernels = DEFAULT):
         """As Format.quantize (MXFP4 takes no imatrix), with this module's own kernel."""
-        k = kernel()
+        k = kernel(kernels)
         if k is None:
-            return super().quantize(rows, None)
+            return super().quantize(rows, None, kernels)
         n_rows, n = rows.shape
         if n % 32:
             raise BadInput(f"MXFP4 needs rows of a multiple of 32 weights, got {n}.")

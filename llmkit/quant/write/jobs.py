@@ -103,39 +103,41 @@ class Workers:
             self._procs.shutdown()
 
 
-def rows_job(path: str, data_offset: int, rows: TensorInfo, fmt_name: str, w) -> bytes:
+def rows_job(path: str, data_offset: int, rows: TensorInfo, fmt_name: str, w, kernels: jit.Kernels) -> bytes:
     """Worker process: read a slab of rows of a tensor (gguf.tensors.row_slab) from the file and quantize them."""
     with open(path, "rb") as f:
         raw = read_tensor(f, rows, data_offset)
-    return quantize_checked(get_format(fmt_name), to_f32(raw, rows), w, rows.name).tobytes()
+    return quantize_checked(get_format(fmt_name), to_f32(raw, rows), w, rows.name, False, kernels).tobytes()
 
 
-def slab_job(fmt, raw: np.ndarray, t: TensorInfo, r0: int, r1: int, w) -> np.ndarray:
+def slab_job(fmt, raw: np.ndarray, t: TensorInfo, r0: int, r1: int, w, kernels: jit.Kernels) -> np.ndarray:
     """Worker thread: rows [r0, r1) of a tensor's raw bytes (not F32) converted to float32 here, then
     quantized. F16 goes through the compiled conversion when this run uses the kernels: it counts the
     Inf/NaN halves on the way, so the input needs no second pass for the check."""
     row = t.nbytes // t.n_rows
     part = raw[r0 * row:r1 * row]
-    if t.type_name == "F16" and jit.active():
+    if t.type_name == "F16" and kernels.on():
+        kernels.note_if_cold("_kernels", "f16_to_f32")
         x, bad = jit.f16_rows(part, t.shape[0])
         if bad:
             check_finite(x, t.name)
-        return quantize_checked(fmt, x, w, t.name, finite=True)
-    return quantize_checked(fmt, to_f32(part, row_slab(t, r0, r1 - r0)), w, t.name)
+        return quantize_checked(fmt, x, w, t.name, True, kernels)
+    return quantize_checked(fmt, to_f32(part, row_slab(t, r0, r1 - r0)), w, t.name, False, kernels)
 
 
-def quantize_checked(fmt, x: np.ndarray, w, name: str, finite: bool = False) -> np.ndarray:
+def quantize_checked(fmt, x: np.ndarray, w, name: str, finite: bool = False,
+                     kernels: jit.Kernels = jit.DEFAULT) -> np.ndarray:
     """One job: quantize, then validate like ggml_validate_row_data. For the plain 32-block and
     float formats a NaN/Inf weight always reaches a block scale (it is the block's max), so the check
     of the output catches it; searched formats (K-quants, IQ4, any imatrix) check the input first
-    (unless `finite`: the caller has checked it)."""
-    if not finite and (not fmt.nan_reaches_scale or w is not None or fmt.compiled()):  # compiled: NaN need not reach a scale
+    (unless `finite`: the caller has checked it); so do compiled kernels, where a NaN need not reach a scale."""
+    if not finite and (not fmt.nan_reaches_scale or w is not None or fmt.compiled(kernels)):
         with np.errstate(over="ignore", invalid="ignore"):
             total = np.add.reduce(x, axis=None)  # NaN/Inf propagate; a finite overflow is re-checked exactly
         if not np.isfinite(total):
             check_finite(x, name)
     with np.errstate(all="ignore"):  # overflowing scales are caught by fmt.check with a clear message
-        out = np.ascontiguousarray(fmt.quantize(x, w))
+        out = np.ascontiguousarray(fmt.quantize(x, w, kernels))
     try:
         fmt.check(out, name)
     except BadInput:

@@ -77,10 +77,12 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
                   allow_requantize: bool = False, threads: int | None = None, measure: bool = False,
                   progress: Callable[[int, int, str], None] | None = None,
                   overrides: rules.Overrides | None = None, assign: dict[str, str] | None = None,
-                  extra_meta: dict[str, str] | None = None, replace: dict | None = None) -> QuantReport:
+                  extra_meta: dict[str, str] | None = None, replace: dict | None = None,
+                  notice: Callable[[str], None] | None = None) -> QuantReport:
     """Quantize `src` into `dst` (written atomically). Returns per-tensor sizes (and errors when `measure`).
     `assign` fixes the type of named tensors (the size-budget allocator's choice); `extra_meta` adds
-    string metadata; `replace` maps tensor names to already-quantized bytes (GPTQ) written as they are."""
+    string metadata; `replace` maps tensor names to already-quantized bytes (GPTQ) written as they are;
+    `notice` hears, in one line, of a compiled kernel's first compilation."""
     t0 = time.perf_counter()
     ftype = rules.resolve_ftype(ftype)
     if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
@@ -109,25 +111,24 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
                            imatrix)
     tune_malloc()
     pool = Workers(threads or os.cpu_count() or 1)
-    jit.decide_for_run([(int(np.prod(t.shape)), get_format(new)) for t, new in plan  # small jobs skip numba's
-                        if new != t.type_name and not (imatrix is not None and t.name in imatrix  # start-up
-                                                       and not get_format(new).weighted_kernel)])
+    kernels = jit.for_run([(int(np.prod(t.shape)), get_format(new)) for t, new in plan  # small jobs skip numba's
+                           if new != t.type_name and not (imatrix is not None and t.name in imatrix  # start-up
+                                                          and not get_format(new).weighted_kernel)], notice)
     # fork the worker processes now, before any thread runs: a child forked while a pool thread holds
     # an import lock (numba's first kernel call imports numpy.ma) waits for it forever
-    if any(new != t.type_name and t.nbytes >= Workers.PROCESS_MIN_BYTES and _in_processes(get_format(new), t, imatrix)
-           for t, new in plan):
+    if any(new != t.type_name and t.nbytes >= Workers.PROCESS_MIN_BYTES
+           and _in_processes(get_format(new), t, imatrix, kernels) for t, new in plan):
         pool.fork_now()
     try:
-        _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report, align, replace)
+        _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report, align, replace, kernels)
     finally:
         pool.close()
-        jit.decide_for_run(None)
     report.seconds = time.perf_counter() - t0
     return report
 
 
 def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress, report, align: int,
-           replace: dict | None = None) -> None:
+           replace: dict | None = None, kernels: jit.Kernels = jit.DEFAULT) -> None:
     from llmkit.io import atomic_file
 
     with open(src, "rb") as fin, atomic_file(dst) as fout:
@@ -159,7 +160,7 @@ def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress
             if replace and t.name in replace:
                 pending.append((t, _replaced(fin, data_offset, t, new, replace[t.name], measure, buffers)))
             else:
-                pending.append((t, _convert(fin, data_offset, t, new, imatrix, pool, measure, buffers)))
+                pending.append((t, _convert(fin, data_offset, t, new, imatrix, pool, measure, buffers, kernels)))
             inflight += t.nbytes
             while len(pending) > 1 and (inflight > READ_AHEAD or pending[0][1].done()):
                 t0, job = pending.popleft()
@@ -169,13 +170,13 @@ def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress
             emit(*pending.popleft())
 
 
-def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffers: Buffers):
+def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffers: Buffers, kernels: jit.Kernels):
     """Read one tensor (into a pooled buffer) and queue its quantization."""
     n = int(np.prod(t.shape, dtype=np.int64))
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
     fmt = get_format(new)
-    procs = pool.processes(t.nbytes, _in_processes(fmt, t, imatrix))
+    procs = pool.processes(t.nbytes, _in_processes(fmt, t, imatrix, kernels))
     if new == t.type_name or measure or procs is None:
         raw = read_tensor(fin, t, data_offset, buffers.get(t.nbytes))
         if new == t.type_name:
@@ -200,7 +201,7 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
     # ~128k weights per job for numpy: its temporaries stay in cache (measured: 2x faster than 1M-weight
     # jobs); a compiled kernel has no temporaries but the input, 256k halves the per-job overhead
     # (Q4_0 of a 1.5B model: ~0.8 s less CPU, measured)
-    job = 1 << 18 if fmt.compiled_for(qw is not None and fmt.uses_imatrix) else 1 << 17
+    job = 1 << 18 if fmt.compiled(kernels, qw is not None and fmt.uses_imatrix) else 1 << 17
     rows_per_chunk = max(1, min(rows_per_matrix, job // ne0))
     n_rows = n // ne0
     jobs = []
@@ -212,11 +213,12 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
         for r0 in range(m0, min(m0 + rows_per_matrix, n_rows), rows_per_chunk):
             r1 = min(r0 + rows_per_chunk, m0 + rows_per_matrix, n_rows)
             if raw is None:
-                jobs.append(procs.submit(rows_job, fin.name, data_offset, row_slab(t, r0, r1 - r0), new, w))
+                jobs.append(procs.submit(rows_job, fin.name, data_offset, row_slab(t, r0, r1 - r0), new, w,
+                                         kernels.quiet()))
             elif x is None:
-                jobs.append(pool.threads.submit(slab_job, fmt, raw, t, r0, r1, w))
+                jobs.append(pool.threads.submit(slab_job, fmt, raw, t, r0, r1, w, kernels))
             else:
-                jobs.append(pool.threads.submit(quantize_checked, fmt, x[r0:r1], w, t.name))
+                jobs.append(pool.threads.submit(quantize_checked, fmt, x[r0:r1], w, t.name, False, kernels))
 
     def finish():
         parts = [j.result() for j in jobs]
@@ -228,11 +230,11 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
     return _Queued(jobs, finish, raw)
 
 
-def _in_processes(fmt, t, imatrix) -> bool:
+def _in_processes(fmt, t, imatrix, kernels: jit.Kernels) -> bool:
     """Is this tensor's path one for worker processes: a search (K-quants, IQ4, any imatrix) that
     runs in numpy? A compiled kernel releases the GIL, so threads scale without the pickling."""
     weighted = imatrix is not None and fmt.uses_imatrix and t.name in imatrix
-    return (not fmt.nan_reaches_scale or weighted) and not fmt.compiled_for(weighted)
+    return (not fmt.nan_reaches_scale or weighted) and not fmt.compiled(kernels, weighted)
 
 
 class _Queued:
