@@ -13,8 +13,8 @@ from llmkit.gguf.reader import TensorInfo
 
 
 def read_tensor(f, info: TensorInfo, data_offset: int, into: np.ndarray | None = None) -> np.ndarray:
-    """A tensor's raw bytes, read with one readinto (a plain read from the page cache is ~2x faster
-    here than faulting in an mmap page by page), into `into` (uint8, nbytes long) when given."""
+    """A tensor's raw bytes, read with one readinto (a plain read from the page cache beats faulting
+    in an mmap page by page), into `into` (uint8, nbytes long) when given."""
     raw = np.empty(info.nbytes, np.uint8) if into is None else into
     f.seek(data_offset + info.offset)
     if f.readinto(memoryview(raw)) != info.nbytes:

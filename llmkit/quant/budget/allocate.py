@@ -1,53 +1,25 @@
 """Per-tensor types chosen under a size budget (a target in bits per weight or in bytes).
 
 llama.cpp's mixes (Q4_K_M, ...) give every model the same recipe. Here each tensor's type is chosen
-for this model, ExLlamaV2-style: a measured error for every candidate type, then the cheapest
-allocation of bits under the budget.
+for this model, ExLlamaV2-style:
 
-1. Error of a candidate: a deterministic sample of the tensor's rows (evenly spaced, about 32k
-   weights and at least 8 rows, plus the 4 rows with the largest weighted magnitudes: see
-   measure.py) is quantized with llmkit's byte-exact quantizers and dequantized; the error is the
-   activation-weighted squared error sum_j w_j (x_ij - q_ij)^2 (w = the imatrix's mean squared input
-   per column, i.e. the expected squared output error of the matrix; 1 without an imatrix), scaled
-   to all rows.
-2. Sensitivity: how much the model's output cares about a tensor's error, measured (`probe.py`):
-   for each kind of tensor (attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down,
-   token_embd, output) llama.cpp evaluates a few token sequences with that kind's 4-bit rounding
-   error added to its products (through the eval callback: no model file is written), and the
-   kind's sensitivity is the KL divergence to the unchanged model per unit of the kind's added
-   error, so the allocator minimises a predicted KLD. The sequences come from `--calib` text or,
-   without it, from text the model writes itself (data-free: sampled from the document boundary).
-   Measured on Qwen2.5-Coder-1.5B (F16 from the packaged Q4_K_M, its imatrix; mean KLD to the F16 on
-   other text, -c 256, 16 chunks), relative to llama.cpp's mix + imatrix of the same size: with
-   probes on 4 x 32 self-written tokens 0.67x at Q3_K_M's size, 0.62x at IQ3_XXS's, 0.69x at
-   IQ2_M's (benchmarks/RESULTS.md, rows qq-*-kld); at Q3_K_M's size with the lattice i-quants
-   allowed 0.59x once, in twice the time; with 4 x 256 tokens of the kernel docs (the old
-   file-writing probes) 0.53x. The kinds differ by 50x per unit of error (FFN-up least,
-   attention-output and FFN-down most).
-   Without llama.cpp to run the model (no `llama` extra) or with probe=False, each kind keeps the
-   bytes llama.cpp's own mixes give it at this size (`priors.py`: the mix of this size as
-   llama.cpp's rules type this model, or the line between the two mixes around it) and spends them
-   on the tensors and types its measured errors favour; tensors of a kind that the mixes around the
-   budget type alike share one budget (`priors.layer_groups`), and each tensor chooses among the
-   types those mixes give it and one step below and above (`near_types`). Measured on the same
-   model: 0.98x, 0.96x, 0.94x at Q3_K_M's, IQ3_XXS's and IQ2_M's sizes (every kind counted the
-   same: 1.31x, 2.56x, 2.04x). A group's weight (for the bytes rounding leaves and for the
-   predicted error) is the inverse of its price lambda.
-   Tried and measured worse: per-layer factors from probes of each layer (sensitivity = kind factor x
-   layer factor): 0.84x against the kind factors' 0.65x at Q3_K_M's size without i-quants; weights
-   fitted so that llama.cpp's mixes are Lagrangian optima of the measured errors; errors relative to
-   each tensor's output power; a global floor at the fewest bits the mix gives any tensor.
+1. Error of a candidate (`measure.py`): a sample of the tensor's rows quantized with llmkit's
+   byte-exact quantizers; the activation-weighted squared error (the imatrix's column weights, or 1),
+   scaled to all rows.
+2. Sensitivity (`probe.py`): how much the model's output (KL divergence) moves per unit of a kind's
+   error, so sensitivity x error predicts a KLD. Without llama.cpp to run the model, or with
+   probe=False, each kind keeps the bytes llama.cpp's own mixes give it at this size (`priors.py`)
+   and spends them on the tensors and types its errors favour (`solve_by_kind`).
 3. Solver: a multiple-choice knapsack by Lagrangian relaxation (each tensor takes the type that
    minimises sensitivity x error + lambda x bytes; lambda bisected to the largest allocation that
-   fits), then the remaining bytes are spent on the upgrades with the best error saved per byte.
-   The file lands at most a few tensors' worth of bytes, and within 0.5 %, under the budget.
-   The result is also checked against every llama.cpp mix that fits: should one be predicted better
-   (a solver gap), that mix plus upgrades is taken, so the allocation is never predicted worse than
-   llama.cpp's recipe of its size.
+   fits), then the remaining bytes go to the upgrades with the best error saved per byte. The result
+   is checked against every llama.cpp mix that fits, so it is never predicted worse than llama.cpp's
+   recipe of its size.
 
 1-D tensors (norms) and tensors llama.cpp never quantizes keep their type; a candidate needs row
-lengths its block size divides. At or below 3.6 bits per weight with an imatrix the candidates include
-the lattice i-quants (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) for the tensors it covers.
+lengths its block size divides. At or below GRID_MAX_BPW bits per weight with an imatrix the
+candidates include the lattice i-quants for the tensors it covers. Measurements and what was tried:
+docs/design/quant-budget.md.
 """
 
 from __future__ import annotations

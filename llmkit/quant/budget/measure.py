@@ -1,15 +1,12 @@
-"""What each candidate type would cost a tensor: its bytes and its measured error (module doc of
-allocate.py, step 1).
+"""What each candidate type would cost a tensor: its bytes and its measured error (step 1 of allocate.py).
 
 A deterministic sample of the tensor's rows is quantized with llmkit's byte-exact quantizers and
 dequantized; the error is the activation-weighted squared error sum_j w_j (x_ij - q_ij)^2 (w = the
 imatrix's mean squared input per column; 1 without one), scaled to all rows. The sample: at least
-MIN_ROWS evenly spaced rows (about 32k weights), which stand for all the others, plus the TOP_ROWS rows
-holding the largest weighted magnitudes |x_ij| sqrt(w_j), counted once each. Those few rows can hold
-most of a tensor's error: in Qwen2.5-1.5B's layer-2 FFN-down, row 408 (the residual stream's
-massive-activation channel) has one weight 2000x the row's median, and IQ3_S's error on that row is
-99.9 % of the tensor's (Q3_K's: 0.3 %); evenly spaced rows miss it. With GPTQ's Hessians the error
-is the output error tr(D H D^T) instead.
+MIN_ROWS evenly spaced rows (about SAMPLE_WEIGHTS weights), which stand for all the others, plus the
+TOP_ROWS rows holding the largest weighted magnitudes |x_ij| sqrt(w_j), counted once each: a few
+outlier rows can hold most of a tensor's error, and evenly spaced rows miss them. With GPTQ's
+Hessians the error is the output error tr(D H D^T) instead. Why these sizes: docs/design/quant-budget.md.
 """
 
 from __future__ import annotations
@@ -34,19 +31,12 @@ from llmkit.quant.rounding.gptq import SUPPORTED, output_error, quantize_matrix
 CANDIDATES = ("Q2_K", "Q3_K", "IQ4_XS", "Q4_K", "IQ4_NL", "Q4_0", "Q4_1", "Q5_K", "Q5_0", "Q5_1", "Q6_K",
               "Q8_0", "F16")
 # the lattice i-quants: candidates for a tensor with an imatrix entry under a budget of at most
-# GRID_MAX_BPW (without an imatrix llama.cpp refuses most of them). Their searches cost 100-350 ns
-# per weight against 13-80 for the K-quants, in the measuring and in the final rounding: on
-# Qwen2.5-Coder-1.5B at Q3_K_M's size (4.16 bpw) they took the mean KLD from 0.65x to 0.59x of
-# llama.cpp's mix but the run from about 2.3x to 4x llama-quantize's time, so above 3.6 bpw (where
-# the K-quants still serve every tensor well) they are left out; at IQ3_XXS's and IQ2_M's sizes (3.46,
-# 3.15 bpw) they are what the budget is made of. TQ1_0/TQ2_0 (ternary-trained models only) and MXFP4
-# (MoE experts) are never candidates.
+# GRID_MAX_BPW (without an imatrix llama.cpp refuses most of them); above it the K-quants serve every
+# tensor well and the slower lattice searches only add time. TQ1_0/TQ2_0, Q1_0/Q2_0 (for models trained
+# for them) and MXFP4 (MoE experts) are never candidates: on ordinary weights a smaller type beats them.
 GRID_CANDIDATES = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
 GRID_MAX_BPW = 3.6
-# 32k weights: on Qwen2.5-Coder-1.5B the allocations from 32k-weight samples are predicted within
-# 1.3 % of those from 128k (Q3_K_M, IQ3_XXS and IQ2_M sizes, errors re-scored on 128k), in a quarter
-# of the time (measuring every candidate is most of a budget run's cost)
-SAMPLE_WEIGHTS = 1 << 15
+SAMPLE_WEIGHTS = 1 << 15  # per tensor: the allocations barely move with larger samples, at a multiple of the time
 MIN_ROWS = 8  # even for wide tensors (FFN-down: 3 rows of 8960 would be 32k weights)
 TOP_ROWS = 4  # rows with the largest weighted magnitude, always measured
 

@@ -1,4 +1,4 @@
-"""How much the model's output cares about each kind of tensor (module doc of allocate.py, step 2).
+"""How much the model's output cares about each kind of tensor (step 2 of allocate.py).
 
 One evaluation per kind (attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, output,
 token_embd, ...) of a few token sequences — cut from calibration text, or written by the model itself
@@ -13,9 +13,7 @@ imatrix's column weights, 1 without one): the measure the candidates' errors are
 sensitivity x error predicts a KLD.
 
 Probes are cached by model file, imatrix and tokens' origin, so trying several budgets probes once.
-Measured on Qwen2.5-Coder-1.5B (F16, 2 threads): 10 evaluations of 4 x 32 self-written tokens and
-the injections, about a minute; the sensitivities of three seeds within +-35 % of each other, the
-kinds' order the same.
+Their cost and stability: docs/design/quant-budget.md.
 """
 
 from __future__ import annotations

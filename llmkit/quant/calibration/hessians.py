@@ -1,8 +1,8 @@
 """GPTQ's Hessians: H = X^T X of every matrix's inputs over calibration text (collected by
 imatrix.collect), saved as a GGUF file of F32 matrices and read back memory-mapped by name.
 
-Memory: one H is ne0^2 float32 (Qwen2.5-1.5B's ffn_down: 8960^2 x 4 B = 321 MB; 9 GB for all 28
-layers), so they are never all held at once. One short pass finds the layout (which matrices share
+Memory: one H is ne0^2 float32, and a model's Hessians together can exceed the machine's memory,
+so they are never all held at once. One short pass finds the layout (which matrices share
 an input, each input's width), the file's header is written, then the model runs over the text once
 per group of layers, each pass accumulating only that group's H and writing it to its place in the
 file. The passes repeat the same float32 operations in the same order, so the file holds the same
@@ -26,7 +26,7 @@ from llmkit.quant.calibration.imatrix import collect
 
 
 HESSIAN_FORMAT = "llmkit-hessians"
-OVERHEAD = 768 << 20  # Python, numpy, llama.cpp's context and compute buffers (allowance; measured ~0.4-0.6 GB)
+OVERHEAD = 768 << 20  # an allowance for Python, numpy, llama.cpp's context and compute buffers
 _LAYER = re.compile(r"blk\.(\d+)\.")
 
 
@@ -73,7 +73,7 @@ def gptq_memory(src: str, threads: int, memory: int | None = None) -> tuple[int,
     once read) + one group's H + one H of temporaries + OVERHEAD. Rounding: per worker one H mapped,
     four float64 H-sized matrices (three while inverting, U kept; LAPACK's copies) and the matrix in
     float64 with its temporaries, beside the parent holding the quantized bytes (<= half the file).
-    Measured on Qwen2.5-1.5B's ffn_down (8960 wide): one job peaked at 2.97 GB, this says 3.22 GB."""
+    How the estimate compares with measured peaks: docs/design/quant-gptq.md."""
     size = os.path.getsize(src)
     widths = matrix_inputs(src)
     if not widths:
@@ -180,7 +180,7 @@ def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512
                 f.seek(at[k])
                 f.write(memoryview(np.ascontiguousarray(h, "<f4")).cast("B"))
             del sums, counts
-            gc.collect()  # the pass's model object (its 155 MB logits buffer on a 152k vocabulary) before the next
+            gc.collect()  # the pass's model object (its logits buffer is vocabulary-sized) before the next
         end = f.seek(0, os.SEEK_END)
         f.truncate(max(end, offsets[-1] + 4 * layout[keys[-1]][1] ** 2))
         f.seek(0)

@@ -227,8 +227,8 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
 
 def _add_gram(h: np.ndarray, x: np.ndarray) -> None:
     """h += x^T x in place, (ne0, ne0) float32 from (rows, ne0) float32: BLAS's ssyrk, which computes
-    one triangle (half of a general product's work) straight into h, with no temporary matrix (321 MB
-    per product on an 8960-wide input). Only the upper triangle is kept; _mirror_upper finishes h.
+    one triangle (half of a general product's work) straight into h, with no temporary H-sized matrix
+    per product. Only the upper triangle is kept; _mirror_upper finishes h.
     Without scipy, the general product (same sums, both triangles)."""
     try:
         from scipy.linalg.blas import ssyrk

@@ -30,7 +30,7 @@ class Format:
     uses_imatrix = False
     half_fields: tuple[tuple[int, int], ...] = ()  # byte ranges of each block holding fp16 values
     nan_reaches_scale = False  # True where a NaN/Inf weight always shows in an output scale (no search)
-    jit_saves_ns = 0  # what the compiled kernel saves per weight (0: no kernel; jit.for_run)
+    jit_saves_ns = 0  # what the compiled kernel saves per weight (jit.SAVES_NS; 0: no kernel)
     jit_kernel = ""  # the compiled kernel (jit.py) of the path without an imatrix: the name, lower-cased
     weighted_compiled = False  # the imatrix path runs a compiled kernel too (GIL released: threads scale)
     weighted_kernel = ""  # that kernel where it sits beside jit_kernel's (K-quants; sets weighted_compiled)
@@ -39,6 +39,7 @@ class Format:
         super().__init_subclass__(**kw)
         if cls.name:
             cls.type_id, cls.block, cls.type_size = TYPE_ID[cls.name], block_size(cls.name), type_size(cls.name)
+            cls.jit_saves_ns = jit.SAVES_NS.get(cls.name, 0)
             cls.jit_kernel = cls.name.lower() if cls.jit_saves_ns else ""
             cls.weighted_compiled = cls.weighted_compiled or bool(cls.weighted_kernel)
             FORMATS[cls.name] = cls()

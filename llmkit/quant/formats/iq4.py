@@ -21,8 +21,8 @@ VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 
 
 
 # the levels are integers, so for |a| within the table the pair of levels around a depends only on
-# floor(a): per floor value, the level at or below it and the one above (a table lookup is ~10x
-# faster than np.searchsorted here)
+# floor(a): per floor value, the level at or below it and the one above (a table lookup instead of a
+# np.searchsorted per call)
 _FLOORS = np.arange(-127, 113, dtype=F32)
 _MU = np.clip(np.searchsorted(VALUES, _FLOORS, side="right"), 1, 15)
 _LO, _HI, _LO_IDX = VALUES[_MU - 1], VALUES[_MU], (_MU - 1).astype(np.uint8)

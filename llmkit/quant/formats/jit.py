@@ -13,12 +13,11 @@ Byte identity with llama.cpp is kept by construction and checked by the tests:
   rounds half away from zero, and GGML_FP32_TO_FP16 rounds to nearest even (done in float64, exact).
 
 Compiled code is cached (NUMBA_CACHE_DIR, default ~/.cache/llmkit/numba): the first use of a type
-after an install compiles its kernel, 4-30 s here (the ten K-quant entry points: 73 s in all; a
-K-quant's two entry points, with and without an imatrix, share one compiled body whose imatrix flag
-is read at run time, instead of each inlining its own copy: 242 s before), later runs load them in
-~0.5 s. LLMKIT_NO_JIT=1 turns the kernels off (the numpy paths give the same bytes); LLMKIT_JIT=1
-uses them whatever the run-time decision says (tests on small models, which the decision leaves to
-numpy, check the compiled path so).
+after an install compiles its kernel (seconds; a K-quant's two entry points, with and without an
+imatrix, share one compiled body so that it compiles once), later runs load it from the cache.
+LLMKIT_NO_JIT=1 turns the kernels off (the numpy paths give the same bytes); LLMKIT_JIT=1 uses them
+whatever the run-time decision says (tests on small models, which the decision leaves to numpy,
+check the compiled path so). Timings: docs/design/quant-kernels.md.
 """
 
 from __future__ import annotations
@@ -31,7 +30,11 @@ import numpy as np
 
 F32 = np.float32
 _KERNELS = None
-START_UP_S = 1.0  # importing numba (0.5 s) and loading the first cached kernel (0.5 s), measured
+START_UP_S = 1.0  # importing numba and loading the first cached kernel (row quant-jit-startup)
+# ns per weight a format's compiled kernel saves over its numpy path, 1 thread, in the write
+# pipeline's job sizes (benchmarks/quant_formats.py, rows quant-jit-<type>); a type listed here has a kernel
+SAVES_NS = {"Q8_0": 1, "Q4_0": 2, "Q4_1": 2, "Q5_0": 2, "Q5_1": 2, "Q2_K": 18, "Q3_K": 27, "Q4_K": 60, "Q5_K": 40,
+            "Q6_K": 10, "MXFP4": 25}
 _NOTED: set = set()  # (module, kernel) pairs already checked for a cached compilation in this process
 
 
@@ -79,8 +82,7 @@ DEFAULT = Kernels()  # a direct call outside a run: the kernels whenever numba i
 def for_run(plan_weights: list[tuple[int, object]], notice: Callable[[str], None] | None = None) -> Kernels:
     """A run's Kernels from [(weights, format)] of what it quantizes with a kernel of jit_kernel's
     module (without an imatrix, or with one where the format has a weighted_kernel): the kernels run
-    only when the time they save (Format.jit_saves_ns per weight, measured against the numpy path:
-    30-60 ns for Q4_K/Q5_K, 1-2 ns for the memory-bound 32-block formats) repays numba's start-up."""
+    only when the time they save (SAVES_NS per weight) repays numba's start-up (START_UP_S)."""
     saved = sum(n * f.jit_saves_ns for n, f in plan_weights if f.jit_kernel) * 1e-9
     return Kernels(use=saved >= START_UP_S, notice=notice)
 

@@ -58,7 +58,7 @@ def blocks_t(x: np.ndarray) -> np.ndarray:
     if len(x) <= 512:
         return np.ascontiguousarray(x.T)
     t = np.empty((x.shape[1], len(x)), F32)
-    for i in range(0, len(x), 256):  # in 256-block slabs: ~30 % faster than one strided copy (measured)
+    for i in range(0, len(x), 256):  # in 256-block slabs, which stay in cache: faster than one strided copy
         t[:, i:i + 256] = x[i:i + 256].T
     return t
 
@@ -109,7 +109,7 @@ def abs_max_t(xt: np.ndarray) -> np.ndarray:
 
 
 def put_rows(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[...] = src where src is a transposed (strided) view: copied 1024 rows at a time, which is
-    ~45 % faster than one strided copy into the block layout (measured)."""
+    """dst[...] = src where src is a transposed (strided) view: copied 1024 rows at a time, which stays
+    in cache and beats one strided copy into the block layout."""
     for i in range(0, len(dst), 1024):
         dst[i:i + 1024] = src[i:i + 1024]

@@ -15,7 +15,7 @@ def nibbles_t(qt: np.ndarray) -> np.ndarray:
 def high_bits_t(qt: np.ndarray) -> np.ndarray:
     """(32, B) 5-bit levels -> (B, 4) bytes: bit 4 of weight j at bit j of a little-endian uint32."""
     bits = (qt >> 4).reshape(4, 8, -1) << np.arange(8, dtype=np.uint8)[:, None]  # byte k gets weights 8k..8k+7
-    return np.add.reduce(bits, axis=1, dtype=np.uint8).T  # distinct bits: the sum is an OR (packbits: 6x slower)
+    return np.add.reduce(bits, axis=1, dtype=np.uint8).T  # distinct bits: the sum is an OR (faster than packbits)
 
 
 def unpack_nibbles(qs: np.ndarray) -> np.ndarray:

@@ -13,7 +13,6 @@ from llmkit.quant.formats.search import imatrix_weights_t, levels_to_blocks, mak
 
 class Q2_K(SuperBlockFormat):
     name = "Q2_K"
-    jit_saves_ns = 18  # per weight against the numpy path in the pipeline (measured, 1 thread)
     weighted_kernel = "q2_k_w"
     half_fields = ((80, 84),)
 

@@ -6,4 +6,3 @@ from llmkit.quant.formats.block32 import Symmetric32
 
 class Q4_0(Symmetric32):
     name, nmax, qs_at = "Q4_0", 8, 2
-    jit_saves_ns = 2  # per weight against the numpy path in the pipeline (measured, 1 thread)

@@ -6,4 +6,3 @@ from llmkit.quant.formats.block32 import WithMin32
 
 class Q4_1(WithMin32):
     name, nmax, qs_at = "Q4_1", 15, 4
-    jit_saves_ns = 2  # per weight against the numpy path in the pipeline (measured, 1 thread)

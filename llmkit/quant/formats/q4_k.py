@@ -12,7 +12,6 @@ from llmkit.quant.formats.kquant import ScaleMinK
 
 class Q4_K(ScaleMinK):
     name, nmax, ref_params = "Q4_K", 15, (-1.0, 0.1, 20)
-    jit_saves_ns = 60  # per weight against the numpy path in the pipeline (measured, 1 thread)
     weighted_kernel = "q4_k_w"
 
     def pack_levels(self, out, L):

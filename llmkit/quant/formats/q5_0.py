@@ -6,4 +6,3 @@ from llmkit.quant.formats.block32 import Symmetric32
 
 class Q5_0(Symmetric32):
     name, nmax, qh_at, qs_at = "Q5_0", 16, 2, 6
-    jit_saves_ns = 2  # per weight against the numpy path in the pipeline (measured, 1 thread)

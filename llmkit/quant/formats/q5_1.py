@@ -7,4 +7,3 @@ from llmkit.quant.formats.block32 import WithMin32
 class Q5_1(WithMin32):
     name, nmax, qh_at, qs_at = "Q5_1", 31, 4, 8
     clamp = False  # ggml's Q5_1 does not clamp
-    jit_saves_ns = 2  # per weight against the numpy path in the pipeline (measured, 1 thread)

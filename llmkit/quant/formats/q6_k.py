@@ -12,7 +12,6 @@ from llmkit.quant.formats.search import GROUP_MAX_EPS, levels_to_blocks, make_qx
 
 class Q6_K(SuperBlockFormat):
     name = "Q6_K"
-    jit_saves_ns = 10  # per weight against the numpy path in the pipeline (measured, 1 thread)
     weighted_kernel = "q6_k_w"
     half_fields = ((208, 210),)
 

@@ -234,7 +234,7 @@ def _descend(xt, wt, L, active, lo, hi, q3: bool) -> np.ndarray:
     n, B = xt.shape
     sumlx = colsum(wt * xt * L)
     suml2 = colsum(wt * L * L)
-    cols = np.flatnonzero(active)  # blocks still descending; after one round ~5-20 % remain (measured)
+    cols = np.flatnonzero(active)  # blocks still descending: after one round few remain
     for _ in range(5):
         if len(cols) == 0:
             break

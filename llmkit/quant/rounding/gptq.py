@@ -20,13 +20,9 @@ Cholesky factor of H^-1; for column c: q = nearest grid value of w_c, err = (w_c
 w_{c+1..} -= err * U[c, c+1..] inside the block, then one matrix product for the columns after it.
 
 Shrinkage: H + shrink x diag(H). GPTQ moves each column's rounding error into the directions the
-calibration activations barely use, and those are exactly what a few thousand tokens of one kind of
-text estimate worst: on Qwen2.5-Coder-1.5B at Q2_K with H from 8k tokens of prose (the kernel docs),
-the plain algorithm (1 % dampening) halved the output error on that text but raised it on Python
-code by 1.07-2.05x against round-to-nearest with the imatrix, matrix by matrix (attn_q, ffn_up,
-ffn_down of layers 3, 14, 25). Shrinking the off-diagonal part toward the diagonal (whose part, the
-imatrix, transfers between texts) keeps a gain on unseen text: 0.93x of round-to-nearest's error
-at SHRINK = 3 (0.94x at 10), per matrix, geometric mean (benchmarks/gptq_transfer.py).
+calibration activations barely use, which a few thousand tokens of one kind of text estimate worst;
+shrinking the off-diagonal part toward the diagonal (whose part, the imatrix, transfers between
+texts) keeps a gain on unseen text. Measurements: docs/design/quant-gptq.md.
 """
 
 from __future__ import annotations
@@ -89,9 +85,8 @@ def inverse_hessian_factor(H: np.ndarray, damp: float = 0.01,
     Without forming H^-1: with J the reversal permutation and J H J = L L^T (lower Cholesky),
     H^-1 = (J L^-T J)(J L^-1 J), and J L^-1 J is upper triangular with a positive diagonal, so it is U.
     One Cholesky and one triangular inverse (~2n^3/3 flops) instead of Cholesky, a general inverse, a
-    product and a second Cholesky (~4.7n^3): the 8960-wide H of a 1.5B model's ffn_down took most
-    of its GPTQ time. At most two float64 H-sized matrices live at once (8960 columns: 642 MB each);
-    a retry converts H (float32, often memory-mapped) again."""
+    product and a second Cholesky (~4.7n^3). At most two float64 H-sized matrices live at once; a
+    retry converts H (float32, often memory-mapped) again."""
     diag = np.diag(H).astype(np.float64)
     dead = diag <= 0
     diag[dead] = 1.0
@@ -172,7 +167,7 @@ def output_error(W: np.ndarray, Q: np.ndarray, H: np.ndarray, row_weights: np.nd
     """tr((W - Q) H (W - Q)^T): the summed squared output error over the calibration activations
     (each row's term times its weight, when given)."""
     D = (np.asarray(W, np.float64) - np.asarray(Q, np.float64))
-    per_row = ((D @ np.asarray(H, np.float64)) * D).sum(axis=1)  # a BLAS product (einsum's triple loop is ~50x slower)
+    per_row = ((D @ np.asarray(H, np.float64)) * D).sum(axis=1)  # a BLAS product, not einsum's loop
     return float(per_row.sum() if row_weights is None else per_row @ row_weights)
 
 

@@ -17,10 +17,11 @@ _MALLOC_TUNED = False
 
 def tune_malloc() -> None:
     """Keep glibc from returning every numpy temporary to the kernel. A job's temporaries are a few
-    hundred kB, above glibc's default mmap threshold (128 kB), so each one was a fresh mmap whose pages
-    the kernel zeroes on first touch, then unmapped: ~490k page faults for one 520 MB model, which
-    made the 32-block formats ~1.6x slower (measured). Allocations up to 64 MB now come from the
-    heap and are reused. Process-wide and only a performance setting; skipped where there is no glibc."""
+    hundred kB, above glibc's default mmap threshold (128 kB), so each one would be a fresh mmap whose
+    pages the kernel zeroes on first touch, then unmapped; the 32-block formats spent much of their
+    time in those page faults (docs/design/quant-kernels.md). Allocations up to the threshold set
+    below come from the heap and are reused. Process-wide and only a performance setting; skipped
+    where there is no glibc."""
     global _MALLOC_TUNED
     if _MALLOC_TUNED:
         return
@@ -38,9 +39,9 @@ def tune_malloc() -> None:
 
 
 class Buffers:
-    """Reuses the input buffer of the last written tensor for the next read: a fresh 46 MB buffer costs
-    ~11k page faults (the kernel zeroes every page) before the read can fill it. Holds at most one
-    free buffer, so memory stays at what is in flight; tensors under 1 MB get plain new arrays."""
+    """Reuses the input buffer of the last written tensor for the next read: a fresh buffer costs a page
+    fault per page (the kernel zeroes every page) before the read can fill it. Holds at most one free
+    buffer, so memory stays at what is in flight; tensors under 1 MB get plain new arrays."""
 
     MIN = 1 << 20
 
@@ -74,8 +75,8 @@ class Workers:
         self._procs = None
 
     def processes(self, nbytes: int, searched: bool):
-        """A process pool for this tensor, or None: only searched formats gain (measured: the plain
-        32-block formats are mostly large numpy passes that release the GIL, and lose to the pickling)."""
+        """A process pool for this tensor, or None: only searched formats gain (the plain 32-block
+        formats are mostly large numpy passes that release the GIL, and would lose to the pickling)."""
         import multiprocessing
 
         if (self.n < 2 or nbytes < self.PROCESS_MIN_BYTES or not searched

@@ -187,7 +187,7 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
             return _Queued([], lambda: ([raw], tr), raw)
         # F32 rows are a view of the buffer; other inputs (F16, BF16, a quantized tensor) are converted
         # job by job in the worker threads, not here: the conversion runs in parallel with the rounding
-        # and no float32 copy of the whole tensor is made (a 1.5B model's token_embd: 930 MB)
+        # and no float32 copy of the whole tensor is made (a token embedding's can be a gigabyte)
         x = to_f32(raw, t) if t.type == 0 or measure else None
     else:
         raw = x = None  # worker processes read their own rows from the file
@@ -198,9 +198,8 @@ def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffer
         qw = None  # llama.cpp ignores a token-embedding entry of the wrong size (others were refused above)
     tr.imatrix = qw is not None
     # chunks of whole rows within one matrix (an expert's imatrix slice must not straddle chunks)
-    # ~128k weights per job for numpy: its temporaries stay in cache (measured: 2x faster than 1M-weight
-    # jobs); a compiled kernel has no temporaries but the input, 256k halves the per-job overhead
-    # (Q4_0 of a 1.5B model: ~0.8 s less CPU, measured)
+    # ~128k weights per job for numpy, whose temporaries then stay in cache; a compiled kernel has no
+    # temporaries but the input, so larger jobs only save per-job overhead
     job = 1 << 18 if fmt.compiled(kernels, qw is not None and fmt.uses_imatrix) else 1 << 17
     rows_per_chunk = max(1, min(rows_per_matrix, job // ne0))
     n_rows = n // ne0
