@@ -32,9 +32,9 @@ _V = Variable
 VARIABLES = {v.name: v for v in [
     _V("LLMKIT_CACHE", None, "cache root (default $XDG_CACHE_HOME/llmkit or ~/.cache/llmkit); "
        "holds embed/, numba/, quant-probes/, llama-server-<version>/ and bandwidth.json", "path"),
-    _V("LLMKIT_MODEL", None, "GGUF model for `generate`, `kv` and the LLM steps of `rag` when no -m/--llm is given "
-       "(default: the packaged SmolLM2-135M-Instruct)", "path"),
-    _V("LLMKIT_DEBUG", False, "show tracebacks (same as --debug)", "flag"),
+    _V("LLMKIT_MODEL", None, "GGUF model for `generate`, `constrain`, `kv` and the LLM steps of `rag` when none is "
+       "given (default: the packaged SmolLM2-135M-Instruct)", "path"),
+    _V("LLMKIT_DEBUG", False, "show tracebacks of errors", "flag"),
     _V("LLMKIT_NO_JIT", False, "never use the compiled (numba) quantizer kernels; the numpy ones write the same "
        "bytes", "flag"),
     _V("LLMKIT_JIT", False, "always use the compiled quantizer kernels, even for files too small to repay their "
@@ -114,7 +114,7 @@ def cache_dir(*parts: str) -> Path:
 CACHES = {
     "embed": "embedding models exported to ONNX (rebuilt on next use)",
     "numba": "compiled quantizer kernels (recompiled on next use, a few minutes)",
-    "quant-probes": "per-model sensitivity probes of `quant --target-size`",
+    "quant-probes": "per-model sensitivity probes of `quant`'s size budgets",
     "iqgrid": "i-quant lattice tables read back from ggml (rebuilt on next use)",
     "bandwidth.json": "this machine's measured memory bandwidth (`kv plan`)",
     "llama-server-<version>": "llama.cpp tools built by scripts/build_llama_server.sh when the binding's wheel "

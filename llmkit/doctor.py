@@ -26,9 +26,9 @@ FEATURES = {
     "quant": "quant: compiled kernels and GPTQ (numba, scipy)",
     "model": "the default generation model (SmolLM2-135M-Instruct)",
     "adapt": "rag adapt: fine-tuning the embedder (sentence-transformers, torch)",
-    "store": "rag index --store milvus (pymilvus, Milvus Lite)",
-    "cluster": "rag index --ray (Ray Data)",
-    "plot": "kv simulate --plot (matplotlib)",
+    "store": "rag indexes with vectors in Milvus (pymilvus, Milvus Lite)",
+    "cluster": "rag: embedding on a Ray cluster (Ray Data)",
+    "plot": "kv simulate's plots (matplotlib)",
     "dev": "the test suite and benchmark anchors",
 }
 _FIX_EXTRA = "pip install 'llmkit[{extra}]'   (in a checkout: scripts/install.sh)"

@@ -127,8 +127,8 @@ def check_compatible(hdr: SlotHeader, path: str, model, model_path: str, opts) -
         raise BadInput(f"slot '{path}' was saved with a different model ({hdr.model_path}). "
                        "Use the same model file, or save a new slot.")
     if (hdr.cache_type_k, hdr.cache_type_v) != (opts.cache_type_k, opts.cache_type_v):
-        raise BadInput(f"slot '{path}' has KV cache types {hdr.cache_type_k}/{hdr.cache_type_v}; "
-                       f"pass --ctk {hdr.cache_type_k} --ctv {hdr.cache_type_v}.")
+        raise OptionError("slot '{path}' has KV cache types {k}/{v}; pass {cache_type_k} {k} {cache_type_v} {v}.",
+                          path=path, k=hdr.cache_type_k, v=hdr.cache_type_v)
     if bool(hdr.flash_attn) != bool(opts.flash_attn):
         raise OptionError("slot '{path}' was saved {how} {flash_attn}; use the same setting to restore it.",
                           path=path, how="with" if hdr.flash_attn else "without")
