@@ -85,21 +85,68 @@ def _trace_text(algo: str, s: dict) -> str:
             f"removed={s['removed']} e.g. {', '.join(s['removed_sample'])}")
 
 
+THREADS_HELP = "Threads for large inputs (default: the idle cores; more than the cores is clamped)."
+
+
+def _threads(threads: int | None, out: Output) -> int:
+    """The thread count to use: the idle cores by default, at most the machine's cores."""
+    import os
+
+    from llmkit.llama.runtime import default_threads
+
+    cores = os.cpu_count() or 1
+    if threads is None:
+        return default_threads()
+    if threads > cores:
+        out.info(f"Note: --threads {threads} is more than the {cores} cores; using {cores}.")
+        return cores
+    return threads
+
+
+def _stdin_size() -> int:
+    """Bytes waiting on stdin when it is a file (0 for a pipe): decides whether compiling pays."""
+    import os
+    import stat
+    import sys
+
+    try:
+        st = os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
 @renamed(Renamed("-t", "-m", when=not_a_number), Renamed("--tokenizer", "--model"))
 @group.command("encode")
 @click.option("-m", "--model", "tokenizer_path", required=True, help="The tokenizer: tokenizer.json or .gguf.")
 @click.argument("text", required=False)
 @click.option("--tokens", "show_tokens", is_flag=True, help="Print token strings instead of ids.")
 @click.option("--jsonl", is_flag=True, help="One JSON object per input line: text, ids, tokens.")
-def encode_cmd(tokenizer_path, text, show_tokens, jsonl):
+@click.option("-t", "--threads", type=click.IntRange(min=1), help=THREADS_HELP)
+def encode_cmd(tokenizer_path, text, show_tokens, jsonl, threads):
     """Encode TEXT (or each line of stdin) into token ids.
 
     \b
     llmkit tokenize encode -m tok.json "Hello world"
     cat lines.txt | llmkit tokenize encode -m model.gguf --jsonl
+    llmkit tokenize encode -m tok.json -t 2 < corpus.txt > ids.txt
     """
+    import sys
+
     tok = _load(tokenizer_path)
     out = Output(jsonl=jsonl)
+    if text is None or text == "-":
+        if text is None and (sys.stdin is None or sys.stdin.isatty()):
+            raise click.UsageError("no text given. Pass it as an argument, or '-' / a pipe for standard input.")
+        if not (jsonl or show_tokens):
+            from llmkit.tokenize.stream import encode_ids, read_chunks
+
+            n = _threads(threads, out)
+            sys.stdout.flush()
+            for block in encode_ids(tok, read_chunks(sys.stdin.buffer), n, _stdin_size()):
+                sys.stdout.buffer.write(block)
+            sys.stdout.buffer.flush()
+            return
     for line in read_text_arg(text):
         ids = tok.encode(line)
         if jsonl:
@@ -168,25 +215,27 @@ def inspect_cmd(tokenizer_path, as_json, sample):
 @click.option("-m", "--model", "tokenizers", multiple=True, required=True, help="Tokenizer: tokenizer.json or .gguf (repeat to compare).")
 @click.argument("inputs", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
-def stats_cmd(tokenizers, inputs, as_json):
+@click.option("-t", "--threads", type=click.IntRange(min=1), help=THREADS_HELP)
+def stats_cmd(tokenizers, inputs, as_json, threads):
     """Tokens per word/character, bytes per token and unknown rate of tokenizers on a corpus.
 
     \b
     llmkit tokenize stats -m bpe.json -m unigram.json -m model.gguf corpus.txt
+    llmkit tokenize stats -m tok.json -t 2 big-corpus/
     """
-    from llmkit.io import expand_inputs, iter_lines
+    from llmkit.io import expand_inputs
     from llmkit.tokenize.stats import corpus_stats
 
-    paths = expand_inputs(resolve_inputs(inputs, "corpus"))
-    lines = list(iter_lines(paths))
-    rows = [corpus_stats(t, _load(t), lines) for t in tokenizers]
     out = Output()
+    n = _threads(threads, out)
+    paths = expand_inputs(resolve_inputs(inputs, "corpus"))
+    rows = [corpus_stats(t, _load(t), paths, threads=n) for t in tokenizers]
     if as_json:
         out.json([r.to_dict() for r in rows])
         return
     from rich.table import Table
 
-    table = Table(title=f"{len(lines)} lines, {rows[0].words} words, {rows[0].bytes} bytes")
+    table = Table(title=f"{rows[0].lines} lines, {rows[0].words} words, {rows[0].bytes} bytes")
     for col in ("tokenizer", "algo", "vocab", "tokens", "tok/word", "tok/char", "bytes/tok", "unk %"):
         table.add_column(col, justify="left" if col in ("tokenizer", "algo") else "right")
     for r in rows:

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from llmkit.errors import BadInput
 from llmkit.tokenize import pretok
-from llmkit.tokenize.pieces import Progress, Trace, Vocab, WordEncoder, check_vocab_size, merge_pair
+from llmkit.tokenize.pieces import (
+    Progress,
+    Trace,
+    Vocab,
+    WordEncoder,
+    check_vocab_size,
+    merge_pair,
+)
 
 
 @dataclass
@@ -148,6 +155,9 @@ def train_bpe(
     )
 
 
+NATIVE_MIN_CHARS = 256
+
+
 class BPE(WordEncoder):
     """A BPE model: vocabulary, ranked merges and a pre-tokenizer (byte-level GPT-2 style by default)."""
 
@@ -189,8 +199,39 @@ class BPE(WordEncoder):
                 self._ranks[(ix, iy)] = (rank, new)
         self._cache: dict[str, list[int]] = {}
         self.cache_limit = 500_000 if byte_level else None
+        self._native = None  # the compiled encoder once built; False when this model cannot have one
 
     # -- encoding ---------------------------------------------------------------------------
+    def native(self, work_bytes: int = 0):
+        """The compiled encoder (`bpe_native.NativeBPE`) of this model, or None (see `native.kernels`)."""
+        if self._native is None:
+            from llmkit.tokenize import native
+            from llmkit.tokenize.bpe_native import NativeBPE
+
+            kind = NativeBPE.kind_of(self)
+            if kind is None:
+                self._native = False
+                return None
+            k = native.kernels(work_bytes)
+            if k is None:
+                return None
+            self._native = NativeBPE(self, kind, k)
+        return self._native or None
+
+    def encode(self, text: str) -> list[int]:
+        # a short text is quicker in Python than through a call into the kernels
+        nb = self.native(len(text)) if len(text) >= NATIVE_MIN_CHARS else None
+        if nb is None:
+            return super().encode(text)
+        return nb.encode_parts([text.encode("utf-8", "surrogatepass")])[0]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Ids of each text; one call into the compiled kernels when they serve this model."""
+        nb = self.native(sum(map(len, texts)))
+        if nb is None:
+            return [super(BPE, self).encode(t) for t in texts]
+        return nb.encode_parts([t.encode("utf-8", "surrogatepass") for t in texts])
+
     def pre_tokenize(self, text: str) -> list[str]:
         if self.byte_level:
             return pretok.split_gpt2(text, self.pattern, self.add_prefix_space)

@@ -243,5 +243,11 @@ class _Normalized:
     def encode(self, text: str) -> list[int]:
         return self.inner.encode(self.norm(text))
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        inner = getattr(self.inner, "encode_batch", None)
+        if inner is None:
+            return [self.encode(t) for t in texts]
+        return inner([self.norm(t) for t in texts])
+
     def decode(self, ids: list[int]) -> str:
         return self.inner.decode(ids)

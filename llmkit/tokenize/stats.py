@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+
+BATCH_CHARS = 1 << 20
 
 
 @dataclass
@@ -16,6 +18,7 @@ class TokenStats:
     chars: int
     bytes: int
     unknown: int
+    lines: int = field(default=0)
 
     @property
     def tokens_per_word(self) -> float:
@@ -53,18 +56,46 @@ def unknown_ids(tok) -> set[int]:
     return ids
 
 
-def corpus_stats(name: str, tok, lines: Iterable[str]) -> TokenStats:
-    """Encode every line and count tokens, words (whitespace-separated), characters and bytes."""
+def batches(paths: Iterable[str], chars: int = BATCH_CHARS) -> Iterator[list[str]]:
+    """The corpus lines (endings kept) in batches of about `chars` characters, file by file."""
+    from llmkit.io import read_text, split_lines
+
+    for path in paths:
+        lines = split_lines(read_text(path))
+        start = size = 0
+        for i, line in enumerate(lines):
+            size += len(line)
+            if size >= chars:
+                yield lines[start:i + 1]
+                start, size = i + 1, 0
+        if start < len(lines):
+            yield lines[start:]
+
+
+def _batch_stats(tok, unk: set[int], lines: list[str]) -> tuple[int, int, int, int, int, int]:
+    from llmkit.tokenize.stream import count_tokens
+
+    tokens, ids = count_tokens(tok, lines)
+    unknown = sum(1 for x in ids for i in x if i in unk) if (unk and ids is not None) else 0
+    return (tokens, sum(len(x.split()) for x in lines), sum(map(len, lines)),
+            sum(len(x.encode("utf-8", "surrogatepass")) for x in lines), unknown, len(lines))
+
+
+def corpus_stats(name: str, tok, paths: Iterable[str], threads: int = 1) -> TokenStats:
+    """Encode every line of the files and count tokens, words (whitespace-separated), characters,
+    bytes and unknown tokens; batches of lines run on `threads` threads, one pass per file."""
+    from llmkit.tokenize.stream import in_order
+
     unk = unknown_ids(tok)
     s = TokenStats(name, tok.algorithm, tok.vocab_size, 0, 0, 0, 0, 0)
-    for line in lines:
-        ids = tok.encode(line)
-        s.tokens += len(ids)
-        s.words += len(line.split())
-        s.chars += len(line)
-        s.bytes += len(line.encode("utf-8", "surrogatepass"))
-        if unk:
-            s.unknown += sum(1 for i in ids if i in unk)
+    jobs = (lambda b=b: _batch_stats(tok, unk, b) for b in batches(paths))
+    for tokens, words, chars, nbytes, unknown, n in in_order(jobs, threads):
+        s.tokens += tokens
+        s.words += words
+        s.chars += chars
+        s.bytes += nbytes
+        s.unknown += unknown
+        s.lines += n
     return s
 
 

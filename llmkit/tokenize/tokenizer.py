@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import regex
 
@@ -65,6 +65,46 @@ class Tokenizer:
         if add_special_tokens and (pre or post):
             return pre + ids + post
         return ids
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        """encode() of each text, with the model's batch path (one call into compiled kernels) when it has one."""
+        batch = getattr(self.model, "encode_batch", None)
+        if batch is None:
+            return [self.encode(t, add_special_tokens) for t in texts]
+        if self._split is None:
+            out = batch(texts)
+        else:
+            out = self._encode_batch_added(texts, batch)
+        pre, post = self.template
+        if add_special_tokens and (pre or post):
+            return [pre + ids + post for ids in out]
+        return out
+
+    def _encode_batch_added(self, texts: list[str], batch) -> list[list[int]]:
+        """Split every text at the added tokens, encode all the pieces between them in one batch."""
+        plans, pieces = [], []
+        for text in texts:
+            plan = []
+            for k, part in enumerate(self._split.split(text)):
+                if not part:
+                    continue
+                if k % 2 == 1:
+                    plan.append(self._added_by_content[part])
+                else:
+                    plan.append(None)
+                    pieces.append(part)
+            plans.append(plan)
+        encoded = iter(batch(pieces))
+        out = []
+        for plan in plans:
+            ids: list[int] = []
+            for x in plan:
+                if x is None:
+                    ids.extend(next(encoded))
+                else:
+                    ids.append(x)
+            out.append(ids)
+        return out
 
     def _encode(self, text: str) -> list[int]:
         if self._split is None:

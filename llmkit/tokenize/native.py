@@ -1,0 +1,192 @@
+"""Loading the compiled BPE kernels (`_bpe_kernels`) without paying numba's start-up on every run.
+
+The kernels are numba `cfunc`s that allocate nothing. The first use compiles them (numba, a few
+seconds), links their machine code into one shared library in numba's cache directory and loads
+it; later processes load that library with ctypes and never import numba or numpy. Without a
+linker the compiled functions are called through numba directly (same code, numba's start-up on
+every run); without numba, or with LLMKIT_NO_JIT=1, `kernels()` is None and the encoders keep
+their pure-Python path. docs/design/tokenizers.md says why (start-up against tiktoken's).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+_LOCK = threading.Lock()
+_KERNELS: object = None
+_FAILED = False
+# numba's cfunc wrapper reports exceptions through these helpers of numba's own runtime; the kernels
+# raise none, so inert definitions let the library load without numba.
+_STUBS = """
+define weak void @numba_gil_ensure(i8* %p) { ret void }
+define weak void @numba_gil_release(i8* %p) { ret void }
+define weak void @NRT_MemInfo_call_dtor(i8* %p) { ret void }
+define weak void @NRT_Free(i8* %p) { ret void }
+define weak i32 @numba_do_raise(i8* %p) { ret i32 0 }
+define weak i8* @numba_runtime_build_excinfo_struct(i8* %p, i8* %q) { ret i8* null }
+define weak i8* @numba_unpickle(i8* %p, i32 %n, i8* %h) { ret i8* null }
+"""
+C = ctypes
+_ARGTYPES = {
+    "build_pairs": [C.c_void_p] * 3 + [C.c_int64, C.c_void_p, C.c_void_p, C.c_int64],
+    "build_vocab": [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_int64],
+    "encode_lines": [C.c_void_p, C.c_void_p, C.c_int64, C.c_int64,
+                     C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_int64,
+                     C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_int64, C.c_int64,
+                     C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_int64, C.c_void_p, C.c_int64,
+                     C.c_void_p,
+                     C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_int64],
+    "format_ids": [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_int64],
+}
+
+
+class Kernels:
+    """The four kernels as ctypes functions (ctypes releases the GIL while they run)."""
+
+    def __init__(self, addresses: dict[str, int], keep=None, source: str = ""):
+        self._keep = keep  # the library or the numba objects the addresses point into
+        self.source = source  # "library" (linked once, loaded with ctypes) or "numba"
+        for name, types in _ARGTYPES.items():
+            f = C.CFUNCTYPE(C.c_int64, *types)(addresses[name])
+            setattr(self, name, f)
+
+
+def cache_dir() -> Path:
+    """numba's cache directory (NUMBA_CACHE_DIR, else llmkit's cache/numba)."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return Path(os.environ["NUMBA_CACHE_DIR"])
+    from llmkit.config import cache_dir as llmkit_cache
+
+    return llmkit_cache("numba")
+
+
+def _key() -> str:
+    """Names the library: the kernels' source, this Python and this machine's architecture."""
+    h = hashlib.sha256((_HERE / "_bpe_kernels.py").read_bytes())
+    h.update(f"{sys.version}|{platform.machine()}|{sys.platform}".encode())
+    return h.hexdigest()[:16]
+
+
+COMPILE_AT_BYTES = 16 << 20  # compiling (~10 s) pays off from about this much text to encode
+
+
+def kernels(work_bytes: int = 0) -> Kernels | None:
+    """The compiled kernels, or None: no numba, LLMKIT_NO_JIT=1, compiling failed, or they are not
+    compiled yet and `work_bytes` of text would not repay compiling them (LLMKIT_JIT=1 always does)."""
+    global _KERNELS, _FAILED
+    if _KERNELS is not None or _FAILED:
+        return _KERNELS
+    from llmkit import config
+
+    if config.flag("LLMKIT_NO_JIT"):
+        return None
+    with _LOCK:
+        if _KERNELS is None and not _FAILED:
+            _KERNELS = _load_library()
+            if _KERNELS is None and (work_bytes >= COMPILE_AT_BYTES or config.flag("LLMKIT_JIT")):
+                try:
+                    _KERNELS = _compile()
+                except Exception:  # noqa: BLE001 - any failure to compile leaves the Python path, same ids
+                    _KERNELS = None
+                _FAILED = _KERNELS is None
+    return _KERNELS
+
+
+def _load_library() -> Kernels | None:
+    base = cache_dir() / f"tokenize-bpe-{_key()}"
+    so, names = base.with_suffix(".so"), base.with_suffix(".json")
+    if not (so.exists() and names.exists()):
+        return None
+    try:
+        lib = C.CDLL(str(so))
+        table = json.loads(names.read_text())
+        return Kernels({k: C.cast(lib[v], C.c_void_p).value for k, v in table.items()}, lib, "library")
+    except (OSError, ValueError, KeyError, AttributeError):
+        return None
+
+
+def _compile() -> Kernels | None:
+    """Compile with numba; link a library for the next processes when a linker is at hand."""
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir()))
+    try:
+        from llmkit.tokenize import _bpe_kernels as kb
+    except ImportError:
+        return None
+    _link(kb)
+    lib = _load_library()
+    if lib is not None:
+        return lib
+    return Kernels({k: f.address for k, f in kb.KERNELS.items()}, kb, "numba")
+
+
+def _link(kb) -> None:
+    """Write tokenize-bpe-<key>.so (and its symbol table) into the cache; silently skip on failure."""
+    import llvmlite.binding as ll
+
+    try:
+        target = ll.Target.from_default_triple()
+        tm = target.create_target_machine(reloc="pic", codemodel="default", opt=3)
+        module = ll.parse_assembly(_STUBS)
+        for f in kb.KERNELS.values():
+            module.link_in(ll.parse_bitcode(f._library._final_module.as_bitcode()))
+        d = cache_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        base = d / f"tokenize-bpe-{_key()}"
+        with tempfile.TemporaryDirectory(dir=d) as tmp:
+            obj = Path(tmp) / "k.o"
+            obj.write_bytes(tm.emit_object(module))
+            so = Path(tmp) / "k.so"
+            cc = os.environ.get("CC") or "cc"
+            subprocess.run([cc, "-shared", "-o", str(so), str(obj)], check=True, capture_output=True, timeout=120)
+            names = Path(tmp) / "k.json"
+            names.write_text(json.dumps({k: f.native_name for k, f in kb.KERNELS.items()}))
+            os.replace(so, base.with_suffix(".so"))
+            os.replace(names, base.with_suffix(".json"))
+    except (OSError, subprocess.SubprocessError, RuntimeError):
+        return
+
+
+# -- the Unicode class table --------------------------------------------------------------------------
+_CLASSES: bytes | None = None
+
+
+def class_table() -> bytes:
+    """One byte per code point: 1 letter (\\p{L}), 2 number (\\p{N}), 4 whitespace (\\s), as the `regex`
+    module that the Python pre-tokenizers use defines them; cached beside the kernels."""
+    global _CLASSES
+    if _CLASSES is not None:
+        return _CLASSES
+    import regex
+
+    path = cache_dir() / f"tokenize-classes-{regex.__version__}-{sys.version_info[0]}{sys.version_info[1]}.bin"
+    try:
+        data = path.read_bytes()
+        if len(data) == 0x110000:
+            _CLASSES = data
+            return data
+    except OSError:
+        pass
+    every = "".join(map(chr, range(0x110000)))
+    table = bytearray(0x110000)
+    for bit, pat in ((1, r"\p{L}"), (2, r"\p{N}"), (4, r"\s")):
+        for m in regex.finditer(pat, every):
+            table[m.start()] |= bit
+    _CLASSES = bytes(table)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        from llmkit.io import atomic_write_bytes
+
+        atomic_write_bytes(str(path), _CLASSES)
+    except (OSError, ImportError):
+        pass
+    return _CLASSES
