@@ -226,14 +226,68 @@ class BatchReport:
                 "slots": self.slots}
 
 
-def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable[[dict], None],
-              on_error: str = "fail", max_tries: int = 3, timeout: float = 600.0,
-              progress: Callable[[int, int], None] | None = None) -> BatchReport:
-    """Run every item on the servers; `emit` gets each finished record in input order (from the
-    calling thread). A refused item stops the batch (on_error='fail') or is reported and left out
-    ('skip'); an item is retried on another server when its server drops, up to `max_tries`."""
-    t0 = time.perf_counter()
-    report = BatchReport()
+class _Pool:
+    """Worker threads, one per server slot, taking items from one queue; results go to another."""
+
+    def __init__(self, servers: list[Server], defaults: dict, max_tries: int, report: BatchReport):
+        self.servers, self.defaults, self.max_tries, self.report = servers, defaults, max_tries, report
+        self.todo: queue.Queue = queue.Queue()
+        self.results: queue.Queue = queue.Queue()  # (item, record | None, error | None)
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def start(self, items: list[Item]) -> None:
+        for it in items:
+            self.todo.put(it)
+        for s in self.servers:  # a server down at the start gets one thread, to rejoin
+            for _ in range(s.slots if s.alive else 1):
+                threading.Thread(target=self.worker, args=(s,), daemon=True).start()
+
+    def worker(self, server: Server) -> None:
+        while not self.stop.is_set():
+            if not server.alive and not self._back(server):
+                self.stop.wait(0.1)
+                continue
+            try:
+                it = self.todo.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            done = self._run(server, it)
+            if done is not None:  # None: requeued for another try
+                self.results.put(done)
+
+    def _back(self, server: Server) -> bool:
+        """A lost server that answers again takes requests (and is reported once)."""
+        if not server.came_back():
+            return False
+        with self.lock:
+            if server.url not in self.report.servers_back:
+                self.report.servers_back.append(server.url)
+        return True
+
+    def _run(self, server: Server, it: Item):
+        """(item, record, None) on success, (item, None, why) when it failed; a dropped item is requeued."""
+        try:
+            return it, server.run(it, self.defaults), None
+        except ServerDown as e:
+            with self.lock:
+                server.alive = False
+                if server.url not in self.report.servers_lost:
+                    self.report.servers_lost.append(server.url)
+            it.tries += 1
+            if it.tries >= self.max_tries:
+                return it, None, f"its server dropped it {it.tries} times (last {server.url}: {e.reason})"
+            self.report.retried += 1
+            self.todo.put(it)  # another server takes it, or this one once it is back
+            return None
+        except RequestFailed as e:
+            return it, None, f"{server.url} refused it: {e.detail}"
+        except Exception as e:  # noqa: BLE001 -- an item must never vanish with its thread
+            return it, None, f"{server.url}: {type(e).__name__}: {e}"
+
+
+def _discover(urls: list[str], timeout: float, report: BatchReport) -> list[Server]:
+    """The servers with their slot counts; those that do not answer start as lost."""
     servers = [Server(u, timeout) for u in urls]
     for s in servers:
         try:
@@ -244,62 +298,29 @@ def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable
             report.slots[s.url] = 0
     if not any(s.alive for s in servers):
         raise NoServerAnswers(urls)
-    todo: queue.Queue = queue.Queue()
-    for it in items:
-        todo.put(it)
-    results: queue.Queue = queue.Queue()  # (item, record | None, error | None)
-    stop = threading.Event()
-    lock = threading.Lock()
+    return servers
 
-    def worker(server: Server) -> None:
-        while not stop.is_set():
-            if not server.alive:
-                if not server.came_back():
-                    stop.wait(0.1)
-                    continue
-                with lock:
-                    if server.url not in report.servers_back:
-                        report.servers_back.append(server.url)
-            try:
-                it = todo.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            try:
-                rec = server.run(it, defaults)
-            except ServerDown as e:
-                with lock:
-                    server.alive = False
-                    if server.url not in report.servers_lost:
-                        report.servers_lost.append(server.url)
-                it.tries += 1
-                if it.tries >= max_tries:
-                    results.put((it, None, f"its server dropped it {it.tries} times (last {server.url}: {e.reason})"))
-                else:
-                    report.retried += 1
-                    todo.put(it)  # another server takes it, or this one once it is back
-                continue
-            except RequestFailed as e:
-                results.put((it, None, f"{server.url} refused it: {e.detail}"))
-                continue
-            except Exception as e:  # noqa: BLE001 -- an item must never vanish with its thread
-                results.put((it, None, f"{server.url}: {type(e).__name__}: {e}"))
-                continue
-            results.put((it, rec, None))
 
-    threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in servers  # a down one: to rejoin
-               for _ in range(s.slots if s.alive else 1)]
-    for t in threads:
-        t.start()
-    pending: dict[int, tuple] = {}
-    next_out, finished = 0, 0
+def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable[[dict], None],
+              on_error: str = "fail", max_tries: int = 3, timeout: float = 600.0,
+              progress: Callable[[int, int], None] | None = None) -> BatchReport:
+    """Run every item on the servers; `emit` gets each finished record in input order (from the
+    calling thread). A refused item stops the batch (on_error='fail') or is reported and left out
+    ('skip'); an item is retried on another server when its server drops, up to `max_tries`."""
+    t0 = time.perf_counter()
+    report = BatchReport()
+    pool = _Pool(_discover(urls, timeout, report), defaults, max_tries, report)
+    pool.start(items)
+    waiting: dict[int, tuple] = {}  # finished out of order, by input index
+    next_out = finished = 0
     fatal = None
     all_down_since = None
     try:
         while finished < len(items):
             try:
-                it, rec, err = results.get(timeout=0.2)
+                got = pool.results.get(timeout=0.2)
             except queue.Empty:
-                if any(s.alive for s in servers):
+                if any(s.alive for s in pool.servers):
                     all_down_since = None
                 elif all_down_since is None:
                     all_down_since = time.monotonic()
@@ -308,27 +329,33 @@ def run_batch(items: list[Item], urls: list[str], defaults: dict, emit: Callable
                     break
                 continue
             finished += 1
-            pending[it.index] = (it, rec, err)
-            if err and on_error == "fail":
-                fatal = ItemFailed(it, err)
+            waiting[got[0].index] = got
+            if got[2] and on_error == "fail":
+                fatal = ItemFailed(got[0], got[2])
                 break
-            while next_out in pending:
-                it2, rec2, err2 = pending.pop(next_out)
-                next_out += 1
-                if err2:
-                    report.failed.append((it2.id, it2.line, err2))
-                    continue
-                report.done += 1
-                report.generated_tokens += rec2["stats"].get("generated_tokens") or 0
-                emit({"id": it2.id, **rec2})
+            next_out = _emit_in_order(waiting, next_out, report, emit)
             if progress:
                 progress(finished, len(items))
     finally:
-        stop.set()
+        pool.stop.set()
     report.wall_s = time.perf_counter() - t0
     if fatal:
         raise fatal
     return report
+
+
+def _emit_in_order(waiting: dict[int, tuple], next_out: int, report: BatchReport, emit) -> int:
+    """Emit the finished items that continue the input order; the next index to wait for."""
+    while next_out in waiting:
+        it, rec, err = waiting.pop(next_out)
+        next_out += 1
+        if err:
+            report.failed.append((it.id, it.line, err))
+            continue
+        report.done += 1
+        report.generated_tokens += rec["stats"].get("generated_tokens") or 0
+        emit({"id": it.id, **rec})
+    return next_out
 
 
 def open_resumable(path: str) -> tuple[int, set]:

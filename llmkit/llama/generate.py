@@ -108,106 +108,132 @@ class Generator:
         """
         if n_predict <= 0:
             raise OptionError("{n_predict} must be a positive number of tokens, got {value}.", value=n_predict)
+        self._check_ids(prompt)
+        # llama.cpp may round the context up; llama-cpp-python's logits buffer has the requested size
+        n_ctx = min(self.target.n_ctx(), self.target.scores.shape[0])
+        prompt = self._fit_prompt(list(prompt), n_ctx)
+        st = GenerateStats(prompt_tokens=len(prompt))
+        t0 = time.perf_counter()
+        st.prefill_reused = self._reuse_cache(prompt, cache_reuse, st) if reuse_cache and self.target.n_tokens else 0
+        self._prefill(prompt, st.prefill_reused)
+        st.prefill_s = time.perf_counter() - t0
+        ctx = list(prompt)
+        gen_ids: list[int] = []
+        out = _TextStream(self.target, stop, on_text)
+        t_start = time.perf_counter()
+        while not st.stop_reason:
+            room = self._make_room(ctx, n_ctx, st)
+            if room is None:
+                break
+            tokens = self._round(ctx, min(room, n_predict - st.generated_tokens - 1), st)
+            if not st.ttft_s:
+                st.ttft_s = st.prefill_s + (time.perf_counter() - t_start)
+            for tok in tokens:
+                ctx.append(tok)
+                gen_ids.append(tok)
+                st.generated_tokens += 1
+                st.stop_reason = self._stop_reason(tok, out, st.generated_tokens, n_predict)
+                if st.stop_reason:
+                    break
+        st.decode_s = time.perf_counter() - t_start
+        self.generated = gen_ids
+        return out.finish(), st
+
+    # -- the steps of run -------------------------------------------------------------------------
+    def _check_ids(self, prompt: list[int]) -> None:
         if not prompt:
             raise BadInput("the prompt is empty. Give some text to continue.")
         bad = [t for t in prompt if not 0 <= t < self.n_vocab]
         if bad:
             raise BadInput(f"token id {bad[0]} is outside the model's vocabulary (0..{self.n_vocab - 1}).")
-        # llama.cpp may round the context up; llama-cpp-python's logits buffer has the requested size
-        n_ctx = min(self.target.n_ctx(), self.target.scores.shape[0])
-        prompt = self._fit_prompt(list(prompt), n_ctx)
-        st = GenerateStats(prompt_tokens=len(prompt))
+
+    def _reuse_cache(self, prompt: list[int], cache_reuse: int, st: GenerateStats) -> int:
+        """Keep the cached tokens the prompt starts with (and, with cache_reuse, later chunks shifted
+        into place); the number of prompt tokens whose KV is reused."""
         tgt = self.target
-        reused = 0
-        if reuse_cache and tgt.n_tokens:
-            have = [int(t) for t in tgt.input_ids[:tgt.n_tokens]]
-            reused = common_prefix(have, prompt[:-1])
-            tgt.n_tokens = reused
-            if cache_reuse > 0:
-                reused, st.shifted = reuse_chunks(tgt, have, prompt, reused, cache_reuse)
-        else:
-            tgt.reset()
-        st.prefill_reused = reused
-        t0 = time.perf_counter()
-        b = self.chooser.k_max + 1
+        have = [int(t) for t in tgt.input_ids[:tgt.n_tokens]]
+        reused = common_prefix(have, prompt[:-1])
+        tgt.n_tokens = reused
+        if cache_reuse > 0:
+            reused, st.shifted = reuse_chunks(tgt, have, prompt, reused, cache_reuse)
+        return reused
+
+    def _prefill(self, prompt: list[int], reused: int) -> None:
+        """Evaluate all prompt tokens but the last (it is evaluated with the first round's drafts)."""
+        tgt, b = self.target, self.chooser.k_max + 1
         if reused:
             if len(prompt) - 1 > reused:
                 eval_no_logits(tgt, prompt[reused:-1])
-        elif self.drafting and self.chooser.adaptive and len(prompt) > b + 8:
-            # time the last b prompt tokens as one batch: the cost of verifying k_max drafts,
-            # measured for free during prefill instead of by a wasted drafting round
-            eval_no_logits(tgt, prompt[:-1 - b])
-            t1 = time.perf_counter()
-            tgt.eval(prompt[-1 - b:-1])
-            self.chooser.observe_batch(b, time.perf_counter() - t1)
-        elif len(prompt) > 1:
-            eval_no_logits(tgt, prompt[:-1])
+        else:
+            tgt.reset()
+            if self.drafting and self.chooser.adaptive and len(prompt) > b + 8:
+                self._prefill_timing_a_verify_batch(prompt, b)
+            elif len(prompt) > 1:
+                eval_no_logits(tgt, prompt[:-1])
         if self.drafter is not None:  # the draft reads the prompt too: part of prefill, not decoding
             self.drafter.prefill(prompt)
-        st.prefill_s = time.perf_counter() - t0
-        ctx = list(prompt)
-        gen_ids: list[int] = []
-        out = _TextStream(tgt, stop, on_text)
-        t_start = time.perf_counter()
-        while True:
-            room = n_ctx - tgt.n_tokens - 1
-            if room < 0:
-                if not self.context_shift:
-                    st.stop_reason = "context"
-                    break
-                shift_context(tgt, ctx, self.keep)
-                if self.drafter is not None:
-                    self.drafter.forget()
-                room = n_ctx - tgt.n_tokens - 1
-            behind = self.drafter.behind(ctx) if self.drafter is not None else 0
-            k = self.chooser.choose(min(room, n_predict - st.generated_tokens - 1), behind) if self.drafting else 0
-            drafts, qs = self._draft(ctx, k, st) if k > 0 else ([], [])
-            n0 = tgt.n_tokens
-            t1 = time.perf_counter()
-            tgt.eval([ctx[-1]] + drafts)
-            dt = time.perf_counter() - t1
-            st.verify_s += dt
-            st.target_steps += 1
-            self.chooser.observe_batch(1 + len(drafts), dt)
-            ps = [distribution(tgt.scores[n0 + i], self.params, History(ctx, drafts[:i])) for i in range(len(drafts) + 1)]
-            if drafts:
-                if self.acceptance_rule == "rejection":
-                    n_acc, nxt = verify(drafts, qs, ps, self.rng)
-                else:  # sample-and-match, for comparison (llama-cpp-python's draft hook)
-                    n_acc, nxt = verify_sample_and_match(drafts, ps, self.rng)
-                st.drafted += len(drafts)
-                st.accepted += n_acc
-                st.draft_lengths[len(drafts)] = st.draft_lengths.get(len(drafts), 0) + 1
-                self.chooser.observe_acceptance(n_acc, len(drafts))
-                self.chooser.rounds_without_draft = 0
-            else:
-                n_acc, nxt = 0, sample(ps[0], self.rng)
-                self.chooser.rounds_without_draft += 1
-            tgt.n_tokens = n0 + 1 + n_acc  # roll back past the first rejection
-            done = False
-            if not st.ttft_s:
-                st.ttft_s = st.prefill_s + (time.perf_counter() - t_start)
-            for tok in drafts[:n_acc] + [nxt]:
-                ctx.append(tok)
-                gen_ids.append(tok)
-                st.generated_tokens += 1
-                if not self.ignore_eos and self._eog(tok):
-                    st.stop_reason = "eos"
-                    done = True
-                    break
-                if out.push(tok):
-                    st.stop_reason = "stop"
-                    done = True
-                    break
-                if st.generated_tokens >= n_predict:
-                    st.stop_reason = "length"
-                    done = True
-                    break
-            if done:
-                break
-        st.decode_s = time.perf_counter() - t_start
-        self.generated = gen_ids
-        return out.finish(), st
+
+    def _prefill_timing_a_verify_batch(self, prompt: list[int], b: int) -> None:
+        """Evaluate the last b prompt tokens as one batch, timed: the cost of verifying k_max drafts,
+        measured for free during prefill instead of by a wasted drafting round."""
+        eval_no_logits(self.target, prompt[:-1 - b])
+        t1 = time.perf_counter()
+        self.target.eval(prompt[-1 - b:-1])
+        self.chooser.observe_batch(b, time.perf_counter() - t1)
+
+    def _make_room(self, ctx: list[int], n_ctx: int, st: GenerateStats) -> int | None:
+        """Free context positions for this round (shifting the context when allowed); None when full."""
+        room = n_ctx - self.target.n_tokens - 1
+        if room >= 0:
+            return room
+        if not self.context_shift:
+            st.stop_reason = "context"
+            return None
+        shift_context(self.target, ctx, self.keep)
+        if self.drafter is not None:
+            self.drafter.forget()
+        return n_ctx - self.target.n_tokens - 1
+
+    def _round(self, ctx: list[int], available: int, st: GenerateStats) -> list[int]:
+        """One target evaluation: draft K tokens, verify [pending] + drafts in one batch, keep the accepted
+        prefix and the next token; the tokens this round adds."""
+        tgt = self.target
+        behind = self.drafter.behind(ctx) if self.drafter is not None else 0
+        k = self.chooser.choose(available, behind) if self.drafting else 0
+        drafts, qs = self._draft(ctx, k, st) if k > 0 else ([], [])
+        n0 = tgt.n_tokens
+        t1 = time.perf_counter()
+        tgt.eval([ctx[-1]] + drafts)
+        dt = time.perf_counter() - t1
+        st.verify_s += dt
+        st.target_steps += 1
+        self.chooser.observe_batch(1 + len(drafts), dt)
+        ps = [distribution(tgt.scores[n0 + i], self.params, History(ctx, drafts[:i])) for i in range(len(drafts) + 1)]
+        if drafts:
+            if self.acceptance_rule == "rejection":
+                n_acc, nxt = verify(drafts, qs, ps, self.rng)
+            else:  # sample-and-match, for comparison (llama-cpp-python's draft hook)
+                n_acc, nxt = verify_sample_and_match(drafts, ps, self.rng)
+            st.drafted += len(drafts)
+            st.accepted += n_acc
+            st.draft_lengths[len(drafts)] = st.draft_lengths.get(len(drafts), 0) + 1
+            self.chooser.observe_acceptance(n_acc, len(drafts))
+            self.chooser.rounds_without_draft = 0
+        else:
+            n_acc, nxt = 0, sample(ps[0], self.rng)
+            self.chooser.rounds_without_draft += 1
+        tgt.n_tokens = n0 + 1 + n_acc  # roll back past the first rejection
+        return drafts[:n_acc] + [nxt]
+
+    def _stop_reason(self, tok: int, out: "_TextStream", generated: int, n_predict: int) -> str:
+        """Why generation stops after `tok` ('eos', 'stop', 'length'), or '' to go on."""
+        if not self.ignore_eos and self._eog(tok):
+            return "eos"
+        if out.push(tok):
+            return "stop"
+        if generated >= n_predict:
+            return "length"
+        return ""
 
     # -- internals ------------------------------------------------------------------------------
     def _draft(self, ctx: list[int], k: int, st: GenerateStats) -> tuple[list[int], list[np.ndarray]]:
