@@ -18,8 +18,8 @@ def common_prefix(a, b) -> int:
 
 
 def eval_no_logits(model, tokens: list[int]) -> None:
-    """Evaluate tokens whose logits nobody needs (prefill): computing the vocabulary projection
-    for every prompt position made a 1200-token prefill ~10x slower."""
+    """Evaluate tokens whose logits nobody needs (prefill) with logits off: the vocabulary projection
+    for every prompt position would cost more than the prefill itself (docs/design/llama-runtime.md)."""
     if not tokens:
         return
     keep = model._logits_all

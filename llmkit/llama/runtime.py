@@ -30,10 +30,8 @@ def load_llama_cpp():
 def default_threads() -> int:
     """Threads for llama.cpp: the cores that are idle right now (cores minus the 1-minute load).
 
-    Measured on 2 cores (SmolLM2-135M): idle, 2 threads 51-55 tok/s vs 1 thread 41-50; with the
-    other core busy, 1 thread 39 tok/s vs 2 threads 34 (passive wait) or 24 (spinning). Using only
-    the free cores is the rule that picks the faster setting in both cases.
-    """
+    A thread on a busy core slows every step down, so only the free cores are used
+    (docs/design/llama-runtime.md has the measurements)."""
     n = os.cpu_count() or 1
     try:
         load = os.getloadavg()[0]
