@@ -8,6 +8,7 @@ measure what it cost. Sub-packages in the order data flows through them:
 - `write/`        the output file: tensors converted in parallel, laid out as llama.cpp does
 - `budget/`       per-tensor types under a size budget: measured errors, KLD probes, the solver
 - `quality/`      what it cost: per-tensor error statistics, perplexity, KL divergence
+- `options.py`    a run's options (QuantOptions), declared once, checked once, passed whole
 - `pipeline.py`   one call for a whole run: Hessians -> allocation -> GPTQ -> write
 
 Each sub-package's docstring says what it may import; nothing in `llmkit.quant` imports click, rich

@@ -7,28 +7,26 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
 
 from llmkit.errors import BadInput
 from llmkit.quant.budget.allocate import RECIPE_KEY, Allocation, allocate, file_type_for, recipe
 from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians
 from llmkit.quant.formats.jit import Kernels
+from llmkit.quant.options import METHODS, Progress, QuantOptions
 from llmkit.quant.plan import rules
-from llmkit.quant.plan.rules import Overrides
 from llmkit.quant.plan.tensors import plan_types
 from llmkit.quant.rounding.gptq import SHRINK, gptq_replacements
 from llmkit.quant.write.quantize import QuantReport, quantize_file
 
-METHODS = ("rtn", "gptq")
-Progress = Callable[[str, int, int, str], None]  # (stage, done, total, note)
+__all__ = ["METHODS", "QuantOptions", "QuantRun", "quantize"]
 
 
 @dataclass
 class QuantRun:
     """What a run did: the file's report, the budget's allocation (if any), what GPTQ changed."""
 
-    report: QuantReport
+    report: QuantReport | None
     allocation: Allocation | None = None
     method: str = "rtn"
     gptq_matrices: int = 0
@@ -44,70 +42,66 @@ class QuantRun:
         return d
 
 
-def quantize(src: str, dst: str, ftype: str | None = None, *, pure: bool = False, imatrix: dict | None = None,
-             allow_requantize: bool = False, threads: int | None = None, measure: bool = False,
-             overrides: Overrides | None = None, target_bpw: float | None = None, target_size: int | None = None,
-             calib_text: str | None = None, n_ctx: int | None = None, chunks: int | None = None, method: str = "rtn",
-             hessian_path: str | None = None, damp: float = 0.01, refit: bool = True,
-             shrink: float | None = None, progress: Progress | None = None,
-             notice: Callable[[str], None] | None = None) -> QuantRun:
-    """Quantize `src` into `dst` to the file type `ftype`, or under a budget (`target_bpw` bits per
-    weight or `target_size` bytes for the whole file; the budget chooses every tensor's type), with
-    llama.cpp's rounding (`method="rtn"`) or GPTQ's. GPTQ reads its Hessians from `hessian_path`, or
-    collects them from `calib_text` (saved at `hessian_path` when given, else in a temporary folder
-    that is removed); a budget probes each tensor kind's effect on the output, on `calib_text` or on
-    text the model writes itself. `chunks` x `n_ctx` tokens: 16 x 256 for the Hessians, 4 x 32 for the
-    probes unless given. `shrink`: GPTQ's shrinkage of H toward its diagonal (default
-    rounding.gptq.SHRINK). `notice` hears, in one line, of a compiled kernel's first compilation."""
-    budgeted = target_bpw is not None or target_size is not None
-    if budgeted == (ftype is not None):
-        raise BadInput("give either a file type or a size budget (target_bpw or target_size): a budget chooses "
-                       "the types itself.")
-    if method not in METHODS:
-        raise BadInput(f"unknown rounding method {method!r}; use one of {', '.join(METHODS)}.")
-    if method == "gptq" and calib_text is None and not (hessian_path and os.path.exists(hessian_path)):
-        raise BadInput("GPTQ needs calibration text or a saved Hessian file.")
+def quantize(src: str, dst: str, opts: QuantOptions) -> QuantRun:
+    """Quantize `src` into `dst` as `opts` says (checked first): to a file type, or under a size budget
+    that chooses every tensor's type (probing each tensor kind's effect on the output, on the
+    calibration text or on text the model writes itself), with llama.cpp's rounding or GPTQ's. GPTQ's
+    Hessians are read from opts.hessian_path, or collected from the calibration text (saved at
+    hessian_path when given, else in a temporary folder that is removed)."""
+    opts.check()
+    stage = _stages(opts.progress)
+    kernels = Kernels(notice=opts.notice)
+    group_bytes = workers = None
+    if opts.method == "gptq":  # before anything runs: a run that cannot fit says so in one line
+        if not opts.budgeted:
+            _check_gptq_types(plan_types(src, opts.ftype, opts.pure, opts.imatrix is not None, opts.overrides, None),
+                              opts.ftype)
+        group_bytes, workers = check_gptq_fits(src, opts.threads or os.cpu_count() or 1)
+    run = QuantRun(None, method=opts.method)
+    with contextlib.ExitStack() as cleanup:
+        hpath = opts.hessian_path
+        if opts.method == "gptq" and not opts.saved_hessians:
+            if not hpath:  # nowhere to keep them: a temporary folder, removed at the end of the run
+                hpath = os.path.join(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmkit-gptq-")),
+                                     "hessians.gguf")
+            collect_hessians(src, opts.calib_text, hpath, opts.n_ctx or 256, opts.chunks or 16, opts.threads,
+                             progress=stage("hessians", "calibration"), group_bytes=group_bytes)
+        ftype, assign, extra, write = opts.ftype, None, {}, opts
+        if opts.budgeted:
+            run.allocation = allocate(src, target_bpw=opts.target_bpw, target_size=opts.target_size,
+                                      imatrix=opts.imatrix, calib_text=opts.calib_text, threads=opts.threads,
+                                      progress=stage("measuring"), n_ctx=opts.n_ctx, chunks=opts.chunks,
+                                      hessian_path=hpath, kernels=kernels)
+            assign, ftype = run.allocation.assign, file_type_for(run.allocation)
+            extra = {RECIPE_KEY: recipe(run.allocation, opts.target_bpw, opts.target_size, opts.imatrix is not None,
+                                        opts.method)}
+            # a budget may keep already-quantized tensors at (or near) their type
+            write = replace(opts, allow_requantize=True)
+        replacements = None
+        if opts.method == "gptq":
+            types = plan_types(src, ftype, opts.pure, opts.imatrix is not None, opts.overrides, assign)
+            replacements, run.damp_raised = gptq_replacements(
+                src, types, hpath, opts.imatrix, opts.damp, opts.refit, opts.threads, progress=stage("gptq"),
+                workers=workers, shrink=SHRINK if opts.shrink is None else opts.shrink)
+            run.gptq_matrices = len(replacements)
+            run.gptq_skipped = _not_gptq(src, types)
+            assign = types
+            extra["llmkit.quantize.method"] = "gptq"
+        write = replace(write, ftype=ftype, target_bpw=None, target_size=None, progress=stage("quantizing"))
+        run.report = quantize_file(src, dst, opts=write, assign=assign, extra_meta=extra or None,
+                                   replace=replacements)
+    return run
+
+
+def _stages(progress: Progress | None):
+    """stage(name, note) -> the write layer's (done, total, what) callback reporting as `name`, or None."""
 
     def stage(name: str, note: str | None = None):
         if progress is None:
             return None
         return lambda done, total, what="": progress(name, done, total, what if note is None else note)
 
-    allocation, raised, n_gptq, skipped = None, {}, 0, {}
-    assign = extra = replace = None
-    group_bytes = workers = None
-    if method == "gptq":  # before anything runs: a run that cannot fit says so in one line
-        if not budgeted:
-            _check_gptq_types(plan_types(src, ftype, pure, imatrix is not None, overrides, None), ftype)
-        group_bytes, workers = check_gptq_fits(src, threads or os.cpu_count() or 1)
-    with contextlib.ExitStack() as cleanup:
-        hpath = hessian_path
-        if method == "gptq" and not (hpath and os.path.exists(hpath)):
-            if not hpath:  # nowhere to keep them: a temporary folder, removed at the end of the run
-                hpath = os.path.join(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmkit-gptq-")),
-                                     "hessians.gguf")
-            collect_hessians(src, calib_text, hpath, n_ctx or 256, chunks or 16, threads,
-                             progress=stage("hessians", "calibration"), group_bytes=group_bytes)
-        if budgeted:
-            allocation = allocate(src, target_bpw=target_bpw, target_size=target_size, imatrix=imatrix,
-                                  calib_text=calib_text, threads=threads, progress=stage("measuring"), n_ctx=n_ctx,
-                                  chunks=chunks, hessian_path=hpath, kernels=Kernels(notice=notice))
-            assign, ftype = allocation.assign, file_type_for(allocation)
-            extra = {RECIPE_KEY: recipe(allocation, target_bpw, target_size, imatrix is not None, method)}
-            allow_requantize = True  # a budget may keep already-quantized tensors at (or near) their type
-        if method == "gptq":
-            types = plan_types(src, ftype, pure, imatrix is not None, overrides, assign)
-            replace, raised = gptq_replacements(src, types, hpath, imatrix, damp, refit, threads,
-                                                progress=stage("gptq"), workers=workers,
-                                                shrink=SHRINK if shrink is None else shrink)
-            n_gptq = len(replace)
-            skipped = _not_gptq(src, types)
-            assign = types
-            extra = {**(extra or {}), "llmkit.quantize.method": "gptq"}
-        report = quantize_file(src, dst, ftype, pure=pure, imatrix=imatrix, allow_requantize=allow_requantize,
-                               threads=threads, measure=measure, progress=stage("quantizing"), overrides=overrides,
-                               assign=assign, extra_meta=extra, replace=replace, notice=notice)
-    return QuantRun(report, allocation, method, n_gptq, raised, skipped)
+    return stage
 
 
 def _not_gptq(src: str, types: dict) -> dict:

@@ -13,7 +13,7 @@ from llmkit.commands.quant.base import group
 @renamed(Renamed("-t", "--type", when=not_a_number), Renamed("--ctx", "--ctx-size"))
 @group.command("quantize")
 @click.argument("src", metavar="IN.gguf", type=click.Path(dir_okay=False))
-@click.option("--type", "qtype",
+@click.option("--type", "ftype",
               help="F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q1_0 Q2_0 Q2_K Q2_K_S Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M "
                    "Q5_K_S Q5_K_M Q6_K IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M IQ4_NL IQ4_XS "
                    "TQ1_0 TQ2_0 MXFP4_MOE (IQ1_*, IQ2_*, IQ3_XXS, IQ3_XS and Q2_K_S need --imatrix; not with "
@@ -47,42 +47,40 @@ from llmkit.commands.quant.base import group
               help="GPTQ: add this x diag(H) to H, shrinking the correlations that calibration text estimates "
                    "worst (default 3; 0: the plain algorithm).")
 @click.option("--no-refit", is_flag=True, help="GPTQ: fit each block's scales once on the original weights.")
-def quantize_cmd(src, qtype, dst, pure, imatrix_path, allow_requantize, threads, report, as_json, output_type,
+def quantize_cmd(src, ftype, dst, pure, imatrix_path, allow_requantize, threads, report, as_json, output_type,
                  embd_type, tensor_types, target_bpw, target_size, calib_path, n_ctx, chunks, method, hessian_path,
                  damp, shrink, no_refit):
     """Quantize IN.gguf to TYPE, writing OUT.gguf (the same bytes llama.cpp's quantizer writes); or
     choose each tensor's type under a size budget (--target-bpw / --target-size)."""
-    import os
-
+    from llmkit.cli import flag_spelling
+    from llmkit.errors import BadInput, OptionError
+    from llmkit.quant.options import QuantOptions
     from llmkit.quant.pipeline import quantize
 
-    targeted = target_bpw is not None or target_size is not None
-    if targeted and qtype:
-        raise click.UsageError("--type TYPE and --target-bpw/--target-size exclude each other: the budget chooses the types.")
-    if not targeted and not qtype:
-        raise click.UsageError("give --type TYPE, or a budget with --target-bpw / --target-size.")
-    if target_bpw is not None and target_size is not None:
-        raise click.UsageError("give --target-bpw or --target-size, not both.")
-    if method == "gptq" and not calib_path and not (hessian_path and os.path.exists(hessian_path)):
-        raise click.UsageError("--method gptq needs --calib TEXT (or an existing --hessian file).")
-    size = _parse_size(target_size) if target_size is not None else None
-    overrides = _overrides(output_type, embd_type, tensor_types)
-    imx = calib = None
+    spelling = flag_spelling(click.get_current_context().command, {"calib_text": "--calib", "imatrix": "--imatrix"})
+    bars = _StageBars()
+    opts = QuantOptions(ftype=ftype, pure=pure, allow_requantize=allow_requantize, threads=threads,
+                        measure=report or as_json, overrides=_overrides(output_type, embd_type, tensor_types),
+                        target_bpw=target_bpw, target_size=_parse_size(target_size) if target_size is not None else None,
+                        calib_text="" if calib_path else None, n_ctx=n_ctx, chunks=chunks, method=method,
+                        hessian_path=hessian_path, damp=damp, refit=not no_refit, shrink=shrink, progress=bars,
+                        notice=Output().info)  # a kernel's first compilation takes seconds: say so on stderr
+    try:
+        opts.check()  # the options alone, before any file is read
+    except OptionError as e:
+        raise click.UsageError(e.spelled(spelling)) from None
     if imatrix_path:
         from llmkit.quant.calibration.imatrix import load_imatrix
 
-        imx = load_imatrix(imatrix_path)
+        opts.imatrix = load_imatrix(imatrix_path)
     if calib_path:
         from llmkit.io import read_text
 
-        calib = read_text(calib_path)
-    bars = _StageBars()
+        opts.calib_text = read_text(calib_path)
     try:
-        run = quantize(src, dst, qtype, pure=pure, imatrix=imx, allow_requantize=allow_requantize, threads=threads,
-                       measure=report or as_json, overrides=overrides, target_bpw=target_bpw, target_size=size,
-                       calib_text=calib, n_ctx=n_ctx, chunks=chunks, method=method, hessian_path=hessian_path,
-                       damp=damp, refit=not no_refit, shrink=shrink, progress=bars,
-                       notice=Output().info)  # a kernel's first compilation takes seconds: say so on stderr
+        run = quantize(src, dst, opts)
+    except OptionError as e:
+        raise BadInput(e.spelled(spelling)) from e
     finally:
         bars.close()
     _emit(run, src, dst, report, as_json)

@@ -25,6 +25,7 @@ from llmkit.gguf.tensors import read_tensor, row_slab
 from llmkit.gguf.types import ALIGNMENT, tensor_bytes
 from llmkit.gguf.writer import derived_header
 from llmkit.quant.formats import get_format, jit, to_f32
+from llmkit.quant.options import QuantOptions
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers, plan_tensors
 from llmkit.quant.quality.stats import error_stats
@@ -73,24 +74,51 @@ class QuantReport:
         return d
 
 
-def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix: dict | None = None,
-                  allow_requantize: bool = False, threads: int | None = None, measure: bool = False,
-                  progress: Callable[[int, int, str], None] | None = None,
-                  overrides: rules.Overrides | None = None, assign: dict[str, str] | None = None,
-                  extra_meta: dict[str, str] | None = None, replace: dict | None = None,
-                  notice: Callable[[str], None] | None = None) -> QuantReport:
-    """Quantize `src` into `dst` (written atomically). Returns per-tensor sizes (and errors when `measure`).
-    `assign` fixes the type of named tensors (the size-budget allocator's choice); `extra_meta` adds
-    string metadata; `replace` maps tensor names to already-quantized bytes (GPTQ) written as they are;
-    `notice` hears, in one line, of a compiled kernel's first compilation."""
+def quantize_file(src: str, dst: str, ftype: str | None = None, *, opts: QuantOptions | None = None,
+                  assign: dict[str, str] | None = None, extra_meta: dict[str, str] | None = None,
+                  replace: dict | None = None, **options) -> QuantReport:
+    """Quantize `src` into `dst` (written atomically) to the file type `ftype`, as `opts` (or the
+    QuantOptions fields given as keywords) says; the write layer reads ftype, pure, imatrix,
+    allow_requantize, threads, measure, overrides, progress (done, total, tensor) and notice. Returns
+    per-tensor sizes (and errors when measuring). `assign` fixes the type of named tensors (the
+    size-budget allocator's choice); `extra_meta` adds string metadata; `replace` maps tensor names to
+    already-quantized bytes (GPTQ) written as they are."""
     t0 = time.perf_counter()
-    ftype = rules.resolve_ftype(ftype)
+    opts = opts if opts is not None else QuantOptions(ftype=ftype, **options)
+    ftype, imatrix = rules.resolve_ftype(opts.ftype or ""), opts.imatrix
     if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
         raise BadInput("the output path is the input file; write the quantized model to a new path.")
     g = read_gguf(src)
     if not g.tensors:
         raise BadFileFormat(f"'{src}' has no tensors to quantize.")
-    plan, chooser = plan_tensors(g, ftype, pure, imatrix is not None, overrides, assign)
+    plan, chooser = plan_tensors(g, ftype, opts.pure, imatrix is not None, opts.overrides, assign)
+    _check_plan(plan, opts)
+    report = QuantReport(src, dst, ftype, fallbacks=chooser.n_fallback)
+    align = int(g.metadata.get("general.alignment", ALIGNMENT))  # the copied key must describe the output too
+    header = output_header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0], align, extra_meta,
+                           imatrix)
+    tune_malloc()
+    pool = Workers(opts.threads or os.cpu_count() or 1)
+    kernels = jit.for_run([(int(np.prod(t.shape)), get_format(new)) for t, new in plan  # small jobs skip numba's
+                           if new != t.type_name and not (imatrix is not None and t.name in imatrix  # start-up
+                                                          and not get_format(new).weighted_kernel)], opts.notice)
+    # fork the worker processes now, before any thread runs: a child forked while a pool thread holds
+    # an import lock (numba's first kernel call imports numpy.ma) waits for it forever
+    if any(new != t.type_name and t.nbytes >= Workers.PROCESS_MIN_BYTES
+           and _in_processes(get_format(new), t, imatrix, kernels) for t, new in plan):
+        pool.fork_now()
+    try:
+        _write(_Job(src, dst, opts, plan, g.data_offset, align, pool, kernels, report, replace or {}), header)
+    finally:
+        pool.close()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_plan(plan, opts: QuantOptions) -> None:
+    """The refusals llama.cpp makes before writing: an imatrix of another model or missing a tensor
+    it is needed for, one of the wrong length, a quantized input without allow_requantize."""
+    imatrix = opts.imatrix
     if imatrix is not None and not any(t.name in imatrix for t, _ in plan):
         raise BadInput("the imatrix names none of this model's tensors (it belongs to another model). Collect one "
                        "for this model.")
@@ -98,52 +126,49 @@ def quantize_file(src: str, dst: str, ftype: str, *, pure: bool = False, imatrix
         check_imatrix_covers(imatrix, [t.name for t, new in plan if new != t.type_name and get_format(new).uses_imatrix])
     for t, new in plan:
         name = t.name
-        if new != t.type_name and t.type_name not in ("F32", "F16", "BF16") and not allow_requantize:
+        if new != t.type_name and t.type_name not in ("F32", "F16", "BF16") and not opts.allow_requantize:
             raise BadInput(f"tensor '{name}' is already quantized ({t.type_name}); requantizing loses quality. "
                            "Start from an F32/F16/BF16 model, or allow requantizing.")
         if new != t.type_name and imatrix is not None and name in imatrix:
             want = t.shape[0] * (t.shape[2] if len(t.shape) > 2 else 1)
             if len(imatrix[name]) != want and name not in ("token_embd.weight", "per_layer_token_embd.weight"):
                 raise BadInput(f"the imatrix entry for '{name}' has {len(imatrix[name])} values, the tensor needs {want}.")
-    report = QuantReport(src, dst, ftype, fallbacks=chooser.n_fallback)
-    align = int(g.metadata.get("general.alignment", ALIGNMENT))  # the copied key must describe the output too
-    header = output_header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0], align, extra_meta,
-                           imatrix)
-    tune_malloc()
-    pool = Workers(threads or os.cpu_count() or 1)
-    kernels = jit.for_run([(int(np.prod(t.shape)), get_format(new)) for t, new in plan  # small jobs skip numba's
-                           if new != t.type_name and not (imatrix is not None and t.name in imatrix  # start-up
-                                                          and not get_format(new).weighted_kernel)], notice)
-    # fork the worker processes now, before any thread runs: a child forked while a pool thread holds
-    # an import lock (numba's first kernel call imports numpy.ma) waits for it forever
-    if any(new != t.type_name and t.nbytes >= Workers.PROCESS_MIN_BYTES
-           and _in_processes(get_format(new), t, imatrix, kernels) for t, new in plan):
-        pool.fork_now()
-    try:
-        _write(src, dst, header, plan, g.data_offset, imatrix, pool, measure, progress, report, align, replace, kernels)
-    finally:
-        pool.close()
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
-def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress, report, align: int,
-           replace: dict | None = None, kernels: jit.Kernels = jit.DEFAULT) -> None:
+@dataclass
+class _Job:
+    """One file being written: its paths and options, the plan, the input's layout, the workers, the
+    run's use of the compiled kernels, the report being filled and GPTQ's ready-made tensors."""
+
+    src: str
+    dst: str
+    opts: QuantOptions
+    plan: list
+    data_offset: int
+    align: int
+    pool: Workers
+    kernels: jit.Kernels
+    report: QuantReport
+    replace: dict
+
+
+def _write(job: _Job, header: bytes) -> None:
     from llmkit.io import atomic_file
 
-    with open(src, "rb") as fin, atomic_file(dst) as fout:
+    report, progress = job.report, job.opts.progress
+    with open(job.src, "rb") as fin, atomic_file(job.dst) as fout:
         fout.write(header)
 
         buffers = Buffers()
 
-        def emit(t, job) -> None:
-            parts, tr = job.finish()
+        def emit(t, queued) -> None:
+            parts, tr = queued.finish()
             size = 0
             for part in parts:  # written piece by piece: no joined copy of the tensor
                 fout.write(part)
                 size += memoryview(part).nbytes
-            fout.write(b"\0" * (-size % align))
-            buffers.put(job.buffer)  # every job of this tensor is done: its input buffer is free again
+            fout.write(b"\0" * (-size % job.align))
+            buffers.put(queued.buffer)  # every job of this tensor is done: its input buffer is free again
             report.tensors.append(tr)
             report.bytes_in += t.nbytes
             report.bytes_out += size
@@ -154,24 +179,26 @@ def _write(src, dst, header, plan, data_offset, imatrix, pool, measure, progress
         # soon as it is done), so small tensors (norms) never stall the pipeline
         pending: deque = deque()
         inflight = 0
-        for i, (t, new) in enumerate(plan):
+        for i, (t, new) in enumerate(job.plan):
             if progress:
-                progress(i, len(plan), t.name)
-            if replace and t.name in replace:
-                pending.append((t, _replaced(fin, data_offset, t, new, replace[t.name], measure, buffers)))
+                progress(i, len(job.plan), t.name)
+            if t.name in job.replace:
+                pending.append((t, _replaced(fin, job, t, new, job.replace[t.name], buffers)))
             else:
-                pending.append((t, _convert(fin, data_offset, t, new, imatrix, pool, measure, buffers, kernels)))
+                pending.append((t, _convert(fin, job, t, new, buffers)))
             inflight += t.nbytes
             while len(pending) > 1 and (inflight > READ_AHEAD or pending[0][1].done()):
-                t0, job = pending.popleft()
+                t0, queued = pending.popleft()
                 inflight -= t0.nbytes
-                emit(t0, job)
+                emit(t0, queued)
         while pending:
             emit(*pending.popleft())
 
 
-def _convert(fin, data_offset, t, new: str, imatrix, pool, measure: bool, buffers: Buffers, kernels: jit.Kernels):
+def _convert(fin, job: _Job, t, new: str, buffers: Buffers):
     """Read one tensor (into a pooled buffer) and queue its quantization."""
+    data_offset, imatrix, pool, kernels = job.data_offset, job.opts.imatrix, job.pool, job.kernels
+    measure = job.opts.measure
     n = int(np.prod(t.shape, dtype=np.int64))
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
@@ -247,7 +274,7 @@ class _Queued:
         return all(j.done() for j in self.jobs)
 
 
-def _replaced(fin, data_offset, t, new: str, data: np.ndarray, measure: bool, buffers):
+def _replaced(fin, job: _Job, t, new: str, data: np.ndarray, buffers):
     """A tensor whose quantized bytes were made elsewhere (GPTQ): checked and written as they are."""
     n = int(np.prod(t.shape, dtype=np.int64))
     data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
@@ -255,8 +282,8 @@ def _replaced(fin, data_offset, t, new: str, data: np.ndarray, measure: bool, bu
         raise BadInput(f"tensor '{t.name}': {data.nbytes} bytes of {new} given, {tensor_bytes(new, t.shape)} needed.")
     get_format(new).check(data, t.name)
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, data.nbytes, 8 * data.nbytes / n)
-    if measure:
-        x = to_f32(read_tensor(fin, t, data_offset), t)
+    if job.opts.measure:
+        x = to_f32(read_tensor(fin, t, job.data_offset), t)
         tr.rmse, tr.max_abs_err, tr.cosine = error_stats(x, get_format(new).dequantize(data, n))
     return _Queued([], lambda: ([data], tr), None)
 
