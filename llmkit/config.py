@@ -56,6 +56,13 @@ VARIABLES = {v.name: v for v in [
        "seconds"),
 ]}
 
+# Read by scripts/install.sh, not by llmkit: documented with the rest in docs/configuration.md.
+INSTALL_VARIABLES = {
+    "LLMKIT_VENV": "where scripts/install.sh makes the virtual environment (default <checkout>/.venv)",
+    "LLMKIT_EXTRAS": "the extras scripts/install.sh installs (default all,dev)",
+    "LLMKIT_CMAKE_ARGS": "CMake arguments scripts/install.sh adds to llama.cpp's build (e.g. -DGGML_AVX2=OFF)",
+}
+
 LIMITS = [name for name in VARIABLES if name.startswith("LLMKIT_MAX_") or name == "LLMKIT_STORE_WAIT_SECONDS"]
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -113,7 +120,7 @@ def cache_dir(*parts: str) -> Path:
 # The caches llmkit keeps, by sub-directory: what `llmkit doctor` reports and what may be deleted at any time.
 CACHES = {
     "embed": "embedding models exported to ONNX (rebuilt on next use)",
-    "numba": "compiled quantizer kernels (recompiled on next use, a few minutes)",
+    "numba": "compiled quantizer and tokenizer kernels (recompiled on next use: seconds per kernel)",
     "quant-probes": "per-model sensitivity probes of `quant`'s size budgets",
     "iqgrid": "i-quant lattice tables read back from ggml (rebuilt on next use)",
     "bandwidth.json": "this machine's measured memory bandwidth (`kv plan`)",

@@ -12,7 +12,7 @@
 set -euo pipefail
 py=${PYTHON:-python3}
 ver=$($py -c 'import llama_cpp; print(llama_cpp.__version__)')
-cache=${LLMKIT_CACHE:-$HOME/.cache/llmkit}/llama-server-$ver
+cache=${LLMKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llmkit}/llama-server-$ver
 tools=""
 for t in llama-server llama-perplexity llama-quantize llama-imatrix; do
   [ -x "$cache/$t" ] || tools="$tools $t"

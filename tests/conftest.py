@@ -115,9 +115,23 @@ def run_cli(args, input: str | bytes | None = None) -> Result:
     return Result(code, out, err)
 
 
-def run_subprocess(args, input: bytes | None = None, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmkit", *args], input=input, capture_output=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+def llmkit_env(**extra: str) -> dict:
+    """The environment for an `llmkit` child process: this checkout first on the path, plus `extra`."""
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), **extra}
+
+
+def run_subprocess(args, input: bytes | str | None = None, timeout=60, env: dict | None = None,
+                   text: bool = False) -> subprocess.CompletedProcess:
+    """Run `llmkit ARGS` as a whole process to completion (output captured; bytes unless `text`)."""
+    return subprocess.run([sys.executable, "-m", "llmkit", *map(str, args)], input=input, capture_output=True,
+                          timeout=timeout, env=llmkit_env(**(env or {})), text=text)
+
+
+def start_subprocess(args, env: dict | None = None, **popen) -> subprocess.Popen:
+    """Start `llmkit ARGS` as a whole process (stdout and stderr piped unless `popen` says otherwise)."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "llmkit", *map(str, args)], env=llmkit_env(**(env or {})), **popen)
 
 
 @pytest.fixture(scope="session")

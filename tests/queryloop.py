@@ -6,7 +6,6 @@ and the check that each result comes from one generation and equals that generat
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -47,8 +46,9 @@ def write_corpus(d: Path, gen: int) -> None:
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmkit", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    from conftest import run_subprocess
+
+    return run_subprocess(args, timeout=300, text=True)
 
 
 def hits_of(stdout: str) -> list:

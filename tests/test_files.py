@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, start_subprocess
 
 ROOT = Path(__file__).parent.parent
 
@@ -93,9 +93,7 @@ def test_signal_during_quantize_removes_the_temp_file(tmp_path, sig, code):
     # numpy kernels: what is tested is the temp file's removal on a signal, and a first numba
     # compilation under way (30-60 s on a fresh install, two test workers compiling at once) delayed
     # the exit past the timeout on a loaded machine
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LLMKIT_NO_JIT": "1"}
-    p = subprocess.Popen([sys.executable, "-m", "llmkit", "quant", str(src), "--type", "Q4_K_M", "-o", str(out),
-                          "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    p = start_subprocess(["quant", src, "--type", "Q4_K_M", "-o", out, "--threads", "1"], env={"LLMKIT_NO_JIT": "1"},
                          preexec_fn=lambda: _default_handlers(signal.SIGINT, sig))
     deadline = time.time() + 60
     while time.time() < deadline and not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]:

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, start_subprocess
 from llmkit.llama.sampling import SamplingParams, distribution
-from test_generate_pure import CHI2_DF5_P001, _chi2
+from chisquare import CHI2_DF5_P001, chi2
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -96,7 +96,7 @@ def test_sampled_first_token_distribution_matches_plain(models):
         g.run(prompt, 1)
         counts[g.generated[0]] += 1
     assert len(support) == 6
-    assert _chi2(counts, p) < CHI2_DF5_P001
+    assert chi2(counts, p) < CHI2_DF5_P001
 
 
 # ---- CLI --------------------------------------------------------------------------------------
@@ -175,6 +175,11 @@ def test_cli_chat_template(models):
     assert r.exit_code == 0, r.stderr
     r2 = run_cli(["generate", "-m", models["target"], "--chat", "-n", "5", "hi"])
     assert r2.exit_code == 1 and "no chat template" in r2.stderr
+    # constrain renders the same chat prompt: the same first tokens under a grammar that allows anything
+    c = run_cli(["constrain", "-m", models["chat"], "--chat", "--system", "be brief", "--temp", "0", "-n", "5",
+                 "--grammar", "root ::= [^\\x00]*", "--json", "hi"])
+    assert c.exit_code == 0, c.stderr
+    assert json.loads(c.stdout)["stats"]["prompt_tokens"] == json.loads(r.stdout)["stats"]["prompt_tokens"]
 
 
 def test_chat_template_renders_exact_prompt(models, tmp_path):
@@ -271,15 +276,12 @@ def test_rejection_sampling_beats_sample_and_match_on_real_models(models, tmp_pa
 
 def test_ctrl_c_exits_130_with_partial_output(models):
     import signal
-    import subprocess
-    import sys
     import time
 
     # a job started in the background by a non-interactive shell inherits SIGINT ignored, and Python
     # (rightly) keeps it ignored: give the child the default disposition a terminal would
-    p = subprocess.Popen([sys.executable, "-m", "llmkit", "generate", "-m", models["target"], "-n", "10000000", "-c", "256",
-                          "--ignore-eos", "--context-shift", "--temp", "0", "hello"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = start_subprocess(["generate", "-m", models["target"], "-n", "10000000", "-c", "256", "--ignore-eos",
+                          "--context-shift", "--temp", "0", "hello"],
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = p.stdout.read(1)  # wait until tokens are streaming, however slow the machine is
     time.sleep(0.5)

@@ -1,14 +1,12 @@
 """`llmkit generate --server URL,URL --batch` against real llama-servers started here."""
 
 import json
-import os
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, start_subprocess
 from serverutil import free_port, server_binary, start_server, stop_server
 
 PROMPTS = ["the quick brown fox", "once upon a time", "def main():", "hello world", "the the the"]
@@ -116,9 +114,8 @@ def test_server_killed_mid_batch_loses_and_duplicates_nothing(model, tmp_path):
     try:
         items = [{"id": i, "prompt": f"{PROMPTS[i % 5]} {i}"} for i in range(40)]
         out = tmp_path / "out.jsonl"
-        proc = subprocess.Popen([sys.executable, "-m", "llmkit", "server", "batch", "--server", f"{a[1]},{b[1]}",
-                                 _batch_file(tmp_path, items), "-o", str(out), "-n", "400", "--temp", "0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
+        proc = start_subprocess(["server", "batch", "--server", f"{a[1]},{b[1]}",
+                                 _batch_file(tmp_path, items), "-o", str(out), "-n", "400", "--temp", "0"])
         deadline = time.time() + 60
         while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
             time.sleep(0.05)
@@ -167,9 +164,8 @@ def test_server_restarted_mid_batch_loses_and_duplicates_nothing(model, tmp_path
     try:
         items = [{"id": i, "prompt": f"{PROMPTS[i % 5]} {i}"} for i in range(n)]
         out = tmp_path / "out.jsonl"
-        proc = subprocess.Popen([sys.executable, "-m", "llmkit", "server", "batch", "--server", f"{a[1]},{b[1]}",
-                                 _batch_file(tmp_path, items), "-o", str(out), "-n", "400", "--temp", "0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
+        proc = start_subprocess(["server", "batch", "--server", f"{a[1]},{b[1]}",
+                                 _batch_file(tmp_path, items), "-o", str(out), "-n", "400", "--temp", "0"])
         deadline = time.time() + 60
         while time.time() < deadline and len(_lines(out)) < 5:
             time.sleep(0.05)

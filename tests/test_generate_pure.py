@@ -3,19 +3,9 @@
 import numpy as np
 import pytest
 
+from chisquare import CHI2_DF5_P001, chi2
 from llmkit.llama.sampling import SamplingParams, distribution, sample
 from llmkit.llama.speculative import expected_tokens, lookup_draft, verify, verify_sample_and_match
-
-CHI2_DF5_P001 = 20.52  # chi-square critical value, 5 degrees of freedom, p = 0.001
-
-
-def _chi2(counts: np.ndarray, p: np.ndarray) -> float:
-    n = counts.sum()
-    m = p > 0
-    assert counts[~m].sum() == 0, "sampled a token of probability 0"
-    exp = n * p[m]
-    return float(((counts[m] - exp) ** 2 / exp).sum())
-
 
 def test_distribution_known_answers():
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
@@ -42,7 +32,7 @@ def test_rejection_sampling_preserves_target_distribution():
             n_acc, nxt = verify(draft, qs, ps, rng)
             first = draft[0] if n_acc > 0 else nxt
             counts[first] += 1
-        assert _chi2(counts, p_first) < CHI2_DF5_P001
+        assert chi2(counts, p_first) < CHI2_DF5_P001
 
 
 def test_rejection_sampling_accepts_more_than_sample_and_match():

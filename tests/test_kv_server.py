@@ -126,5 +126,8 @@ def test_generate_on_server_passes_grammar_and_schema(server, tmp_path):
     assert set(d) == {"ok"} and isinstance(d["ok"], bool)
     (tmp_path / "g.gbnf").write_text('root ::= "yes" | "no"\n')
     assert _server_gen(url, "Answer:", "-n", "8", "--seed", "1", "--grammar-file", str(tmp_path / "g.gbnf"))["text"] in ("yes", "no")
+    r = run_cli(["server", "generate", "--server", url, "--slot", "0", "-n", "6", "--seed", "2", "--grammar",
+                 "root ::= [0-9]+", "--json", "A number:"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["text"].isdigit(), r.stderr
     r = run_cli(["server", "generate", "--server", url, "--json-schema", "{not json", "hi"])
     assert r.exit_code == 1 and "--json-schema is not JSON" in r.stderr

@@ -66,7 +66,7 @@ def test_rejection_sampling_keeps_a_real_models_distribution():
     from llmkit.llama.generate import Generator
     from llmkit.llama.runtime import ModelOptions, default_model_path, open_model
     from llmkit.llama.sampling import SamplingParams, distribution
-    from test_generate_pure import CHI2_DF5_P001, _chi2
+    from chisquare import CHI2_DF5_P001, chi2
 
     target = open_model(default_model_path(), ModelOptions(n_ctx=256, n_threads=1))
     prompt = target.tokenize(b"The capital of France is Paris. The capital of Italy is Rome. The capital of France is",
@@ -85,4 +85,4 @@ def test_rejection_sampling_keeps_a_real_models_distribution():
         counts[g.generated[0]] += 1
     assert drafted >= 200  # a draft (" Paris" ...) was proposed every time
     assert np.count_nonzero(p) == 6 and 0.05 < p.max() < 0.95  # a real choice among six tokens
-    assert _chi2(counts, p) < CHI2_DF5_P001
+    assert chi2(counts, p) < CHI2_DF5_P001

@@ -10,11 +10,8 @@ the limit, interrupted mid-page, while the PDF's other pages are indexed."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -182,9 +179,10 @@ def test_pdf_page_over_its_time_limit_is_skipped(tmp_path, monkeypatch):
     # through the CLI: the run goes on, the skipped page is counted with its reason
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "slow.pdf").write_bytes(data)
-    r = subprocess.run([sys.executable, "-m", "llmkit", "rag", "index", str(tmp_path / "idx"), str(tmp_path / "in"),
-                        "--json"], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), "LLMKIT_MAX_PDF_PAGE_SECONDS": "1"})
+    from conftest import run_subprocess
+
+    r = run_subprocess(["rag", "index", tmp_path / "idx", tmp_path / "in", "--json"], timeout=120, text=True,
+                       env={"LLMKIT_MAX_PDF_PAGE_SECONDS": "1"})
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     rep = json.loads(r.stdout)
     assert rep["docs_added"] == 1 and [s["source"].endswith("slow.pdf#page=2") for s in rep["skipped"]] == [True]

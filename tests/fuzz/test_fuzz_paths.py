@@ -32,8 +32,7 @@ def _tests_conftest():
 
 
 def _cli(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmkit", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return _tests_conftest().run_subprocess(args, timeout=timeout, env=env, text=True)
 
 
 @pytest.mark.parametrize("case, words", [
