@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from ragold import as_format1
 
 ROOT = Path(__file__).parent.parent
 
@@ -163,17 +164,11 @@ def test_old_index_keeps_its_analysis_and_units(tmp_path, paragraphs):
     b.write_text(json.dumps({"id": "b0", "text": " ".join(paragraphs[10:14])}) + "\n")
     idx = tmp_path / "idx"
     assert run_cli(["rag", "index", str(idx), str(a), "--size", "800", "--analysis", "plain", "--no-tune"]).exit_code == 0
-    path = idx / "manifest.json"
-    m = json.loads(path.read_text())
-    for key in ("analysis", "ranking"):  # what a manifest of 2026-11 holds
-        m.pop(key)
-    m["collections"]["default"] = {k: v for k, v in m["collections"]["default"].items() if k != "unit"}
-    path.write_text(json.dumps(m))
-    (idx / f"gen-{m['generation']}" / "unit.npy").unlink()
+    as_format1(idx, "v1-chunks")  # a format-1 index from before analyses and document ranking
     ix = Index(str(idx))
     assert ix.analysis == "plain" and ix.unit is None and "flows" in ix.bm25.vocab
     r = run_cli(["rag", "info", str(idx)])
-    assert "BM25 analysis: plain" in r.stdout and "chunks (index made before 2026-12)" in r.stdout
+    assert "BM25 analysis: plain" in r.stdout and "hits are chunks" in r.stdout
     r = run_cli(["rag", "index", str(idx), str(b), "--no-tune"])  # extended: its chunking and analysis stay
     assert r.exit_code == 0 and "chunking changed" not in r.stderr
     ix = Index(str(idx))
@@ -270,7 +265,7 @@ def test_graph_on_a_tuned_index_does_not_hurt(tmp_path, paragraphs):
     without, with_graph = ndcg("tuned", "tuned+graph")
     assert with_graph >= without - 0.005
     m = json.loads((idx / "manifest.json").read_text())
-    m["fusion"] = {"method": "cc", "k": 60, "weights": {"bm25": 0.5, "dense": 0.5}, "norm": "minmax", "expand": 0,
+    m["fusion"] = {"method": "cc", "rrf_k": 60, "weights": {"bm25": 0.5, "dense": 0.5}, "norm": "minmax", "expand": 0,
                    "parents": False, "tuned": {"source": "pseudo", "label": "cc minmax bm25 0.50 dense 0.50"}}
     (idx / "manifest.json").write_text(json.dumps(m))
     without, with_graph, hybrid, hybrid_graph = ndcg("tuned", "tuned+graph", "hybrid", "hybrid+graph")

@@ -38,7 +38,8 @@ def gidx(kernel_docs, tmp_path_factory):
 
 def test_graph_raises_multihop_recall(gidx):
     from llmkit.rag.evaluate.queries import bridge_queries
-    from llmkit.rag.retrieve.pipeline import Pipeline, QueryOptions
+    from llmkit.rag.retrieve.options import Fusion, QueryOptions
+    from llmkit.rag.retrieve.pipeline import Pipeline
     from llmkit.rag.index.reader import Index
 
     _, idx = gidx
@@ -48,7 +49,7 @@ def test_graph_raises_multihop_recall(gidx):
     recall = {}
     for w in (0.0, 1.0):
         weights = {"bm25": 1.0, "dense": 1.0, **({"graph": w} if w else {})}
-        pipe = Pipeline(ix, QueryOptions(mode="hybrid", k=10, weights=weights))
+        pipe = Pipeline(ix, QueryOptions(mode="hybrid", k=10, fusion=Fusion(weights=weights), tuned=False))
         recall[w] = np.mean([b in [h.row for h in pipe.run(q).hits] for q, b, _ in qs])
     # measured: 0.38 -> 0.46 on these paragraphs (B is reachable only through the bridge entity)
     assert recall[1.0] >= recall[0.0] + 0.04, recall
@@ -115,13 +116,13 @@ def test_global_answer_with_local_model(gidx, tmp_path):
 
 
 def test_graph_flag_reranks_the_fused_candidates_unless_the_list_has_a_weight(gidx):
-    from llmkit.rag.retrieve.options import GRAPH_RERANK, FusionRequest, QueryRequest, build_pipeline
+    from llmkit.rag.retrieve.options import GRAPH_RERANK, Fusion, QueryOptions, build_pipeline, parse_weights
 
     _, idx = gidx
-    pipe, _ = build_pipeline(str(idx), 5, QueryRequest(fusion=FusionRequest(graph=True)))
-    assert pipe.opts.weights == {"bm25": 1.0, "dense": 1.0} and pipe.opts.graph_rerank == GRAPH_RERANK
-    pipe, _ = build_pipeline(str(idx), 5, QueryRequest(fusion=FusionRequest(graph=True, weights="graph=0.3")))
-    assert pipe.opts.weights["graph"] == 0.3
+    pipe, _ = build_pipeline(str(idx), QueryOptions(k=5, graph=True))
+    assert pipe.fusion.weights == {"bm25": 1.0, "dense": 1.0} and pipe.graph_rerank == GRAPH_RERANK
+    pipe, _ = build_pipeline(str(idx), QueryOptions(k=5, graph=True, fusion=Fusion(weights=parse_weights("graph=0.3"))))
+    assert pipe.fusion.weights["graph"] == 0.3
 
 
 def test_ask_global_new_and_old_spelling(gidx, tmp_path):

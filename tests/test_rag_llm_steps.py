@@ -78,7 +78,8 @@ def test_llm_steps_reach_the_retrievers_exactly(env, tiny_gguf):
     pytest.importorskip("llama_cpp")
     from llmkit.rag.index.reader import Index
     from llmkit.rag.llm import LocalLLM
-    from llmkit.rag.retrieve.pipeline import Pipeline, QueryOptions
+    from llmkit.rag.retrieve.options import LLMSteps, QueryOptions
+    from llmkit.rag.retrieve.pipeline import Pipeline
 
     llm = LocalLLM(str(tiny_gguf))
     said = {"lines": [], "complete": []}
@@ -95,7 +96,7 @@ def test_llm_steps_reach_the_retrievers_exactly(env, tiny_gguf):
 
     llm.lines, llm.complete = lines, complete
     ix = Index(str(env["idx"]))
-    pipe = Pipeline(ix, QueryOptions(k=3, rewrite=2, subqueries=True, hyde=True), llm=llm)
+    pipe = Pipeline(ix, QueryOptions(k=3, steps=LLMSteps(rewrite=2, subqueries=True, hyde=True)), llm=llm)
     emb = pipe.embedder()
     seen = {"bm25": [], "dense": [], "passages": [], "queries": []}
     real_tok, real_dense, real_passages, real_queries = ix.tok, ix.dense_list, emb.passages, emb.queries

@@ -165,7 +165,7 @@ def test_tune_reset_new_and_old_spelling(corpus):
 
     def store_choice():
         m = json.loads(path.read_text())
-        m["fusion"] = {"method": "cc", "k": 60, "weights": {"bm25": 0.5, "dense": 0.5}, "norm": "z", "expand": 0,
+        m["fusion"] = {"method": "cc", "rrf_k": 60, "weights": {"bm25": 0.5, "dense": 0.5}, "norm": "z", "expand": 0,
                        "parents": False, "tuned": {"source": "judged", "label": "cc z"}}
         path.write_text(json.dumps(m))
 

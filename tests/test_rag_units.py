@@ -198,7 +198,7 @@ def test_pdf_pages_become_sections_with_page_numbers(tmp_path):
 def test_library_option_errors_name_no_flags_and_the_cli_spells_them():
     from llmkit.commands.rag.options import FLAGS
     from llmkit.errors import OptionError
-    from llmkit.rag.retrieve.settings import parse_weights
+    from llmkit.rag.retrieve.options import parse_weights
 
     with pytest.raises(OptionError) as e:
         parse_weights("bm25")

@@ -9,7 +9,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field, replace
 
-from llmkit.errors import BadInput
+from llmkit.errors import OptionError
 from llmkit.quant.budget.allocate import RECIPE_KEY, Allocation, allocate, file_type_for, recipe
 from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians
 from llmkit.quant.formats.jit import Kernels
@@ -123,7 +123,7 @@ def _check_gptq_types(types: dict, ftype: str) -> None:
 
     if not any(t in SUPPORTED for t in types.values()):
         used = sorted(set(types.values()) - {"F32", "F16", "BF16"})
-        raise BadInput(f"GPTQ writes {', '.join(SUPPORTED)}; file type {ftype} uses {', '.join(used) or 'none of them'} "
-                       "(the i-quants' grid searches and the ternary/FP4 types take no per-weight error feedback). "
-                       "Use --method rtn (with --imatrix) for it.")
+        raise OptionError("GPTQ writes {writes}; file type {file_type} uses {uses} (the i-quants' grid searches and the "
+                          "ternary/FP4 types take no per-weight error feedback). Use {method} rtn (with {imatrix}) for "
+                          "it.", writes=", ".join(SUPPORTED), file_type=ftype, uses=", ".join(used) or "none of them")
 

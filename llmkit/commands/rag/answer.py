@@ -19,11 +19,11 @@ def _question(question: str | None) -> str:
 
 
 def asking(k_help: str):
-    """INDEX_DIR, QUESTION, -k, the query options and -n, as `rag answer` and `rag ask-global` take them."""
+    """INDEX_DIR, QUESTION, the query options (-k included) and -n, as `rag answer` and `rag ask-global`
+    take them."""
     def deco(f):
         f = click.option("-n", "--n-predict", default=256, show_default=True, type=int)(f)
-        f = query_options(f)
-        f = click.option("-k", default=4, show_default=True, type=int, help=k_help)(f)
+        f = query_options(4, k_help)(f)
         f = click.argument("question", required=False)(f)
         return click.argument("index_dir", type=click.Path(file_okay=False))(f)
 
@@ -36,7 +36,7 @@ def asking(k_help: str):
 @click.option("--compress-to", default=0, type=int, help="Compress the sources to about N tokens first.")
 @click.option("--global", "global_", is_flag=True, help="Deprecated: use `rag ask-global`.")
 @click.option("--json", "as_json", is_flag=True)
-def answer_cmd(index_dir, question, k, req, n_predict, compress_to, global_, as_json):
+def answer_cmd(index_dir, question, opts, n_predict, compress_to, global_, as_json):
     """Retrieve sources for QUESTION and stream an answer citing them, with a local GGUF model.
 
     \b
@@ -49,9 +49,9 @@ def answer_cmd(index_dir, question, k, req, n_predict, compress_to, global_, as_
     out = Output()
     if global_:
         out.warn("`rag answer --global` is deprecated; use `llmkit rag ask-global`.")
-        return _ask_global(out, index_dir, _question(question), k, req, n_predict, as_json)
+        return _ask_global(out, index_dir, _question(question), opts, n_predict, as_json)
     question = _question(question)
-    pipe, llm = build_pipeline(index_dir, k, req, need_llm=True)
+    pipe, llm = build_pipeline(index_dir, opts, need_llm=True)
     sources = gather_sources(pipe, llm, question, compress_to)
     c = sources.compressed
     if c is not None:
@@ -68,23 +68,26 @@ def answer_cmd(index_dir, question, k, req, n_predict, compress_to, global_, as_
 @click.command("ask-global")
 @asking("Communities whose summaries answer the question.")
 @click.option("--json", "as_json", is_flag=True)
-def ask_global_cmd(index_dir, question, k, req, n_predict, as_json):
+def ask_global_cmd(index_dir, question, opts, n_predict, as_json):
     """A question about the whole corpus: answer from summaries of the entity-graph communities it
     touches (index built with --graph; summaries cached in the index).
 
     \b
     llmkit rag ask-global idx "What are the main themes of these documents?" --llm model.gguf
     """
-    _ask_global(Output(), index_dir, _question(question), k, req, n_predict, as_json)
+    _ask_global(Output(), index_dir, _question(question), opts, n_predict, as_json)
 
 
-def _ask_global(out, index_dir, question, k, req, n_predict, as_json) -> None:
+def _ask_global(out, index_dir, question, opts, n_predict, as_json) -> None:
+    """-k counts communities here; the pipeline gathers 40 passages to find them."""
+    from dataclasses import replace
+
     from llmkit.commands._common import stdout_stream
     from llmkit.rag.answer.global_answer import global_answer
     from llmkit.rag.retrieve.options import build_pipeline
 
-    pipe, llm = build_pipeline(index_dir, 40, req, need_llm=True)
-    ans = global_answer(pipe.index, pipe, llm, question, k, n_predict, on_text=stdout_stream(not as_json))
+    pipe, llm = build_pipeline(index_dir, replace(opts, k=40), need_llm=True)
+    ans = global_answer(pipe.index, pipe, llm, question, opts.k, n_predict, on_text=stdout_stream(not as_json))
     if as_json:
         out.json(ans.to_dict())
         return

@@ -11,50 +11,15 @@ from llmkit.commands.deprecated import Renamed, renamed
 
 
 def parse_config(spec: str, llm_path: str | None = None):
-    """'hybrid:bm25=0.3,dense=0.7+expand=10+rerank=cross-encoder:DIR' -> a QueryRequest."""
-    from llmkit.rag.retrieve.options import FilterOptions, FusionRequest, LLMSteps, QueryRequest
+    """A --config value as the library's QueryOptions; a spec it cannot read is a usage mistake."""
+    from llmkit.errors import OptionError
+    from llmkit.rag.retrieve.options import parse_config as parse
 
-    parts = spec.split("+")
-    mode, _, weights = parts[0].partition(":")
-    if mode not in ("bm25", "dense", "hybrid", "tuned"):
-        raise click.BadParameter(f"{spec!r}: the configuration starts with bm25, dense, hybrid or tuned.",
-                                 param_hint="--config")
-    tuned = mode == "tuned"
-    f = FusionRequest(mode="hybrid" if tuned else mode, weights=weights or None, tuned=tuned)
-    flt, st = FilterOptions(), LLMSteps(llm_path=llm_path)
-    for p in parts[1:]:
-        name, _, val = p.partition("=")
-        if name == "fusion" and val in ("rrf", "cc"):
-            f.method = val
-        elif name == "norm" and val:
-            f.norm = val
-        elif name == "graph":
-            f.graph = float(val) if val else True
-        elif name == "chunks":
-            f.chunks = True
-        elif name == "expand":
-            f.expand = int(val or 10)
-        elif name == "rerank" and val:
-            st.rerank = val
-        elif name in ("hyde", "subqueries"):
-            setattr(st, name, True)
-        elif name == "parents":
-            f.parents = True
-        elif name in ("route", "auto_must"):
-            setattr(flt, name, True)
-        elif name == "rewrite":
-            st.rewrite = int(val or 2)
-        elif name == "synonyms" and val:
-            flt.synonyms = val
-        elif name == "rrf-k" and val.isdigit():
-            f.rrf_k = int(val)
-        else:
-            raise click.BadParameter(f"{spec!r}: unknown part {p!r}.", param_hint="--config")
-    if not tuned:  # the named configuration exactly, whatever the index's tuned choice
-        f.weights, f.rrf_k = f.weights or "bm25=1,dense=1", 60 if f.rrf_k is None else f.rrf_k
-        f.expand, f.parents = f.expand or 0, bool(f.parents)
-        f.method, f.norm = f.method or "rrf", f.norm or "minmax"
-    return QueryRequest(fusion=f, filters=flt, steps=st)
+    try:
+        return parse(spec, llm_path)
+    except OptionError as e:
+        raise click.BadParameter(e.spelled({"config": "configuration", "weights": "weights like"}),
+                                 param_hint="--config") from None
 
 
 @renamed(Renamed("-m", "--llm"), Renamed("-c", "--config"))

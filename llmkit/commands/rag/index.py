@@ -87,26 +87,26 @@ def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no
 @click.option("--json", "as_json", is_flag=True)
 def info_cmd(index_dir, as_json):
     """Show an index's manifest: model, collections, chunking, fields."""
-    from llmkit.rag.index.manifest import read_manifest
+    from llmkit.rag.index.manifest import read_manifest, stored_version
 
     m = read_manifest(index_dir)
     out = Output()
     if as_json:
         out.json(m)
         return
-    out.data(f"index {index_dir}: format {m['format']} v{m['version']}, generation {m['generation']}, "
-             f"model {m['model']} ({m.get('dim')}-d, {m.get('embed_precision', 'fp32')}), "
-             + (f"{m['store']['uri']} collection {m['store'].get('collection')} ({m.get('index')})" if m.get("store")
-                else f"faiss {m.get('index')}"))
-    for name, c in m.get("collections", {}).items():
+    on_disk = stored_version(index_dir)
+    upgrade = f" (stored as v{on_disk}: the next write upgrades it)" if on_disk != m["version"] else ""
+    out.data(f"index {index_dir}: format {m['format']} v{m['version']}{upgrade}, generation {m['generation']}, "
+             f"model {m['model']} ({m['dim']}-d, {m['embed_precision']}), "
+             + (f"{m['store']['uri']} collection {m['store'].get('collection')} ({m['index']})" if m["store"]
+                else f"faiss {m['index']}"))
+    for name, c in m["collections"].items():
         size = (f"{c.get('tokens')} model tokens" if c.get("unit") == "tokens" else f"sizes {c.get('sizes')} characters")
         out.data(f"  {name}: {c.get('docs', 0)} documents, {c.get('chunks', 0)} chunks; {c.get('chunker')} {size}, "
                  f"overlap {c.get('overlap')}, parents {c.get('parent_size')}")
-    from llmkit.rag.index.analysis import analysis_of
-
-    out.data(f"  BM25 analysis: {analysis_of(m)}; hits are " + ("documents (code: definitions)" if m.get("ranking")
-                                                                == "documents" else "chunks (index made before 2026-12)"))
-    out.data(f"  fields: {', '.join(m.get('fields', []))}")
+    out.data(f"  BM25 analysis: {m['analysis']}; hits are " + ("documents (code: definitions)"
+                                                               if m["ranking"] == "documents" else "chunks"))
+    out.data(f"  fields: {', '.join(m['fields'])}")
     f = m.get("fusion")
     if f:
         t = f.get("tuned", {})

@@ -1,6 +1,6 @@
 """Options shared by the `rag` commands, bundled in decorators that build the library's option
 dataclasses: a command receives `read=ReadOptions(...)`, `chunk=ChunkOptions(...)`, `embed=...`,
-`store=...`, `req=QueryRequest(...)` or `judged=(queries, qrels)` instead of the loose values.
+`store=...`, `opts=QueryOptions(...)` or `judged=(queries, qrels)` instead of the loose values.
 
 `FLAGS` spells the library's option names as this CLI's flags, for library errors that name an
 option (`llmkit.errors.OptionError`).
@@ -18,7 +18,8 @@ FLAGS = {"parent_size": "--parent-size", "csv_meta": "--csv-meta", "model": "--m
          "depth": "--depth", "rewrite": "--rewrite", "subqueries": "--subqueries", "hyde": "--hyde", "llm": "--llm",
          "mode": "--mode", "rrf_k": "--rrf-k", "rerank": "--rerank", "compress_to": "--compress-to",
          "queries": "--queries", "qrels": "--qrels", "batch_size": "--batch-size", "tokens": "--tokens",
-         "analysis": "--analysis"}
+         "analysis": "--analysis", "method": "--fusion", "norm": "--norm", "expand": "--expand",
+         "rerank_depth": "--rerank-depth"}
 RUNTIMES = ("onnx", "torch")
 
 

@@ -28,25 +28,24 @@ def iter_queries(query, queries_file):
             yield parse_query_line(line.rstrip("\n"), n, "standard input")
 
 
-def describe(o) -> str:
-    """'cc (dbsf) bm25 0.3, dense 0.7; expand 10; parents' for --explain."""
-    how = f"rrf k {o.rrf_k}" if o.fusion == "rrf" else f"cc ({o.norm})"
-    w = ", ".join(f"{n} {v:g}" for n, v in o.weights.items())
-    return how + f" {w}" + (f"; expand {o.expand}" if o.expand else "") + ("; parents" if o.parents else "")
+def describe(f) -> str:
+    """'cc (dbsf) bm25 0.3, dense 0.7; expand 10; parents' for --explain (`f`: a resolved Fusion)."""
+    how = f"rrf k {f.rrf_k}" if f.method == "rrf" else f"cc ({f.norm})"
+    w = ", ".join(f"{n} {v:g}" for n, v in f.weights.items())
+    return how + f" {w}" + (f"; expand {f.expand}" if f.expand else "") + ("; parents" if f.parents else "")
 
 
 @renamed(Renamed("-m", "--llm"))
 @click.command("query")
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @click.argument("query", required=False)
-@click.option("-k", default=5, show_default=True, type=int, help="Results per query.")
-@query_options
+@query_options(5, "Results per query.")
 @click.option("--queries", "queries_file", type=click.Path(dir_okay=False),
               help="Batch: one query per line (text, TSV id<TAB>text, or JSONL).")
 @click.option("--compress-to", default=0, type=int, help="Compress the returned texts to about N tokens (reports the ratio).")
 @click.option("--explain", is_flag=True, help="Say what routing, expansion and rewriting decided (stderr).")
 @click.option("--jsonl", is_flag=True, help="One JSON object per hit.")
-def query_cmd(index_dir, query, k, req, queries_file, compress_to, explain, jsonl):
+def query_cmd(index_dir, query, opts, queries_file, compress_to, explain, jsonl):
     """Search INDEX_DIR for QUERY ('-' or a pipe: one query per line, models loaded once).
 
     \b
@@ -58,10 +57,10 @@ def query_cmd(index_dir, query, k, req, queries_file, compress_to, explain, json
     from llmkit.rag.retrieve.options import build_pipeline
 
     out = Output(jsonl=jsonl)
-    # compression counts and drops the model's own tokens when a model is given (-m)
-    pipe, llm = build_pipeline(index_dir, k, req, need_llm=bool(compress_to and req.steps.llm_path))
+    # compression counts and drops the model's own tokens when a model is given (--llm)
+    pipe, llm = build_pipeline(index_dir, opts, need_llm=bool(compress_to and opts.steps.llm_path))
     if explain:
-        out.info(f"fusion ({pipe.opts.source}): {describe(pipe.opts)}")
+        out.info(f"fusion ({pipe.fusion_source}): {describe(pipe.fusion)}")
     for qid, text in iter_queries(query, queries_file):
         res = pipe.run(text)
         if explain or not res.hits:

@@ -96,8 +96,8 @@ def tune_reset_cmd(index_dir):
 @click.option("--pairs", default=4000, show_default=True, type=int, help="Pseudo-queries to make (a fifth held out).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--llm", "llm_path", help="Local GGUF model: training queries are questions it writes.")
-@click.option("--hard-negatives", is_flag=True, help="Add one BM25/dense-mined negative per pair (measured: hurt on "
-              "Cranfield, the mined passages are often relevant too).")
+@click.option("--hard-negatives", is_flag=True, help="Add one BM25/dense-mined negative per pair (often hurts: "
+              "the mined passages are often relevant too).")
 @judged_option(queries_help="Judged queries that decide promotion (with --qrels) instead of held-out pseudo-queries.")
 @click.option("--no-promote", is_flag=True, help="Save the adapted model but leave the index on its current model.")
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON on stdout.")

@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from llmkit.errors import BadFileFormat, BadInput
+from llmkit.errors import BadFileFormat, BadInput, OptionError
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.writer import f32_layout
 from llmkit.quant.calibration.imatrix import collect
@@ -85,9 +85,10 @@ def gptq_memory(src: str, threads: int, memory: int | None = None) -> tuple[int,
     least = max(size + max(per_layer.values()) + 4 * big * big + OVERHEAD, OVERHEAD + size // 2 + worker)
     target = max(2 * size, least) if memory is None else memory
     if target < least:
-        raise BadInput(f"GPTQ on '{src}' needs about {least / 2**30:.1f} GiB (the model with one layer's Hessians, "
-                       f"or one rounding worker), more than the {target / 2**30:.1f} GiB allowed; use a machine with more "
-                       "memory or round-to-nearest (--method rtn).")
+        raise OptionError("GPTQ on {path} needs about {need:.1f} GiB (the model with one layer's Hessians, or one "
+                          "rounding worker), more than the {allowed:.1f} GiB allowed; use a machine with more memory or "
+                          "round-to-nearest ({method} rtn).", path=f"'{src}'", need=least / 2**30,
+                          allowed=target / 2**30)
     group = target - size - 4 * big * big - OVERHEAD
     workers = max(1, min(threads, (target - OVERHEAD - size // 2) // worker))
     return least, group, workers
@@ -106,13 +107,14 @@ def available_memory() -> int | None:
 
 
 def check_gptq_fits(src: str, threads: int) -> tuple[int, int]:
-    """Before a GPTQ run starts: (bytes per Hessian group, workers), or BadInput in one line when even
+    """Before a GPTQ run starts: (bytes per Hessian group, workers), or an OptionError in one line when even
     the least memory it needs is more than this machine has available."""
     least, group, workers = gptq_memory(src, threads)
     avail = available_memory()
     if avail is not None and least > avail:
-        raise BadInput(f"GPTQ on '{src}' needs about {least / 2**30:.1f} GiB of memory (estimated from its shapes), "
-                       f"{avail / 2**30:.1f} GiB is available; free memory or use round-to-nearest (--method rtn).")
+        raise OptionError("GPTQ on {path} needs about {need:.1f} GiB of memory (estimated from its shapes), {avail:.1f} "
+                          "GiB is available; free memory or use round-to-nearest ({method} rtn).", path=f"'{src}'",
+                          need=least / 2**30, avail=avail / 2**30)
     if avail is not None and 2 * os.path.getsize(src) > avail:  # fit the passes to what there is
         least, group, workers = gptq_memory(src, threads, max(least, avail))
     return group, workers

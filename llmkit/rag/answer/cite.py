@@ -24,7 +24,7 @@ def where(hit) -> str:
 
 def shown_texts(pipe, hits) -> list[str]:
     """The texts a pipeline's hits stand for: their parent windows when it returns parents."""
-    return [h.parent_text if pipe.opts.parents else h.text for h in hits]
+    return [h.parent_text if pipe.fusion.parents else h.text for h in hits]
 
 
 def compress_for(pipe, llm, query: str, texts: list[str], budget: int):

@@ -3,9 +3,8 @@
 Units that fit the embedding model (the default, `sizes` empty): chunks are sized in the model's own
 word pieces, at most its window (256 - 2 for all-MiniLM-L6-v2), so the embedder never cuts a chunk
 off; a section that fits is one chunk, a longer one is cut at the strongest boundaries with an
-eighth of the window as overlap. Measured (benchmarks/rag_quality.py, README): 254-token units beat
-800-character ones on Cranfield (dense 0.3728 vs 0.3598, hybrid 0.4048 vs 0.3998) and 192 / 128
-tokens (hybrid 0.3957 / 0.3983). With `sizes`, sizes are characters as before.
+eighth of the window as overlap (docs/design/rag-defaults.md compares unit sizes). With `sizes`,
+sizes are characters.
 
 Small-to-big: a section is first cut into parents (recursive, `parent_size` characters, no overlap;
 0: the whole section); chunks are cut inside each parent at every chunk size, so a chunk belongs to
@@ -90,20 +89,20 @@ def chunk_document(doc: Document, opts: ChunkOptions, meta: dict, drop_lines: se
 
 
 def chunking_of(manifest: dict, collection: str, opts: ChunkOptions, window, changes: list[str]) -> ChunkOptions:
-    """The chunking to use: the collection's recorded one when no size is given (indexes made before
-    token units keep their characters), else the given one; token sizes resolved against the model
+    """The chunking to use: the collection's recorded one when no size is given (a collection cut in
+    characters keeps its characters), else the given one; token sizes resolved against the model
     (`window()`: its window in tokens). What differs from the recorded chunking is appended to
     `changes`."""
     from dataclasses import replace
 
-    rec = manifest.get("collections", {}).get(collection)
+    rec = manifest["collections"].get(collection)
     recorded = bool(rec and not opts.sizes and not opts.tokens)
     if recorded:  # no size given: keep what the collection has (its token size was checked when set)
         keep = {"overlap": rec.get("overlap") if opts.overlap is None else opts.overlap}
-        if rec.get("unit", "chars") == "chars":
-            keep.update(sizes=tuple(rec.get("sizes", (800,))), chunker=rec.get("chunker", "recursive"))
+        if rec["unit"] == "chars":
+            keep.update(sizes=tuple(rec["sizes"]), chunker=rec["chunker"])
         else:
-            keep.update(tokens=rec.get("tokens", 0))
+            keep.update(tokens=rec["tokens"])
         opts = replace(opts, **keep)
     if not opts.sizes:
         tokens = opts.tokens if recorded and opts.tokens else min(opts.tokens or window(), window())
@@ -113,7 +112,7 @@ def chunking_of(manifest: dict, collection: str, opts: ChunkOptions, window, cha
         opts = replace(opts, overlap=100)
     if rec:
         for k, v in chunking_record(opts).items():
-            old = rec.get(k, "chars" if k == "unit" else None)
+            old = rec.get(k)
             if old != v:
                 changes.append(f"{k} {old} -> {v}")
     return opts

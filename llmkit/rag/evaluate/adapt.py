@@ -1,7 +1,7 @@
 """`rag adapt`: fine-tune the index's embedding model on its own corpus, without labels.
 
 1. Pairs from the corpus: the pseudo-queries of `queries.py` (inverse cloze: a sentence and the rest of
-   its chunk; headings and their chunks; with `-m`, questions a local model writes), each with one
+   its chunk; headings and their chunks; with `llm_path`, questions a local model writes), each with one
    hard negative mined from the BM25 and dense top-10 of the query (never a chunk of the same parent
    or document, never a near-duplicate of the positive: MinHash Jaccard >= 0.7).
 2. Training: sentence-transformers' trainer with MultipleNegativesRankingLoss (in-batch negatives
@@ -37,7 +37,7 @@ class AdaptOptions:
     out_dir: str
     minutes: float = 15.0
     steps: int = 0  # 0: as many as the time allows (one pass over the pairs at most, times --epochs)
-    epochs: int = 3  # measured on Cranfield: 1 epoch +0.000 dense nDCG@10, 3 epochs +0.008 (15 min)
+    epochs: int = 3  # one pass over the pairs moves a small model too little
     batch_size: int = 32
     lr: float = 2e-5
     pairs: int = 4000  # pseudo-queries made (a fifth held out)

@@ -80,11 +80,13 @@ def default_configs(index_dir: str) -> tuple[str, ...]:
 
 
 def evaluate_configs(index_dir: str, configs, queries: list[tuple[str, str]], qrels: dict, recall_k: int = 100):
-    """An EvalRow per (label, QueryRequest) of `configs`, yielded as each is measured (the pipelines
+    """An EvalRow per (label, QueryOptions) of `configs`, yielded as each is measured (the pipelines
     are built one at a time, so a bad configuration stops the run only when reached)."""
+    from dataclasses import replace
+
     from llmkit.rag.retrieve.options import build_pipeline
 
-    for label, req in configs:
-        pipe, _ = build_pipeline(index_dir, max(recall_k, 10), req)
-        pipe.opts.depth = max(pipe.opts.depth, recall_k)
+    for label, opts in configs:
+        k = max(recall_k, 10)
+        pipe, _ = build_pipeline(index_dir, replace(opts, k=k, depth=max(opts.depth, k)))
         yield evaluate(label, pipe.run, queries, qrels, recall_k)

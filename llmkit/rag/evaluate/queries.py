@@ -18,7 +18,7 @@ from llmkit.rag.index.reader import Index
 from llmkit.rag.retrieve.hits import document_key
 
 MIN_CHUNKS = 30  # fewer usable chunks cannot make a meaningful set of pseudo-queries
-MISMATCH = 0.7  # share of a pseudo-query's words removed from its answer (tune.py: measured on two collections)
+MISMATCH = 0.7  # share of a pseudo-query's words removed from its answer (tune.py says why)
 _SENT_SPLIT = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|(?<=[。！？；])\s*|\n\s*\n")
 
 
@@ -49,9 +49,7 @@ def pseudo_queries(index: Index, n: int = 400, seed: int = 0, llm=None,
     The answer is the unit results are ranked as: the chunk's document (code: its definition) in an
     index that ranks documents (`by_unit`), else its parent. A sentence that also sits in another chunk of the
     same document (an overlap) is never the query: that chunk would give the answer away verbatim
-    (measured on Cranfield: with such sentences, pseudo-query nDCG ranked the tuner's configurations
-    against real queries with Spearman -0.04 and chose BM25 alone, -0.048 nDCG@10 vs RRF 1:1;
-    without them Spearman 0.30 and RRF 1:1)."""
+    and the tuner would learn to trust BM25."""
     rows_meta = index.con.execute("SELECT c.id, c.parent_id, c.doc_id, c.text, c.meta FROM chunks c").fetchall()
     live = {int(r): i for i, r in enumerate(index.rows.tolist())}
     by_row = {live[cid]: (pid, did, text, meta) for cid, pid, did, text, meta in rows_meta if cid in live}

@@ -8,19 +8,12 @@ library-science collection), so the index measures it:
    query and that chunk is the answer, matched *without* the sentence (its BM25 score and its
    vector are recomputed from the rest of the chunk), so the retrievers must find the passage a
    sentence came from, not the sentence; or a section heading / document title whose chunks are the
-   answer; or, with a local GGUF (`-m`), a question the model writes for the chunk.
+   answer; or, with a local GGUF (`llm_path`), a question the model writes for the chunk.
    Plain inverse cloze flatters BM25: the rest of a chunk repeats the sentence's own rare words,
    while real relevant documents miss many of a query's words (the vocabulary problem, Furnas et
    al. 1987; term mismatch, Zhao & Callan 2010). So each word of the query is also removed from the
-   rest of the chunk with probability `mismatch` (0.5 from that literature at first; 0.7 since
-   2026-12, see below).
-   Measured (benchmarks/rag_tune_bench.py): on Cranfield plain inverse cloze chose a BM25-leaning
-   fusion that lost 0.008 nDCG@10 to RRF 1:1 on the real queries; with mismatch 0.5 the choice is
-   +0.013 over the best single retriever; on a WordNet-to-Webster collection +0.05.
-   Rank correlation (Spearman) of pseudo-query nDCG@10 with real nDCG@10 over the 117 configurations
-   of a document-ranking index (benchmarks/rag_tune_bench.py), Cranfield / WordNet->Webster:
-   mismatch 0.3: 0.21 / -, 0.5: 0.30 / 0.81, 0.7: 0.39 / 0.87 (before the sibling-sentence fix in
-   queries.py, Cranfield was -0.04 and the issue's chunk-level index -0.28).
+   rest of the chunk with probability `mismatch` (`queries.MISMATCH`; docs/design/rag-defaults.md
+   has the measurements that chose it).
 2. Candidate lists are retrieved once per query (BM25, BM25 + feedback terms, dense, graph), then
    every configuration is scored from them: weighted RRF (dense share 0-1, k 20/60/100), convex
    combinations of min-max / z-score / distribution-based / theoretical-min-max normalised scores,
@@ -50,6 +43,7 @@ from llmkit.rag.index.reader import Index
 from llmkit.rag.retrieve.expand import expand_tokens
 from llmkit.rag.retrieve.fusion import NORMS, fuse
 from llmkit.rag.retrieve.hits import dedupe_to_groups
+from llmkit.rag.retrieve.options import Fusion
 from llmkit.rag.retrieve.pipeline import lead_blend_all
 
 
@@ -69,9 +63,13 @@ class Config:
             w["graph"] = round(self.w_graph, 3)
         return w
 
+    def fusion(self) -> Fusion:
+        return Fusion(method=self.method, rrf_k=self.k, weights=self.weights(), norm=self.norm, expand=self.expand,
+                      parents=self.parents)
+
     def settings(self) -> dict:
-        return {"method": self.method, "k": self.k, "weights": self.weights(), "norm": self.norm,
-                "expand": self.expand, "parents": self.parents}
+        """The fusion as the manifest stores it."""
+        return self.fusion().to_dict()
 
     def complexity(self) -> float:
         """Simplest first: the built-in default, single retrievers, weighted RRF, score fusion; each
@@ -284,8 +282,7 @@ def tune(index: Index, embedder, queries: list[Query], source: str, seed: int = 
     t0 = time.perf_counter()
     # the graph list only with judged queries: a pseudo-query's own sentence put its entities next to
     # the rest of its chunk in the co-occurrence graph, which leaving the sentence out of the chunk's
-    # score does not undo (measured on Cranfield: pseudo-tuning then chose graph weight 0.25 and lost
-    # 0.06 nDCG@10 on the real queries)
+    # score does not undo, so pseudo-queries overrate the graph list
     graph = index.has_graph and source == "judged"
     lists = collect(index, embedder, queries, expand=10 if expand else 0, graph=graph, progress=progress)
     groups = index.parent_rows()
@@ -300,8 +297,8 @@ def tune(index: Index, embedder, queries: list[Query], source: str, seed: int = 
     perm = rng.permutation(len(queries))
     half = len(queries) // 2
     tune_idx, hold_idx = np.sort(perm[:half]), np.sort(perm[half:])
-    # pseudo-queries are a proxy: their choice must also win on the held-out half (measured on
-    # Cranfield with 88 pseudo-queries: +0.053 on the tuning half, +0.0001 held out, -0.010 real)
+    # pseudo-queries are a proxy: their choice must also win on the held-out half, or a choice that
+    # only fits the tuning half's noise replaces the default
     chosen, kept = choose(scores, configs, tune_idx, hold_idx, strict=source != "judged")
     singles = [c for c in configs if c.w_dense in (0.0, 1.0) and not c.expand and not c.parents and not c.w_graph]
     best_single = max(singles, key=lambda c: scores[c][tune_idx].mean())
@@ -387,7 +384,7 @@ def save_choice(directory: str, report: TuneReport, chunks: int | None = None) -
             "queries": report.queries, "label": report.chosen_label, "score": round(report.tune_score, 4),
             "heldout": round(report.heldout_score, 4), "default": round(report.default_score, 4),
             "default_heldout": round(report.default_heldout, 4), "kept_default": report.kept_default,
-            "generation": m.get("generation"), **({"chunks": chunks} if chunks else {})}}
+            "generation": m["generation"], **({"chunks": chunks} if chunks else {})}}
         write_manifest(directory, m)
 
 

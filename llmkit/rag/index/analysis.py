@@ -1,7 +1,7 @@
 """BM25 text analysis: how chunk text and queries become index terms.
 
-- `plain` (indexes before 2026-12): lower-cased words, CJK runs as overlapping character bigrams.
-- `porter`: plain, every ASCII word Porter-stemmed (`--stem` before 2026-12).
+- `plain`: lower-cased words, CJK runs as overlapping character bigrams.
+- `porter`: plain, every ASCII word Porter-stemmed.
 - `english` (the default): per chunk, a cheap language test (the share of English stop words among
   its words); an English chunk loses the stop words and its words are stemmed (Snowball English
   through PyStemmer, the way Lucene's EnglishAnalyzer and bm25s analyse English); any other chunk
@@ -9,7 +9,8 @@
   each query word gives its stem *and* its plain form: an English chunk only holds stems, another
   language's chunk only plain forms, and either matches.
 
-The index records its analysis in the manifest; queries are always analysed the same way.
+The index records its analysis in the manifest (`analysis`, and `bm25_idents`: identifiers split
+into their words too); queries are always analysed the same way.
 """
 
 from __future__ import annotations
@@ -115,8 +116,3 @@ def query_groups(text: str, analysis: str = "english", idents: bool = False) -> 
     kept = [w for w in words if w not in STOP] or words
     return [tuple(dict.fromkeys((stem(w), w))) for w in kept]
 
-
-def analysis_of(manifest: dict) -> str:
-    """An index's BM25 analysis: recorded, or that of indexes made before it was (plain, or porter
-    for --stem)."""
-    return manifest.get("analysis") or ("porter" if manifest.get("stem") else "plain")

@@ -34,8 +34,8 @@ from llmkit.rag.chunk.sections import ChunkOptions, chunk_document, chunking_of
 from llmkit.rag.embed.models import EmbedOptions
 from llmkit.errors import OptionError
 from llmkit.rag.index import db
-from llmkit.rag.index.analysis import ANALYSES, analysis_of
-from llmkit.rag.index.manifest import FORMAT, MANIFEST, VERSION, now, read_manifest, writer_lock
+from llmkit.rag.index.analysis import ANALYSES
+from llmkit.rag.index.manifest import MANIFEST, new_manifest, read_manifest, writer_lock
 from llmkit.rag.index.vectors import HNSW_ABOVE
 from llmkit.rag.read.documents import load_file
 from llmkit.rag.read.files import ReadOptions, check_csv_meta, collect_files, read_input
@@ -214,7 +214,7 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
                 con.executemany("INSERT INTO chunks (doc_id, parent_id, collection, text, text_hash, dup_key, minhash, meta)"
                                 " VALUES (?,?,?,?,?,?,?,?)", rows)
                 report.chunks_added += len(rows)
-                if manifest.get("graph"):
+                if manifest["graph"]:
                     first = con.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1
                     db.add_entities(con, [(first + i, r[3]) for i, r in enumerate(rows)], opts.store.graph_llm)
             report.docs_added += 1
@@ -273,19 +273,19 @@ def _check_compatible(directory: str, m: dict, opts: IndexOptions) -> None:
     """Refuse options that would mix incompatible vectors or terms into an existing index."""
     e, st = opts.embed, opts.store
     want = e.model or None
-    have = m.get("model")
+    have = m["model"]
     if want is not None and want != have and os.path.abspath(want) != have:
         raise BadInput(f"index '{directory}' was built with the embedding model '{have}'; vectors of "
                        f"'{want}' cannot be mixed into it. Use a new index directory.")
     if (e.query_prompt or e.passage_prompt) and (e.query_prompt, e.passage_prompt) != (
-            m.get("query_prompt", ""), m.get("passage_prompt", "")):
+            m["query_prompt"], m["passage_prompt"]):
         raise OptionError("this index was built with other {query_prompt}/{passage_prompt} values; "
                           "use a new index directory to change them.")
-    have_an, want_an = analysis_of(m), st.analysis or ("porter" if st.stem else None)
+    have_an, want_an = m["analysis"], st.analysis or ("porter" if st.stem else None)
     if want_an and want_an != have_an:
         raise OptionError("this index analyses BM25 terms as {have}, not {want}; BM25 terms cannot be mixed. Use a "
                           "new index directory.", have=have_an, want=want_an)
-    have_prec = m.get("embed_precision", "fp32")
+    have_prec = m["embed_precision"]
     if e.precision and e.precision != have_prec:
         raise BadInput(f"index '{directory}' holds {have_prec} embeddings; {e.precision} vectors cannot be "
                        "mixed into it. Use a new index directory.")
@@ -293,7 +293,7 @@ def _check_compatible(directory: str, m: dict, opts: IndexOptions) -> None:
         from llmkit.rag.index.milvus import parse_store
 
         want_store = parse_store(st.store, directory)
-        have_store = m.get("store")
+        have_store = m["store"]
         if (want_store or {}).get("uri") != (have_store or {}).get("uri"):
             raise OptionError("index '{directory}' keeps its vectors in {have}, not {want}. Drop {store} to extend "
                               "it, or build a new index directory.", directory=directory,
@@ -307,7 +307,7 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
     if os.path.exists(os.path.join(directory, MANIFEST)) or any(not _OWN.fullmatch(n) for n in existing):
         m = read_manifest(directory)
         _check_compatible(directory, m, opts)
-        if opts.store.graph and not m.get("graph"):
+        if opts.store.graph and not m["graph"]:
             m["graph"] = True  # enabled now: the chunks already indexed get their entities at publish
         return m
     from llmkit.rag.index.milvus import parse_store
@@ -320,12 +320,10 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
         from llmkit.rag.embed.models import resolve_model
 
         model = resolve_model(model)
-    return {"format": FORMAT, "version": VERSION, "generation": 0, "model": model or "default", "dim": None,
-            "embed_precision": e.precision or "fp32", "embed_runtime": e.runtime,
-            "query_prompt": e.query_prompt, "passage_prompt": e.passage_prompt, "created": now(),
-            "collections": {}, "fields": [], "index": None, "stem": opts.store.stem, "bm25_idents": True,
-            "analysis": opts.store.analysis or ("porter" if opts.store.stem else "english"), "ranking": "documents",
-            "graph": opts.store.graph, **({"store": spec} if spec else {})}
+    return new_manifest(model=model or "default", embed_precision=e.precision or "fp32", embed_runtime=e.runtime,
+                        query_prompt=e.query_prompt, passage_prompt=e.passage_prompt,
+                        analysis=opts.store.analysis or ("porter" if opts.store.stem else "english"),
+                        graph=opts.store.graph, store=spec)
 
 
 def switch_model(directory: str, model: str, runtime: str = "onnx", progress=None) -> IndexReport:
@@ -349,7 +347,7 @@ def switch_model(directory: str, model: str, runtime: str = "onnx", progress=Non
         try:
             db.rollback_unfinished(con, manifest["generation"])
             opts = IndexOptions(embed=EmbedOptions(runtime=runtime),
-                                store=StoreOptions(index_type=manifest.get("index") or "auto"))
+                                store=StoreOptions(index_type=manifest["index"] or "auto"))
             publish(directory, con, manifest, gen, opts, report, progress, keep_ids=current)
         finally:
             con.close()

@@ -6,7 +6,7 @@ words and punctuation, as RAKE cuts them: their 2- and 3-word pieces), capitalis
 identifiers (snake_case, camelCase, dotted.names) and CJK terms (character bigrams and trigrams).
 Queries go through the same extraction. An entity must occur in at least 2 chunks (else it links
 nothing) and in at most max(50, 5 %) of them (else it links everything). Optionally a local GGUF adds
-the entities it lists per chunk (`rag index --graph -m MODEL`).
+the entities it lists per chunk (`rag index --graph-llm MODEL`).
 
 Per generation the index keeps the chunk x entity matrix M and the co-occurrence matrix C = M^T M
 (`gen-N/graph/`). A query's graph list scores every chunk as

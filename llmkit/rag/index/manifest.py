@@ -5,6 +5,13 @@ readers, tree-sitter).
 manifest.json holds the format name and version, the current generation, the embedding model,
 dimension and precision, collections, chunking parameters, metadata fields and the tuned fusion;
 it is written last and atomically, so it always names a complete generation.
+
+Format versions. Version 2 states every setting the readers use (`new_manifest` lists them). A
+manifest of an older version is upgraded when it is read, one step per version (`MIGRATIONS`), and
+readers only ever see the current shape; the next writer run writes it back in that shape, in the
+same atomic manifest swap as its generation, so an interrupted run leaves the old manifest and the
+old generation as they were. Migrations change the manifest only: every chunk, vector and BM25 term
+of the old generation is read as it was written. A manifest of a newer version is refused.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from llmkit.errors import BadFileFormat, BadInput
 from llmkit.io import load_json
 from llmkit.errors import OptionError
 
-FORMAT, VERSION = "llmkit-rag", 1
+FORMAT, VERSION = "llmkit-rag", 2
 MANIFEST = "manifest.json"
 DB = "chunks.sqlite"
 
@@ -44,9 +51,62 @@ def read_manifest(directory: str) -> dict:
         raise BadFileFormat(f"'{path}' is not a readable index manifest ({e}).") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise BadFileFormat(f"'{directory}' is not an llmkit RAG index (manifest format {m.get('format') if isinstance(m, dict) else None!r}).")
-    if not isinstance(m.get("version"), int) or m["version"] > VERSION:
-        raise BadFileFormat(f"index '{directory}' has format version {m.get('version')}, newer than this llmkit "
-                            f"reads ({VERSION}). Upgrade llmkit.")
+    version = m.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise BadFileFormat(f"'{path}' has no readable format version ({version!r}). Rebuild the index.")
+    if version > VERSION:
+        raise BadFileFormat(f"index '{directory}' has format version {version}, newer than this llmkit reads "
+                            f"({VERSION}). Upgrade llmkit.")
+    return upgrade(m)
+
+
+def stored_version(directory: str) -> int:
+    """The format version the manifest on disk is written in (`read_manifest` upgrades it)."""
+    with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+        return load_json(f.read(), f"'{directory}'")["version"]
+
+
+def new_manifest(model: str, embed_precision: str, embed_runtime: str, query_prompt: str, passage_prompt: str,
+                 analysis: str, graph: bool, store: dict | None) -> dict:
+    """The manifest of a new, empty index: every key of the current version."""
+    return {"format": FORMAT, "version": VERSION, "generation": 0, "model": model, "dim": None,
+            "embed_precision": embed_precision, "embed_runtime": embed_runtime, "query_prompt": query_prompt,
+            "passage_prompt": passage_prompt, "created": now(), "updated": None, "collections": {},
+            "collection_order": [], "fields": [], "index": None, "analysis": analysis, "bm25_idents": True,
+            "ranking": "documents", "graph": graph, "store": store}  # `fusion`: added by `rag tune`
+
+
+def _v1_to_v2(m: dict) -> dict:
+    """Version 1 gained settings over its life and left them out when they had their first value;
+    version 2 states each. Missing from a version 1 manifest: `analysis` (plain words, or Porter
+    stems when it says `stem`), `bm25_idents` (identifiers were not split: false), `ranking` (hits
+    were chunks), the embedding precision and prompts, an empty store (faiss), a collection's
+    chunking unit (characters, recursive, 800). The tuned fusion's `k` is its `rrf_k`."""
+    out = {**m, "version": 2}
+    stem = bool(out.pop("stem", False))
+    out["analysis"] = m.get("analysis") or ("porter" if stem else "plain")
+    for key, first in (("bm25_idents", False), ("ranking", "chunks"), ("embed_precision", "fp32"),
+                       ("embed_runtime", "onnx"), ("query_prompt", ""), ("passage_prompt", ""), ("dim", None),
+                       ("collections", {}), ("collection_order", []), ("fields", []), ("index", None),
+                       ("graph", False), ("store", None), ("created", None), ("updated", None)):
+        out.setdefault(key, first)
+    out["collections"] = {name: {"unit": "chars", "chunker": "recursive", "sizes": [800], **rec}
+                          for name, rec in out["collections"].items()}
+    if out.get("fusion"):
+        fusion = dict(out["fusion"])
+        if "k" in fusion:
+            fusion["rrf_k"] = fusion.pop("k")
+        out["fusion"] = fusion
+    return out
+
+
+MIGRATIONS = {1: _v1_to_v2}  # version -> the step to the next version
+
+
+def upgrade(m: dict) -> dict:
+    """A manifest in the current version's shape (a copy; `m` is left as it is)."""
+    while m["version"] < VERSION:
+        m = MIGRATIONS[m["version"]](m)
     return m
 
 

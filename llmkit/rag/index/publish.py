@@ -25,7 +25,7 @@ from llmkit.rag.index.vectors import index_kind, write_faiss
 def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set | None = None) -> None:
     """Build gen-N (dedupe, embed new text, BM25, vectors), then swap the manifest. `keep_ids`: exactly
     these chunks, no dedupe, every vector computed again (a model switch)."""
-    from llmkit.rag.index.analysis import analysis_of, doc_terms
+    from llmkit.rag.index.analysis import doc_terms
     from llmkit.rag.index.bm25 import BM25Index
 
     rows = db.live_chunks(con, gen)
@@ -44,7 +44,7 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     np.save(os.path.join(gdir, "keys.npy"), keys)
     np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
     np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
-    if rows and manifest.get("store"):
+    if rows and manifest["store"]:
         dim = _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress,
                               switch=keep_ids is not None)
     elif rows:
@@ -55,13 +55,13 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     if rows:
         if progress:
             progress("BM25", 0, 1)
-        how, idents = analysis_of(manifest), bool(manifest.get("bm25_idents", False))
+        how, idents = manifest["analysis"], manifest["bm25_idents"]
         BM25Index.build([doc_terms(r[1], how, idents) for r in rows]).save(os.path.join(gdir, "bm25"))
-        if manifest.get("ranking") == "documents":  # the unit a hit stands for: a document, a code definition
+        if manifest["ranking"] == "documents":  # the unit a hit stands for: a document, a code definition
             _, unit = np.unique([(1, r[6]) if r[8] else (0, r[7]) for r in rows], axis=0, return_inverse=True)
             np.save(os.path.join(gdir, "unit.npy"), unit.reshape(-1).astype(np.int64))
         manifest["dim"] = dim
-        if manifest.get("graph"):
+        if manifest["graph"]:
             if progress:
                 progress("entity graph", 0, 1)
             _publish_graph(con, rows, gdir, report, opts.store.graph_llm)
@@ -83,7 +83,7 @@ def _retire_old(directory, con, manifest, gen) -> None:
         else:
             kept.add(g)
     oldest = min(kept)
-    spec = manifest.get("store")
+    spec = manifest["store"]
     if spec and spec.get("collection") and not _delete_remote(directory, manifest, retired, kept, oldest):
         oldest = min(kept | set(retired))  # the store refused: keep their rows and directories for the next run
         retired = []
@@ -151,7 +151,7 @@ def _swap(directory, con, manifest, gen, opts, report, rows, collections, update
     for name in list(colls):
         colls[name]["docs"] = int(counts.get(name, 0))
         colls[name]["chunks"] = int(chunk_counts.get(name, 0))
-    manifest.update(generation=gen, fields=fields, index=report.index_type or manifest.get("index"),
+    manifest.update(generation=gen, fields=fields, index=report.index_type or manifest["index"],
                     collection_order=collections, updated=now())
     write_manifest(directory, manifest)
 
@@ -197,7 +197,7 @@ def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, pro
     need = np.flatnonzero(~np.isin(ids, prev_ids))
     key_to_prev = dict(zip(prev_keys.tolist(), prev_ids.tolist()))
     reuse = [i for i in need.tolist() if keys[i] in key_to_prev]
-    dim = manifest.get("dim") if not switch else None
+    dim = manifest["dim"] if not switch else None
     st = open_store(spec, directory)
     try:
         if spec.get("collection") and not switch:
@@ -218,7 +218,7 @@ def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, pro
         vecs[pos[i]] = new[j]
     for i in reuse:
         vecs[pos[i]] = got[key_to_prev[keys[i]]]
-    kind = (manifest["index"] if (manifest.get("index") and not switch)
+    kind = (manifest["index"] if (manifest["index"] and not switch)
             else index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above))
     st = open_store(spec, directory)
     try:
@@ -250,8 +250,8 @@ def load_index_embedder(manifest, e, progress=None):
     """The index's embedding model, loaded here (`e`: the run's EmbedOptions, for the runtime)."""
     from llmkit.rag.embed.embedder import load_embedder
 
-    return load_embedder(stored_model(manifest["model"]), e.runtime, manifest.get("embed_precision", "fp32"),
-                         manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""), progress=progress)
+    return load_embedder(stored_model(manifest["model"]), e.runtime, manifest["embed_precision"],
+                         manifest["query_prompt"], manifest["passage_prompt"], progress=progress)
 
 
 def _embed(manifest, opts, texts, dim, report, progress):
@@ -262,8 +262,8 @@ def _embed(manifest, opts, texts, dim, report, progress):
     if e.ray:
         from llmkit.rag.embed.ray_embed import embed_on_ray
 
-        new, got_dim = embed_on_ray(texts, model, e.runtime, manifest.get("embed_precision", "fp32"),
-                                    manifest.get("query_prompt", ""), manifest.get("passage_prompt", ""),
+        new, got_dim = embed_on_ray(texts, model, e.runtime, manifest["embed_precision"],
+                                    manifest["query_prompt"], manifest["passage_prompt"],
                                     address=e.ray, workers=e.ray_workers, batch_size=e.ray_batch,
                                     progress=(lambda d, n: progress("embedding (ray)", d, n)) if progress else None)
     else:
@@ -300,7 +300,7 @@ def _vectors(directory, manifest, opts, rows, keys, report, progress, reuse: boo
     key_list = keys.tolist()
     need = [i for i, k in enumerate(key_list) if k not in reuse_at]
     have = [i for i, k in enumerate(key_list) if k in reuse_at]
-    dim = manifest.get("dim")
+    dim = manifest["dim"]
     new = None
     if need:
         new, dim = _embed(manifest, opts, [rows[i][1] for i in need], dim, report, progress)

@@ -11,7 +11,7 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.rag.embed.models import stored_model
-from llmkit.rag.index.analysis import analysis_of, doc_terms, query_groups, query_terms
+from llmkit.rag.index.analysis import doc_terms, query_groups, query_terms
 from llmkit.rag.index.bm25 import BM25Index
 from llmkit.rag.index.manifest import DB, pin_generation, read_manifest
 from llmkit.rag.index.vectors import FaissStore, VectorStore, rows_of_ids
@@ -37,7 +37,7 @@ class Index:
             self.parent = np.load(os.path.join(self.gdir, "parent.npy"))
         except (OSError, ValueError) as e:
             raise BadInput(f"index '{directory}' is damaged (generation {gen}: {e}). Rebuild it with llmkit rag index.") from None
-        self.collections: list[str] = self.manifest.get("collection_order", [])
+        self.collections: list[str] = self.manifest["collection_order"]
         self.con = sqlite3.connect(f"file:{os.path.join(directory, DB)}?mode=ro", uri=True)
         self._bm25: BM25Index | None = None
         self._vstore = None
@@ -45,8 +45,8 @@ class Index:
         self._embedder = None
         self._parent_rows = None
         self._graph = None
-        self.analysis = analysis_of(self.manifest)
-        self.idents = bool(self.manifest.get("bm25_idents", False))  # indexes before 2026-11-30: plain words
+        self.analysis = self.manifest["analysis"]
+        self.idents = self.manifest["bm25_idents"]  # identifiers split into their words for BM25
         self._unit = None
         self._lead = None
 
@@ -75,8 +75,8 @@ class Index:
     @property
     def unit(self) -> np.ndarray | None:
         """Row -> the unit results are ranked as (a document; a code definition), or None for an
-        index that ranks chunks (made before 2026-12)."""
-        if self._unit is None and os.path.exists(os.path.join(self.gdir, "unit.npy")):
+        index that ranks chunks (manifest `ranking`)."""
+        if self._unit is None and self.manifest["ranking"] == "documents" and self.n:
             self._unit = np.load(os.path.join(self.gdir, "unit.npy"))
         return self._unit
 
@@ -113,7 +113,7 @@ class Index:
     @property
     def has_graph(self) -> bool:
         """Was the index built with an entity graph beside BM25 and vectors?"""
-        return bool(self.manifest.get("graph"))
+        return bool(self.manifest["graph"])
 
     @property
     def bm25(self) -> BM25Index:
@@ -134,7 +134,7 @@ class Index:
     def vector_store(self) -> VectorStore:
         """This generation's vectors: faiss files in the index directory, or the served engine."""
         if self._vectors is None:
-            if self.manifest.get("store"):
+            if self.manifest["store"]:
                 from llmkit.rag.index.milvus import MilvusVectors
 
                 self._vectors = MilvusVectors(self)
@@ -157,12 +157,12 @@ class Index:
             from llmkit.rag.embed.embedder import load_embedder
 
             name = model or stored_model(self.manifest["model"])
-            precision = self.manifest.get("embed_precision", "fp32")
+            precision = self.manifest["embed_precision"]
             if runtime == "torch":
-                precision = "fp32"  # int8 vectors are close to fp32 ones (cosine ~0.97+): searchable either way
-            emb = load_embedder(name, runtime, precision, self.manifest.get("query_prompt", ""),
-                                self.manifest.get("passage_prompt", ""))
-            if self.manifest.get("dim") and emb.dim != self.manifest["dim"]:
+                precision = "fp32"  # int8 vectors are close to fp32 ones: searchable either way
+            emb = load_embedder(name, runtime, precision, self.manifest["query_prompt"],
+                                self.manifest["passage_prompt"])
+            if self.manifest["dim"] and emb.dim != self.manifest["dim"]:
                 raise BadInput(f"the embedding model '{emb.name}' gives {emb.dim}-d vectors but index '{self.dir}' "
                                f"holds {self.manifest['dim']}-d ones. Query with the model it was built with.")
             self._embedder = emb

@@ -1,8 +1,8 @@
 """Retrieval: a query -> ranked hits from an `Index`.
 
-    options.py   what a caller asks for: FusionRequest, FilterOptions, LLMSteps; `build_pipeline`
-    pipeline.py  QueryOptions and the Pipeline: pre-retrieval, retrieval lists, fusion, re-ranking
-    settings.py  fusion settings (explicit > the index's tuned choice > built-in), weights
+    options.py   what a caller asks for: QueryOptions (Fusion, FilterOptions, LLMSteps), the fusion
+                 to run (given > the index's tuned choice > built-in); `build_pipeline`
+    pipeline.py  the Pipeline: pre-retrieval, retrieval lists, fusion, the passage per hit, re-ranking
     expand.py    pseudo-relevance feedback and synonyms
     filters.py   metadata filters, collection masks, required terms
     route.py     choosing the collection(s) a query matches best

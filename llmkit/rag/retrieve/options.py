@@ -1,46 +1,75 @@
-"""What a caller asks of retrieval, and the builder that turns it into a ready `Pipeline`.
+"""What a caller asks of retrieval, declared once: `QueryOptions` (the number of hits, the mode, the
+fusion, the restrictions in `FilterOptions`, the LLM steps in `LLMSteps`, the embedding override),
+checked by `QueryOptions.validate` and passed whole to the `Pipeline` (`build_pipeline`).
 
-A `QueryRequest` bundles the fusion (`FusionRequest`: mode, weights, method, expansion, parents, the
-graph list), the restrictions (`FilterOptions`) and the LLM steps (`LLMSteps`: rewriting, sub-queries,
-HyDE, re-ranking). Fusion values left as None come from the index's tuned choice (when `tuned`),
-else from the built-in default (`settings.py`). Retrieval policy lives here, not in a front end:
-asking for the graph list without a weight (none given, none tuned) lets it only re-rank inside the
-fused candidates at RRF weight GRAPH_RERANK.
-
-GRAPH_RERANK, measured (benchmarks/rag_quality.py; Cranfield / WordNet->Webster hybrid nDCG@10 vs
-without the graph): 0.01 +0.000 / +0.000 (a tie-breaker), 0.02 +0.004 / -0.005, 0.05 +0.006 /
--0.018, 0.25 -0.022 / -0.078. The graph list helps Cranfield a little and hurts the dictionary at
-every weight above 0.01, so without a tuned weight it only breaks ties. Before, the flag added the
-list at weight 1.0 to whatever fusion was in use; on a tuned score fusion (bm25 0.5 / dense 0.5)
-the min-max-normalised graph list then decided the order (a library-science collection: 0.434 ->
-0.210).
+`Fusion` is how the retrievers' lists are fused, in the one shape a caller gives it, `rag tune`
+chooses it and the manifest stores it. A field left None is not given: `resolve_fusion` takes it
+from the index's tuned choice (when `tuned`), else from `BUILT_IN`. Asking for the graph list
+without a weight for it (none given, none tuned) lets it only re-rank inside the fused candidates,
+at RRF weight GRAPH_RERANK (docs/design/rag-defaults.md says why so low).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
+from llmkit.errors import OptionError
+from llmkit.rag.retrieve.fusion import METHODS, NORMS
+
+MODES = ("bm25", "dense", "hybrid")
+RETRIEVERS = ("bm25", "dense", "graph")
 GRAPH_RERANK = 0.01  # the graph list's RRF weight re-ranking the fused candidates when it has no weight
 
 
-@dataclass
-class FusionRequest:
-    """How the retrievers' lists are made and fused (None: tuned, else built-in)."""
+@dataclass(frozen=True)
+class Fusion:
+    """How the retrievers' lists are fused (None: not given)."""
 
-    mode: str = "hybrid"  # bm25 | dense | hybrid
-    weights: str | None = None  # 'bm25=0.3,dense=0.7[,graph=0.2]'
-    method: str | None = None  # rrf | cc
+    method: str | None = None  # rrf | cc (a weighted sum of normalised scores)
+    rrf_k: int | None = None  # k in w / (k + rank)
+    weights: dict | None = None  # {'bm25': W, 'dense': W[, 'graph': W]}
     norm: str | None = None  # minmax | z | dbsf | tmm (cc only)
-    rrf_k: int | None = None
-    expand: int | None = None  # pseudo-relevance-feedback terms
-    parents: bool | None = None  # return parent windows (small-to-big)
-    graph: bool | float = False  # use the entity-graph list (a float: its re-ranking weight, for measurements)
-    chunks: bool = False  # raw chunk hits instead of one per document
-    depth: int = 100  # candidates per retriever before fusion
-    tuned: bool = True  # fill what is not given from the index's tuned choice
+    expand: int | None = None  # pseudo-relevance-feedback terms added to the BM25 query
+    parents: bool | None = None  # fuse and return parent windows (small-to-big)
+
+    def given(self) -> dict:
+        """The fields that are set."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def over(self, other: Fusion) -> Fusion:
+        """These values where given, `other`'s elsewhere."""
+        return replace(other, **self.given())
+
+    def to_dict(self) -> dict:
+        return self.given()
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Fusion:
+        """The fusion stored in a manifest (its other keys, such as `tuned`, are not fusion settings)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (d or {}).items() if k in names})
+
+    def validate(self) -> None:
+        if self.method is not None and self.method not in METHODS:
+            raise OptionError("unknown fusion {value!r} for {method}; use rrf or cc.", value=self.method)
+        if self.norm is not None and self.norm not in NORMS:
+            raise OptionError("unknown score normalisation {value!r} for {norm}; use {names}.", value=self.norm,
+                              names=", ".join(NORMS))
+        if self.rrf_k is not None and self.rrf_k < 0:
+            raise OptionError("{rrf_k} must be >= 0, got {value}.", value=self.rrf_k)
+        if self.expand is not None and self.expand < 0:
+            raise OptionError("{expand} must be >= 0, got {value}.", value=self.expand)
+        for name, w in (self.weights or {}).items():
+            if name not in RETRIEVERS or w < 0:
+                raise OptionError("bad weight {name}={w}; use {weights} bm25=W,dense=W[,graph=W] with W >= 0.",
+                                  name=name, w=w)
 
 
-@dataclass
+BUILT_IN = Fusion(method="rrf", rrf_k=60, weights={"bm25": 1.0, "dense": 1.0}, norm="minmax", expand=0,
+                  parents=False)
+
+
+@dataclass(frozen=True)
 class FilterOptions:
     """Restrictions applied inside retrieval."""
 
@@ -52,7 +81,7 @@ class FilterOptions:
     synonyms: str | None = None  # a synonyms file
 
 
-@dataclass
+@dataclass(frozen=True)
 class LLMSteps:
     """Steps that use a local model or a re-ranker."""
 
@@ -63,43 +92,124 @@ class LLMSteps:
     rerank: str | None = None  # cross-encoder:DIR or llm:MODEL.gguf
     rerank_depth: int = 20
 
+    @property
+    def need_llm(self) -> bool:
+        return bool(self.rewrite or self.subqueries or self.hyde)
 
-@dataclass
-class QueryRequest:
-    fusion: FusionRequest = field(default_factory=FusionRequest)
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """One query pipeline's options (`rag query`, `rag answer`, `rag eval` configurations, `rag serve`)."""
+
+    k: int = 10  # hits returned
+    mode: str = "hybrid"  # bm25 | dense | hybrid
+    fusion: Fusion = field(default_factory=Fusion)  # given values; the rest tuned (when `tuned`) or built in
+    tuned: bool = True  # fill what `fusion` does not give from the index's tuned choice
+    graph: bool | float = False  # the entity-graph list (a float: its re-ranking weight, for measurements)
+    chunks: bool = False  # raw chunk hits instead of one hit per document (code: per definition)
+    depth: int = 100  # candidates per retriever before fusion (at least k)
     filters: FilterOptions = field(default_factory=FilterOptions)
     steps: LLMSteps = field(default_factory=LLMSteps)
     model: str | None = None  # embedding model override (must give the index's dimension)
     runtime: str = "onnx"  # embedding runtime for queries
 
+    def validate(self) -> None:
+        """Every check on the options alone (the index's own are the pipeline's)."""
+        if self.mode not in MODES:
+            raise OptionError("unknown {mode} {value!r}; use bm25, dense or hybrid.", value=self.mode)
+        if self.k < 1 or self.depth < 1:
+            raise OptionError("{k} and {depth} must be positive (got {k_value}, {depth_value}).", k_value=self.k,
+                              depth_value=self.depth)
+        self.fusion.validate()
+        st = self.steps
+        if st.rewrite < 0 or st.rerank_depth < 1:
+            raise OptionError("{rewrite} must be >= 0 and {rerank_depth} >= 1 (got {r}, {d}).", r=st.rewrite,
+                              d=st.rerank_depth)
+        if st.hyde and self.mode == "bm25":
+            raise OptionError("{hyde} embeds a hypothetical answer; use it with {mode} dense or hybrid.")
+        if self.graph is not True and self.graph is not False and self.graph < 0:
+            raise OptionError("the graph list's weight must be >= 0, got {value}.", value=self.graph)
 
-def build_pipeline(index_dir: str, k: int, req: QueryRequest, need_llm: bool = False):
-    """(Pipeline, the local LLM or None) for `req` over the index in `index_dir`; the LLM is loaded
-    when a step or the caller (`need_llm`) needs it, once, and shared with an llm: re-ranker."""
+    @property
+    def candidates(self) -> int:
+        """Candidates taken from each retriever: `depth`, and never fewer than the hits asked for."""
+        return max(self.depth, self.k)
+
+
+def parse_weights(text: str) -> dict:
+    """'bm25=0.3,dense=0.7' -> {'bm25': 0.3, 'dense': 0.7} (a retriever not named keeps weight 1)."""
+    out = {"bm25": 1.0, "dense": 1.0}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, val = part.partition("=")
+        try:
+            out[name.strip()] = float(val)
+        except ValueError:
+            raise OptionError("cannot read the weight {part!r}; write {weights} bm25=0.3,dense=0.7.", part=part) from None
+        if not sep:
+            raise OptionError("cannot read the weight {part!r}; write {weights} bm25=0.3,dense=0.7.", part=part)
+    return out
+
+
+def resolve_fusion(opts: QueryOptions, manifest: dict) -> tuple[Fusion, str]:
+    """(the fusion to run, where it came from): given values over the index's tuned choice (when
+    `opts.tuned`) over the built-in one."""
+    tuned = Fusion.from_dict(manifest.get("fusion")) if opts.tuned else Fusion()
+    source = "tuned" if tuned.given() else "default"
+    if opts.fusion.given():
+        source = "flags" if source == "default" else "tuned + flags"
+    return opts.fusion.over(tuned.over(BUILT_IN)), source
+
+
+def parse_config(spec: str, llm_path: str | None = None) -> QueryOptions:
+    """'hybrid:bm25=0.3,dense=0.7+expand=10+rerank=cross-encoder:DIR' -> QueryOptions (a `rag eval`
+    configuration: MODE[:WEIGHTS] then +PART[=VALUE]...). A named mode is exactly that configuration,
+    whatever the index's tuned choice; `tuned` is the index's choice."""
+    parts = spec.split("+")
+    mode, _, weights = parts[0].partition(":")
+    if mode not in (*MODES, "tuned"):
+        raise OptionError("{spec!r}: a {config} starts with bm25, dense, hybrid or tuned.", spec=spec)
+    fusion = {"weights": parse_weights(weights)} if weights else {}
+    top: dict = {}
+    flt: dict = {}
+    steps: dict = {"llm_path": llm_path}
+    for p in parts[1:]:
+        name, _, val = p.partition("=")
+        if name == "fusion" and val in METHODS:
+            fusion["method"] = val
+        elif name == "norm" and val:
+            fusion["norm"] = val
+        elif name == "rrf-k" and val.isdigit():
+            fusion["rrf_k"] = int(val)
+        elif name in ("expand", "parents"):
+            fusion[name] = int(val or 10) if name == "expand" else True
+        elif name in ("graph", "chunks"):
+            top[name] = (float(val) if val else True) if name == "graph" else True
+        elif name in ("route", "auto_must") or (name == "synonyms" and val):
+            flt[name] = val if name == "synonyms" else True
+        elif name in ("hyde", "subqueries") or (name == "rerank" and val):
+            steps[name] = val if name == "rerank" else True
+        elif name == "rewrite":
+            steps["rewrite"] = int(val or 2)
+        else:
+            raise OptionError("{spec!r}: unknown part {part!r} of a {config}.", spec=spec, part=p)
+    given = Fusion(**fusion)
+    return QueryOptions(mode="hybrid" if mode == "tuned" else mode, tuned=mode == "tuned",
+                        fusion=given if mode == "tuned" else given.over(BUILT_IN), filters=FilterOptions(**flt),
+                        steps=LLMSteps(**steps), **top)
+
+
+def build_pipeline(index, opts: QueryOptions, need_llm: bool = False, llms: dict | None = None):
+    """(Pipeline, the local LLM or None) for `opts` over `index` (an `Index`, or the directory to
+    open); the LLM is loaded when a step or the caller (`need_llm`) needs it, once per path in `llms`
+    (a cache a long-lived caller keeps), and shared with an llm: re-ranker."""
     from llmkit.rag.index.reader import Index
-    from llmkit.rag.retrieve.expand import load_synonyms
-    from llmkit.rag.retrieve.pipeline import Pipeline, QueryOptions
-    from llmkit.rag.retrieve.settings import fusion_settings, parse_weights
+    from llmkit.rag.retrieve.pipeline import Pipeline
 
-    f, flt, st = req.fusion, req.filters, req.steps
-    index = Index(index_dir)
-    w = parse_weights(f.weights) if f.weights else None
-    settings, source = fusion_settings(index.manifest if f.tuned else {}, method=f.method, k=f.rrf_k, weights=w,
-                                       norm=f.norm, expand=f.expand, parents=f.parents)
-    graph_rerank = 0.0
-    if f.graph and "graph" not in settings["weights"]:  # no tuned or given weight: re-rank only
-        graph_rerank = GRAPH_RERANK if f.graph is True else float(f.graph)
-        index.graph  # noqa: B018 -- an index without a graph says how to build one
-    qo = QueryOptions(mode=f.mode, k=k, weights=settings["weights"], rrf_k=settings["k"], fusion=settings["method"],
-                      norm=settings["norm"], depth=max(f.depth, k), filters=list(flt.filters),
-                      collections=list(flt.collections), route=flt.route, must=list(flt.must),
-                      auto_must=flt.auto_must, synonyms=load_synonyms(flt.synonyms) if flt.synonyms else None,
-                      expand=settings["expand"], rewrite=st.rewrite, subqueries=st.subqueries, hyde=st.hyde,
-                      parents=settings["parents"], rerank_depth=st.rerank_depth, chunks=f.chunks,
-                      graph_rerank=graph_rerank)
-    qo.validate()
-    qo.source = source
-    cache = {}
+    opts.validate()
+    if not isinstance(index, Index):
+        index = Index(index)
+    st = opts.steps
+    cache = {} if llms is None else llms
 
     def llm_factory(path=None):
         key = path or st.llm_path
@@ -109,10 +219,10 @@ def build_pipeline(index_dir: str, k: int, req: QueryRequest, need_llm: bool = F
             cache[key] = LocalLLM(key)
         return cache[key]
 
-    llm = llm_factory() if (st.rewrite or st.subqueries or st.hyde or need_llm) else None
+    llm = llm_factory() if (st.need_llm or need_llm) else None
     reranker = None
     if st.rerank:
         from llmkit.rag.retrieve.rerank import make_reranker
 
         reranker = make_reranker(st.rerank, llm_factory)
-    return Pipeline(index, qo, llm=llm, reranker=reranker, model=req.model, runtime=req.runtime), llm
+    return Pipeline(index, opts, llm=llm, reranker=reranker), llm

@@ -1,20 +1,19 @@
 """The query pipeline: pre-retrieval (routing, expansion, required terms, LLM rewriting, HyDE),
 retrieval (BM25, dense, graph lists with filters applied inside retrieval), fusion (weighted RRF or a
 convex combination of normalised scores, `fusion.py`) and post-retrieval (parents, re-ranking).
-Models are passed in, loaded once by the caller for a whole batch; `options.py` builds a pipeline
-from what a caller asks for.
+Models are passed in, loaded once by the caller for a whole batch; `options.py` declares what a
+caller asks for and builds a pipeline from it.
 
-Documents are ranked as documents (indexes made since 2026-12; code: each definition is a unit):
-each list is first mapped to its units before fusion and before the top k is cut, a unit taking the
-rank and score of its best chunk in that list (MaxP; later chunks of the same unit are dropped), so
-several chunks of one document never add up and one long document cannot fill the results; a hit
-keeps that best chunk (its text, offsets and document id). Measured on Cranfield: summing the
-reciprocal ranks of a document's chunks instead lost 0.07-0.14 nDCG@10 (hybrid 0.3303 vs 0.4048,
-dense 0.2297 vs 0.3728: two chunks at ranks 30 and 31 beat one at rank 1). In the dense list a
-unit's score then leans a quarter of the way toward its first chunk's (`lead_blend`): dense nDCG@10
-Cranfield 0.3728 -> 0.3774, WordNet -> Webster 0.4670 -> 0.4751 (MiniLM over whole documents 0.3750
-and 0.4679); code units are single chunks, unchanged. `chunks` returns raw chunk hits; `parents`
-groups by parent instead (small-to-big).
+Results are ranked as units: documents, and in code each definition (indexes whose manifest says
+`ranking: documents`). Each list is first mapped to its units before fusion and before the top k is
+cut, a unit taking the rank and score of its best chunk in that list (MaxP), so several chunks of one
+document never add up and one long document cannot fill the results. In the dense list a unit's
+score then leans a quarter of the way toward its first chunk's (`lead_blend`): a document's opening
+says what it is about. The chunk a hit shows for its unit is the unit's best chunk under the same
+fusion run over the chunk lists (`best_rows`), so the passage agrees with both retrievers, not with
+whichever list ranked one of its chunks highest. `chunks` returns raw chunk hits; `parents` groups
+by parent instead (small-to-big). docs/design/rag-defaults.md has the measurements behind these
+choices.
 
 The graph list (an index with an entity graph) joins the fusion at the weight `rag tune` chose for
 it; asked for without one (`graph_rerank`), it only re-ranks inside the fused candidates: RRF of
@@ -29,16 +28,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmkit.errors import BadInput
-from llmkit.errors import OptionError
+from llmkit.errors import BadInput, OptionError
 from llmkit.rag.index.reader import Index
-from llmkit.rag.retrieve.expand import expand_synonyms, expand_tokens
+from llmkit.rag.retrieve.expand import expand_synonyms, expand_tokens, load_synonyms
 from llmkit.rag.retrieve.filters import both, collection_mask, detect_required, filter_mask, must_mask
-from llmkit.rag.retrieve.fusion import METHODS, NORMS, fuse
+from llmkit.rag.retrieve.fusion import fuse
 from llmkit.rag.retrieve.hits import Hit, dedupe_to_groups, fetch
+from llmkit.rag.retrieve.options import GRAPH_RERANK, QueryOptions, resolve_fusion
 from llmkit.rag.retrieve.route import route
-from llmkit.rag.retrieve.settings import MODES, RETRIEVERS
-
 
 LEAD = 0.25  # how far a unit's dense score moves from its best chunk's toward its first chunk's
 
@@ -51,9 +48,7 @@ def lead_blend(ix: Index, qvec: np.ndarray, rows: list[int], scores: list[float]
     """A dense list of chunks as a list of units (module doc), each unit scored by its best chunk's
     inner product moved a quarter of the way toward its first chunk's: s = max - LEAD * (max - first).
     A document's opening states what it is about; a match deep inside a long document is weaker
-    evidence that the document answers the question. Measured (nDCG@10, dense): Cranfield MaxP 0.3728,
-    first chunk only 0.3743, LEAD 0.25 0.3774, 0.5 0.3771 (MiniLM over whole documents: 0.3750).
-    The best chunk still stands for the unit in the hits."""
+    evidence that the document answers the question."""
     if not rows:
         return rows, scores
     unit, lead = ix.unit, ix.lead
@@ -97,46 +92,6 @@ def lead_blend_all(ix: Index, scores: np.ndarray, depth: int) -> tuple[list[int]
 
 
 @dataclass
-class QueryOptions:
-    mode: str = "hybrid"
-    k: int = 10
-    weights: dict = field(default_factory=lambda: {"bm25": 1.0, "dense": 1.0})
-    rrf_k: int = 60
-    fusion: str = "rrf"  # rrf | cc (convex combination of normalised scores)
-    norm: str = "minmax"  # score normalisation for cc: minmax | z | dbsf | tmm
-    depth: int = 100  # candidates taken from each retriever before fusion
-    filters: list[str] = field(default_factory=list)
-    collections: list[str] = field(default_factory=list)
-    route: bool = False
-    must: list[str] = field(default_factory=list)
-    auto_must: bool = False
-    synonyms: dict | None = None
-    expand: int = 0  # pseudo-relevance-feedback terms added to the BM25 query
-    rewrite: int = 0  # LLM paraphrases
-    subqueries: bool = False
-    hyde: bool = False
-    parents: bool = False
-    rerank_depth: int = 20
-    chunks: bool = False  # raw chunk hits instead of one hit per document (code: per definition)
-    graph_rerank: float = 0.0  # RRF weight of the graph list re-ranking the fused candidates (0: off)
-
-    def validate(self) -> None:
-        if self.mode not in MODES:
-            raise BadInput(f"unknown mode {self.mode!r}; use bm25, dense or hybrid.")
-        if self.k < 1 or self.depth < 1:
-            raise OptionError("{k} and {depth} must be positive (got {k_value}, {depth_value}).", k_value=self.k,
-                              depth_value=self.depth)
-        for name, w in self.weights.items():
-            if name not in RETRIEVERS or w < 0:
-                raise OptionError("bad weight {name}={w}; use {weights} bm25=W,dense=W[,graph=W] with W >= 0.",
-                                  name=name, w=w)
-        if self.fusion not in METHODS:
-            raise BadInput(f"unknown fusion {self.fusion!r}; use rrf or cc.")
-        if self.norm not in NORMS:
-            raise BadInput(f"unknown score normalisation {self.norm!r}; use {', '.join(NORMS)}.")
-
-
-@dataclass
 class QueryResult:
     query: str
     hits: list[Hit]
@@ -145,23 +100,48 @@ class QueryResult:
     seconds: float = 0.0
 
 
-class Pipeline:
-    """Answer queries against one index with the models loaded once."""
+@dataclass
+class Ranked:
+    """One retriever's list for one query variant: chunk rows best first with their scores, and,
+    when results are ranked as units and the retriever scores units its own way (the dense list's
+    lead blend), that unit-level list."""
 
-    def __init__(self, index: Index, opts: QueryOptions, llm=None, reranker=None, model: str | None = None,
-                 runtime: str = "onnx"):
+    name: str
+    weight: float
+    rows: list[int]
+    scores: list[float]
+    units: tuple[list[int], list[float]] | None = None
+
+    def chunk_list(self) -> tuple:
+        return self.name, self.weight, self.rows, self.scores
+
+    def unit_list(self, groups: np.ndarray) -> tuple:
+        """(name, weight, unit ids, scores): each unit at its best row's rank (module doc)."""
+        rows, scores = self.units or (self.rows, self.scores)
+        return (self.name, self.weight, *dedupe_to_groups(rows, groups, scores))
+
+
+class Pipeline:
+    """Answer queries against one index with the models loaded once. The options are the caller's;
+    what follows from them and the index (the fusion to run and where it came from, the graph
+    list's re-ranking weight, the synonyms) is resolved here, once."""
+
+    def __init__(self, index: Index, opts: QueryOptions, llm=None, reranker=None):
         opts.validate()
         self.index, self.opts, self.llm, self.reranker = index, opts, llm, reranker
-        self.model, self.runtime = model, runtime
-        if (opts.rewrite or opts.subqueries or opts.hyde) and llm is None:
+        if opts.steps.need_llm and llm is None:
             raise OptionError("{rewrite}/{subqueries}/{hyde} need a local GGUF model ({llm} MODEL.gguf).")
-        if opts.hyde and opts.mode == "bm25":
-            raise OptionError("{hyde} embeds a hypothetical answer; use it with {mode} dense or hybrid.")
+        self.fusion, self.fusion_source = resolve_fusion(opts, index.manifest)
+        self.graph_rerank = 0.0
+        if opts.graph and "graph" not in self.fusion.weights:  # no tuned or given weight: re-rank only
+            self.graph_rerank = GRAPH_RERANK if opts.graph is True else float(opts.graph)
+            index.graph  # noqa: B018 -- an index without a graph says how to build one
+        self.synonyms = load_synonyms(opts.filters.synonyms) if opts.filters.synonyms else None
         if opts.mode != "bm25" and index.n:
             self.embedder()  # load once up front, so per-query times measure retrieval, not model loading
 
     def embedder(self):
-        return self.index.embedder(self.model, self.runtime)
+        return self.index.embedder(self.opts.model, self.opts.runtime)
 
     def run(self, query: str) -> QueryResult:
         t0 = time.perf_counter()
@@ -172,132 +152,146 @@ class Pipeline:
         self._qvec: dict[str, np.ndarray] = {}  # query vectors of this run (routing and retrieval share them)
         if ix.n == 0:
             raise BadInput(f"index '{ix.dir}' has no chunks to search. Add documents with llmkit rag index.")
-        allowed = both(filter_mask(ix, o.filters), collection_mask(ix, o.collections))
-        must = list(o.must) + (detect_required(query) if o.auto_must else [])
-        if must:
-            res.notes.append(f"required terms: {', '.join(repr(m) for m in must)}")
-            allowed = both(allowed, must_mask(ix, must))
+        allowed = self._restrictions(query, res)
         if allowed is not None and not allowed.any():
             res.notes.append("no chunk passes the filters / required terms")
             res.seconds = time.perf_counter() - t0
             return res
+        variants = self._variants(query, res)
+        if o.filters.route and len(ix.collections) > 1 and not o.filters.collections:
+            allowed = both(allowed, self._route(variants, allowed, res))
+        hyde_doc = None
+        if o.steps.hyde:
+            hyde_doc = self.llm.complete(f"Write a short factual passage (3 sentences) that answers: {query}", 120)
+            res.notes.append(f"HyDE passage: {hyde_doc!r}")
+        fused = self._fuse(self._lists(variants, allowed, res, hyde_doc, o.candidates))
+        if self.graph_rerank > 0 and fused:
+            fused = self._graph_rerank(variants[0], fused, allowed)
+        hits = [Hit(row, score, ranks) for row, score, ranks in fused]
+        if self.reranker is not None:
+            hits = self._rerank(query, hits)
+        res.hits = fetch(ix, hits[:o.k])
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    # -- steps -------------------------------------------------------------------------------------
+    def _restrictions(self, query: str, res: QueryResult):
+        """The rows the filters, collections and required terms allow (None: all)."""
+        f, ix = self.opts.filters, self.index
+        allowed = both(filter_mask(ix, f.filters), collection_mask(ix, f.collections))
+        must = list(f.must) + (detect_required(query) if f.auto_must else [])
+        if must:
+            res.notes.append(f"required terms: {', '.join(repr(m) for m in must)}")
+            allowed = both(allowed, must_mask(ix, must))
+        return allowed
+
+    def _variants(self, query: str, res: QueryResult) -> list[str]:
+        """The query and what the LLM steps add to it (paraphrases, sub-queries)."""
+        st = self.opts.steps
         variants = [query]
-        if o.rewrite:
-            alts = self.llm.lines(f"Rewrite this search query in {o.rewrite} different ways, one per line, "
-                                  f"keeping its meaning. Output only the queries.\n\nQuery: {query}", o.rewrite)
+        if st.rewrite:
+            alts = self.llm.lines(f"Rewrite this search query in {st.rewrite} different ways, one per line, "
+                                  f"keeping its meaning. Output only the queries.\n\nQuery: {query}", st.rewrite)
             variants += alts
             res.notes.append(f"rewrites: {alts}")
-        if o.subqueries:
+        if st.subqueries:
             subs = self.llm.lines("Break this question into at most 3 short, self-contained search queries, "
                                   f"one per line. Output only the queries.\n\nQuestion: {query}", 3)
             variants += subs
             res.notes.append(f"sub-queries: {subs}")
         res.variants = variants
-        if o.route and len(ix.collections) > 1 and not o.collections:
-            allowed = both(allowed, self._route(variants, allowed, res))
-        hyde_doc = None
-        if o.hyde:
-            hyde_doc = self.llm.complete(f"Write a short factual passage (3 sentences) that answers: {query}", 120)
-            res.notes.append(f"HyDE passage: {hyde_doc!r}")
-        lists = self._lists(variants, allowed, res, hyde_doc, o.depth)
-        fused = self._fuse(lists)
-        if o.graph_rerank > 0 and fused:
-            fused = self._graph_rerank(variants[0], fused, allowed)
-        hits = [Hit(row, score, ranks) for row, score, ranks in fused]
-        if self.reranker is not None:
-            hits = self._rerank(query, hits)
-        hits = fetch(ix, hits[:o.k])
-        res.hits = hits
-        res.seconds = time.perf_counter() - t0
-        return res
+        return variants
 
-    # -- steps -------------------------------------------------------------------------------------
-    def _lists(self, variants, allowed, res, hyde_doc, depth):
-        """[(retriever name, weight, ranked rows)] for every query variant."""
-        o, ix = self.opts, self.index
+    def _lists(self, variants, allowed, res, hyde_doc, depth) -> list[Ranked]:
+        """Every retriever's list for every query variant."""
+        o, ix, w = self.opts, self.index, self.fusion.weights
         lists = []
-        use_bm25 = o.mode in ("bm25", "hybrid") and o.weights.get("bm25", 1.0) > 0
-        use_dense = o.mode in ("dense", "hybrid") and o.weights.get("dense", 1.0) > 0
-        qvecs = None
-        if use_dense:
-            emb = self.embedder()
-            unk = emb.unknown_share(variants[0])
-            if unk > 0.5 and o.mode == "hybrid":
-                res.notes.append(f"dense retriever skipped: the embedding model does not know {unk:.0%} of the "
-                                 "query's word pieces (e.g. Chinese with an English-only model)")
-                use_dense = False
-            else:
-                qvecs = self._query_vectors(variants)
-                if hyde_doc:
-                    h = emb.passages([hyde_doc])[0]
-                    v = qvecs[0] + h
-                    qvecs[0] = v / (np.linalg.norm(v) or 1.0)
+        use_bm25 = o.mode in ("bm25", "hybrid") and w.get("bm25", 1.0) > 0
+        use_dense = o.mode in ("dense", "hybrid") and w.get("dense", 1.0) > 0
+        qvecs = self._dense_vectors(variants, res, hyde_doc) if use_dense else None
         for i, q in enumerate(variants):
             if use_bm25:
-                toks = ix.tok(q)
-                weights = [1.0] * len(toks)
-                if o.synonyms:
-                    extra = expand_synonyms(toks, q, o.synonyms, ix.tok)
-                    if extra:
-                        res.notes.append(f"synonyms added: {extra}")
-                    toks, weights = toks + extra, weights + [1.0] * len(extra)
-                if o.expand:
-                    toks, weights, added = expand_tokens(ix, toks, weights, o.expand, allowed)
-                    if added:
-                        res.notes.append(f"expansion terms: {added}")
-                lists.append(("bm25", o.weights.get("bm25", 1.0), *ix.bm25_list(toks, depth, allowed, weights)))
-            if use_dense:
+                toks, weights = self._bm25_terms(q, allowed, res)
+                lists.append(Ranked("bm25", w.get("bm25", 1.0), *ix.bm25_list(toks, depth, allowed, weights)))
+            if qvecs is not None:
                 rows, scores = ix.dense_list(qvecs[i], depth, allowed)
-                if not (o.parents or o.chunks) and ix.unit is not None:  # ranked as units
-                    rows, scores = lead_blend(ix, qvecs[i], rows, scores)
-                lists.append(("dense", o.weights.get("dense", 1.0), rows, scores))
-        if o.weights.get("graph", 0.0) > 0:  # the entity-graph list (an index built with --graph)
-            lists.append(("graph", o.weights.get("graph", 1.0), *ix.graph_list(variants[0], depth, allowed)))
+                units = None
+                if not (self.fusion.parents or o.chunks) and ix.unit is not None:  # ranked as units
+                    units = lead_blend(ix, qvecs[i], rows, scores)
+                lists.append(Ranked("dense", w.get("dense", 1.0), rows, scores, units))
+        if w.get("graph", 0.0) > 0:  # the entity-graph list (an index built with --graph)
+            lists.append(Ranked("graph", w["graph"], *ix.graph_list(variants[0], depth, allowed)))
         return lists
+
+    def _dense_vectors(self, variants, res, hyde_doc):
+        """Query vectors of the variants (HyDE's passage added to the first), or None when the model
+        does not know most of the query's word pieces (hybrid then runs BM25 alone)."""
+        emb = self.embedder()
+        unk = emb.unknown_share(variants[0])
+        if unk > 0.5 and self.opts.mode == "hybrid":
+            res.notes.append(f"dense retriever skipped: the embedding model does not know {unk:.0%} of the "
+                             "query's word pieces (e.g. Chinese with an English-only model)")
+            return None
+        qvecs = self._query_vectors(variants)
+        if hyde_doc:
+            v = qvecs[0] + emb.passages([hyde_doc])[0]
+            qvecs[0] = v / (np.linalg.norm(v) or 1.0)
+        return qvecs
+
+    def _bm25_terms(self, q, allowed, res):
+        """(terms, weights) of one query variant for BM25: its own, the synonyms', the feedback terms."""
+        ix = self.index
+        toks = ix.tok(q)
+        weights = [1.0] * len(toks)
+        if self.synonyms:
+            extra = expand_synonyms(toks, q, self.synonyms, ix.tok)
+            if extra:
+                res.notes.append(f"synonyms added: {extra}")
+            toks, weights = toks + extra, weights + [1.0] * len(extra)
+        if self.fusion.expand:
+            toks, weights, added = expand_tokens(ix, toks, weights, self.fusion.expand, allowed)
+            if added:
+                res.notes.append(f"expansion terms: {added}")
+        return toks, weights
 
     def groups(self):
         """Row -> the unit results are ranked as: parents (`parents`), else documents and code
         definitions (indexes that record them), else None (raw chunks)."""
-        if self.opts.parents:
+        if self.fusion.parents:
             return self.index.parent_rows()
         return None if self.opts.chunks else self.index.unit
 
-    def _fuse(self, lists):
-        """Fuse the lists, each first mapped to its units (module doc); per-retriever ranks of each result."""
-        o = self.opts
+    def _fuse(self, lists: list[Ranked]):
+        """(row, fused score, per-retriever ranks) best first. Ranked as units, each list is first
+        mapped to its units (module doc), and the row that stands for a unit is its best chunk under
+        the same fusion of the chunk lists."""
+        f = self.fusion
         groups = self.groups()
-        best_row: dict[int, int] = {}
-        if groups is not None:
-            best_rank: dict[int, int] = {}
-            conv = []
-            for name, w, rows, scores in lists:
-                for r, row in enumerate(rows):
-                    g = int(groups[row])
-                    if r < best_rank.get(g, 1 << 30):  # the unit's best-ranked chunk in any list stands for it
-                        best_rank[g], best_row[g] = r, row
-                conv.append((name, w, *dedupe_to_groups(rows, groups, scores)))
-            lists = conv
-        fused = fuse(lists, o.fusion, o.rrf_k, o.norm)
+        if groups is None:
+            return self._with_ranks(fuse([r.chunk_list() for r in lists], f.method, f.rrf_k, f.norm),
+                                    [r.chunk_list() for r in lists], lambda d: d)
+        unit_lists = [r.unit_list(groups) for r in lists]
+        passage = best_rows(fuse([r.chunk_list() for r in lists], f.method, f.rrf_k, f.norm), groups)
+        return self._with_ranks(fuse(unit_lists, f.method, f.rrf_k, f.norm), unit_lists, passage.__getitem__)
+
+    @staticmethod
+    def _with_ranks(fused, lists, row_of):
         ranks_of: dict[int, dict] = {}
         for name, _, ids, _ in lists:
             for r, d in enumerate(ids, 1):
                 ranks_of.setdefault(d, {}).setdefault(name, r)
-        out = []
-        for d, s in fused:
-            row = best_row[d] if groups is not None else d
-            out.append((row, s, ranks_of.get(d, {})))
-        return out
+        return [(row_of(d), s, ranks_of.get(d, {})) for d, s in fused]
 
     def _graph_rerank(self, text, fused, allowed):
         """The fused candidates re-ranked by RRF with the graph list restricted to them (module doc)."""
-        ix, o = self.index, self.opts
-        rows, _ = ix.graph_list(text, o.depth, allowed)
+        ix = self.index
+        rows, _ = ix.graph_list(text, self.opts.candidates, allowed)
         groups = self.groups()
         key = (lambda r: int(groups[r])) if groups is not None else int
         place = {key(row): i for i, (row, _, _) in enumerate(fused)}
         g_order = list(dict.fromkeys(key(r) for r in rows if key(r) in place))
         merged = fuse([("fused", 1.0, [key(row) for row, _, _ in fused], None),
-                       ("graph", o.graph_rerank, g_order, None)], "rrf", 60)
+                       ("graph", self.graph_rerank, g_order, None)], "rrf", 60)
         g_rank = {u: r for r, u in enumerate(g_order, 1)}
         out = []
         for u, s in merged:
@@ -321,7 +315,7 @@ class Pipeline:
         return np.stack([self._qvec[t] for t in texts])
 
     def _rerank(self, query: str, hits: list[Hit]) -> list[Hit]:
-        depth = self.opts.rerank_depth
+        depth = self.opts.steps.rerank_depth
         head, tail = hits[:depth], hits[depth:]
         if not head:
             return hits
@@ -331,3 +325,15 @@ class Pipeline:
             h.rerank = float(s)
         head = [h for _, h in sorted(enumerate(head), key=lambda x: (-x[1].rerank, x[0]))]
         return head + tail
+
+
+def best_rows(fused_rows: list[tuple[int, float]], groups: np.ndarray) -> dict[int, int]:
+    """Unit -> its first row in a fused list of rows: the unit's best chunk under that fusion.
+
+    >>> best_rows([(5, 0.9), (2, 0.8), (7, 0.5)], np.array([0, 0, 1, 0, 0, 1, 0, 0]))
+    {1: 5, 0: 7}
+    """
+    out: dict[int, int] = {}
+    for row, _ in fused_rows:
+        out.setdefault(int(groups[row]), row)
+    return out
