@@ -21,6 +21,7 @@ Children (called by the rows): python benchmarks/tokenize_bench.py CHILD ARGS...
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import sys
@@ -81,7 +82,10 @@ def tiktoken_from_hf(path: str):
 
 
 def encoder(impl: str, path: str):
-    """A function list[str] -> list[list[int]] for this implementation (its fastest single-thread API)."""
+    """A function list[str] -> list[list[int]] for this implementation (its fastest API; a trailing
+    2 in `impl` means two threads: HF's Rayon pool, tiktoken's batch threads, llmkit's block threads)."""
+    threads = 2 if impl.endswith("2") else 1
+    impl = impl.rstrip("2")
     if impl == "hf":
         from tokenizers import Tokenizer
 
@@ -89,11 +93,24 @@ def encoder(impl: str, path: str):
         return lambda lines: [e.ids for e in tok.encode_batch(lines, add_special_tokens=False)]
     if impl == "tiktoken":
         enc = tiktoken_from_hf(path)
+        if threads > 1:
+            return lambda lines: enc.encode_ordinary_batch(lines, num_threads=threads)
         return lambda lines: [enc.encode_ordinary(x) for x in lines]
     from llmkit.tokenize import load
 
     tok = load(path)
-    return lambda lines: [tok.encode(x) for x in lines]
+    if threads == 1:
+        return tok.encode_batch
+    from llmkit.tokenize.stream import in_order
+
+    def run(lines):
+        blocks = [lines[i:i + 20000] for i in range(0, len(lines), 20000)]
+        out = []
+        for ids in in_order([(lambda b=b: tok.encode_batch(b)) for b in blocks], threads):
+            out.extend(ids)
+        return out
+
+    return run
 
 
 def read_lines(data: bytes) -> list[str]:
@@ -120,6 +137,16 @@ def child(argv: list[str]) -> None:
         ids = enc(lines)
         dt = time.perf_counter() - t
         print(json.dumps({"s": dt, "mb_per_s": len(data) / 1e6 / dt, "tokens": sum(map(len, ids))}))
+    elif what == "span-adversarial":  # in-process: 1 MB of prose, a 1 MB run of one character, 1 MB without spaces
+        enc = encoder(argv[1], argv[2])
+        prose = open(argv[3], "rb").read()[:1_000_000].decode("utf-8", "ignore").replace("\n", " ")
+        report = {}
+        for name, text in (("prose", prose), ("run", "a" * len(prose)), ("nospace", "".join(prose.split()))):
+            enc(["warm up"])
+            t = time.perf_counter()
+            enc([text])
+            report[f"{name}_s"] = time.perf_counter() - t
+        print(json.dumps(report))
     elif what == "vocab-gguf":  # the gguf package's reader: metadata + the token strings
         from gguf import GGUFReader
 
@@ -153,6 +180,57 @@ def corpus_file(cfg, mb: float) -> tuple[str, str]:
     return path, f"first {len(data) / 1e6:.2f} MB of {name}"
 
 
+def debian_text(cfg) -> tuple[bytes, str]:
+    """Distinct English text from Debian packages: the kernel's Documentation/*.rst (linux-doc-6.1, as
+    scripts/fetch_corpus.sh builds data/kernel-docs.txt) and GCIDE, the 1913 Webster (dict-gcide)."""
+    import subprocess
+
+    d = cfg.tmp("tokenize-debian")
+    parts, names = [], []
+    src = os.path.join(ROOT, "data/kernel-docs.txt")
+    pkgs = ["dict-gcide"] + ([] if os.path.exists(src) else ["linux-doc-6.1"])
+    try:
+        subprocess.run(["apt-get", "download", *pkgs], cwd=d, check=True, capture_output=True, timeout=600)
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".deb"):
+                subprocess.run(["dpkg", "-x", os.path.join(d, f), os.path.join(d, "x")], check=True)
+    except (OSError, subprocess.SubprocessError):
+        return b"", "Debian packages unavailable"
+    if os.path.exists(src):
+        parts.append(open(src, "rb").read())
+        names.append("data/kernel-docs.txt")
+    else:
+        doc = os.path.join(d, "x/usr/share/doc/linux-doc-6.1/Documentation")
+        for root, _, files in sorted(os.walk(doc)):
+            for f in sorted(files):
+                if f.endswith(".rst.gz"):
+                    parts.append(gzip.open(os.path.join(root, f)).read())
+        names.append("linux-doc-6.1 Documentation/*.rst")
+    gcide = os.path.join(d, "x/usr/share/dictd/gcide.dict.dz")
+    if os.path.exists(gcide):
+        parts.append(gzip.open(gcide).read())
+        names.append("dict-gcide gcide.dict")
+    text = b"".join(parts).decode("utf-8", "replace").encode("utf-8").replace(b"\r", b"")
+    return text, " + ".join(names)
+
+
+def big_corpus(cfg, mb: float) -> tuple[str, str]:
+    """~`mb` MB of real text for the large rows: the Debian text, repeated when shorter (else the
+    test fixture, repeated)."""
+    text, name = debian_text(cfg) if mb > 2 else (b"", "")
+    if not text:
+        with gzip.open(os.path.join(ROOT, "tests/fixtures/kernel-docs.txt.gz")) as f:
+            text, name = f.read(), "tests/fixtures/kernel-docs.txt.gz"
+    distinct = len(text)
+    want = int(mb * 1e6)
+    data = (text * (want // max(distinct, 1) + 1))[:want]
+    data = data[: data.rindex(b"\n") + 1]
+    path = os.path.join(cfg.tmp("tokenize"), "big.txt")
+    open(path, "wb").write(data)
+    rep = f", the {distinct / 1e6:.1f} MB repeated" if distinct < len(data) else ""
+    return path, f"{len(data) / 1e6:.1f} MB of {name}{rep}"
+
+
 def model_json(path: str) -> dict:
     m = json.load(open(path, encoding="utf-8"))["model"]
     merges = [tuple(x.split(" ")) if isinstance(x, str) else tuple(x) for x in m.get("merges", [])]
@@ -161,12 +239,12 @@ def model_json(path: str) -> dict:
     return {"merges": merges, "vocab": vocab if isinstance(vocab, dict) else None, "tokens": toks}
 
 
-def train_rows(cfg, corpus: str, jobs: list[str]) -> list[Row]:
+def train_rows(cfg, corpus: str, jobs: list[str], tag: str = "") -> list[Row]:
     rows = []
     d = cfg.tmp("tokenize")
     for job in jobs:
         algo, vocab = JOBS[job]
-        hf_out, lk_out = os.path.join(d, f"hf-{job}.json"), os.path.join(d, f"llmkit-{job}.json")
+        hf_out, lk_out = os.path.join(d, f"hf-{job}{tag}.json"), os.path.join(d, f"llmkit-{job}{tag}.json")
         hf = Cmd("HF tokenizers", [PY, ME, "train-hf", algo, vocab, corpus, hf_out])
         lk = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "tokenize", "train", "--algo", algo, "--vocab-size", vocab, "-o",
                             lk_out, corpus])
@@ -179,55 +257,110 @@ def train_rows(cfg, corpus: str, jobs: list[str]) -> list[Row]:
             check = f"vocabulary overlap {len(a['tokens'] & b['tokens']) / max(len(a['tokens']), 1):.1%}"
         wa, wb = walls(runs[hf.label]), walls(runs[lk.label])
         ca, cb = cpu(runs[hf.label]), cpu(runs[lk.label])
-        rows.append(Row(f"tok-train-{job}", f"{algo} train {vocab // 1000}k, whole process: wall time; CPU seconds; "
-                        "peak RSS", f"{wa.fmt()}; {ca.fmt('CPU-s')}; {rss(runs[hf.label]):.0f} MB",
+        mb = os.path.getsize(corpus) / 1e6
+        rows.append(Row(f"tok-train-{job}{tag}", f"{algo} train {vocab // 1000}k on {mb:.1f} MB, whole process: wall "
+                        "time; CPU seconds; peak RSS", f"{wa.fmt()}; {ca.fmt('CPU-s')}; {rss(runs[hf.label]):.0f} MB",
                         f"{wb.fmt()}; {cb.fmt('CPU-s')}; {rss(runs[lk.label]):.0f} MB",
                         f"time {ratio(wb.median, wa.median)}, CPU {ratio(cb.median, ca.median)}, "
                         f"RSS {ratio(rss(runs[lk.label]), rss(runs[hf.label]))}", check, cmds_of(hf, lk)))
     return rows
 
 
-def encode_rows(cfg, corpus: str) -> list[Row]:
-    d = cfg.tmp("tokenize")
-    tok = os.path.join(d, "encode-bpe8k.json")
+def same_lines(ref: str, got: str) -> tuple[int, int, int]:
+    """(lines, lines that differ, ids) of two id files, read line by line."""
+    n = bad = ids = 0
+    with open(ref) as a, open(got) as b:
+        for x, y in itertools.zip_longest(a, b):
+            n += 1
+            bad += x != y
+            ids += len(x.split()) if x else 0
+    return n, bad, ids
+
+
+def encode_tokenizer(cfg, corpus: str) -> tuple[str, Cmd]:
+    """The one tokenizer every side encodes with: trained once by HF on `corpus`, not timed."""
     from harness import run_once
 
-    # the one tokenizer every side encodes with: trained once by HF, not timed
+    tok = os.path.join(cfg.tmp("tokenize"), "encode-bpe8k.json")
     setup = Cmd("setup: HF-trained BPE 8k", [PY, ME, "train-hf", "bpe", 8000, corpus, tok])
-    run_once(setup)
-    outs = {k: os.path.join(d, f"ids-{k}.txt") for k in ("hf", "tiktoken", "llmkit")}
-    cmds = [Cmd("HF tokenizers", [PY, ME, "encode", "hf", tok], stdin=corpus, stdout=outs["hf"]),
-            Cmd("tiktoken", [PY, ME, "encode", "tiktoken", tok], stdin=corpus, stdout=outs["tiktoken"]),
-            Cmd("llmkit", [PY, "-m", "llmkit", "-q", "tokenize", "encode", "-m", tok], stdin=corpus, stdout=outs["llmkit"])]
+    if not os.path.exists(tok):
+        run_once(setup)
+        # llmkit compiles its kernels on the first input large enough to repay it; compile them here,
+        # untimed, so that every row measures the installed state
+        run_once(Cmd("setup: compile llmkit's kernels", [PY, "-m", "llmkit", "-q", "tokenize", "encode", "-m", tok],
+                     env={"LLMKIT_JIT": "1"}, stdin=corpus, stdout=os.devnull))
+    return tok, setup
+
+
+def encode_rows(cfg, corpus: str, tok: str, setup: Cmd, tag: str = "", threads: bool = False) -> list[Row]:
+    """Whole-process and in-process encode rows on `corpus` (ids compared line by line with HF's);
+    with `threads` also llmkit -t 2 and the anchors' own two-thread modes."""
+    d = cfg.tmp("tokenize")
+    sides = [("HF tokenizers", "hf"), ("tiktoken", "tiktoken"), ("llmkit", "llmkit")]
+    cmds = [Cmd(lbl, [PY, ME, "encode", impl, tok], stdin=corpus, stdout=os.path.join(d, f"ids{tag}-{impl}.txt"))
+            for lbl, impl in sides[:2]]
+    cmds.append(Cmd("llmkit", [PY, "-m", "llmkit", "-q", "tokenize", "encode", "-m", tok, "-t", "1"], stdin=corpus,
+                    stdout=os.path.join(d, f"ids{tag}-llmkit.txt")))
+    if threads:
+        cmds.append(Cmd("llmkit -t 2", [PY, "-m", "llmkit", "-q", "tokenize", "encode", "-m", tok, "-t", "2"],
+                        stdin=corpus, stdout=os.path.join(d, f"ids{tag}-llmkit2.txt")))
     runs = compare(cmds, cfg)
-    ref = open(outs["hf"]).read().split("\n")
-    checks = {}
-    for k in ("tiktoken", "llmkit"):
-        got = open(outs[k]).read().split("\n")
-        bad = sum(x != y for x, y in zip(ref, got)) + abs(len(ref) - len(got))
-        checks[k] = f"{k}: every id equal to HF's on all {len(ref) - 1} lines" if not bad else f"{k}: {bad} lines differ from HF"
-    n_ids = sum(len(x.split()) for x in ref)
+    checks = []
+    for c in cmds[1:]:
+        n, bad, n_ids = same_lines(cmds[0].stdout, c.stdout)
+        checks.append(f"{c.label}: every id equal to HF's on all {n} lines" if not bad else f"{c.label}: {bad} lines differ")
     w = {c.label: walls(runs[c.label]) for c in cmds}
     mb = os.path.getsize(corpus) / 1e6
-    rows = [Row("tok-encode-bpe8k-process", f"BPE 8k encode {mb:.1f} MB ({n_ids} ids), whole process",
-                f"HF {w['HF tokenizers'].fmt()}; tiktoken {w['tiktoken'].fmt()}", w["llmkit"].fmt(),
-                f"{speed(w['HF tokenizers'].median, w['llmkit'].median, 'HF')}, "
-                f"{speed(w['tiktoken'].median, w['llmkit'].median, 'tiktoken')}", "; ".join(checks.values()),
+    ours = w["llmkit"].fmt() + (f"; -t 2 {w['llmkit -t 2'].fmt()}" if threads else "")
+    vs = (f"{speed(w['HF tokenizers'].median, w['llmkit'].median, 'HF')}, "
+          f"{speed(w['tiktoken'].median, w['llmkit'].median, 'tiktoken')}")
+    if threads:
+        vs += f"; -t 2 {ratio(w['llmkit'].median, w['llmkit -t 2'].median)} of -t 1"
+    rows = [Row(f"tok-encode-bpe8k{tag}-process", f"BPE 8k encode {mb:.1f} MB ({n_ids} ids), whole process",
+                f"HF {w['HF tokenizers'].fmt()}; tiktoken {w['tiktoken'].fmt()}", ours, vs, "; ".join(checks),
                 cmds_of(setup, *cmds))]
-    spans = [Cmd(lbl, [PY, ME, "span", impl, tok, corpus]) for lbl, impl in
-             (("HF tokenizers", "hf"), ("tiktoken", "tiktoken"), ("llmkit", "llmkit"))]
-    runs = compare(spans, cfg)
     from harness import field_stat
 
-    s = {c.label: field_stat(runs[c.label], "mb_per_s") for c in spans}
-    toks = {c.label: runs[c.label][0].report["tokens"] for c in spans}
-    rows.append(Row("tok-encode-bpe8k-span", "BPE 8k encode, in-process: only the encode call over all lines (MB/s)",
-                    f"HF {s['HF tokenizers'].fmt('MB/s')}; tiktoken {s['tiktoken'].fmt('MB/s')}", s["llmkit"].fmt("MB/s"),
-                    f"speed {ratio(s['llmkit'].median, s['HF tokenizers'].median)} HF, "
-                    f"{ratio(s['llmkit'].median, s['tiktoken'].median)} tiktoken",
-                    "token totals " + ("equal" if len(set(toks.values())) == 1 else f"differ {toks}") +
-                    " (ids compared in the row above)", cmds_of(*spans)))
+    for n in (1, 2) if threads else (1,):
+        suffix = "" if n == 1 else "2"
+        spans = [Cmd(lbl, [PY, ME, "span", impl + suffix, tok, corpus], env={"RAYON_NUM_THREADS": n})
+                 for lbl, impl in sides]
+        runs = compare(spans, cfg)
+        s = {c.label: field_stat(runs[c.label], "mb_per_s") for c in spans}
+        toks = {c.label: runs[c.label][0].report["tokens"] for c in spans}
+        rows.append(Row(f"tok-encode-bpe8k{tag}-span" + ("" if n == 1 else "-t2"),
+                        f"BPE 8k encode {mb:.1f} MB, in-process, {n} thread{'s' if n > 1 else ''}: only the encode "
+                        "call over all lines (MB/s)",
+                        f"HF {s['HF tokenizers'].fmt('MB/s')}; tiktoken {s['tiktoken'].fmt('MB/s')}",
+                        s["llmkit"].fmt("MB/s"),
+                        f"speed {ratio(s['llmkit'].median, s['HF tokenizers'].median)} HF, "
+                        f"{ratio(s['llmkit'].median, s['tiktoken'].median)} tiktoken",
+                        "token totals " + ("equal" if len(set(toks.values())) == 1 else f"differ {toks}") +
+                        " (ids compared in the process row)", cmds_of(*spans)))
     return rows
+
+
+def adversarial_row(cfg, corpus: str, tok: str) -> Row:
+    """1 MB of prose, a 1 MB run of one character and 1 MB without spaces, each one text, in-process."""
+    from harness import field_stat
+
+    cmds = [Cmd(lbl, [PY, ME, "span-adversarial", impl, tok, corpus]) for lbl, impl in
+            (("HF tokenizers", "hf"), ("tiktoken", "tiktoken"), ("llmkit", "llmkit"))]
+    runs = compare(cmds, cfg, min_runs=3, fast_runs=3)
+
+    def cell(label):
+        st = {k: field_stat(runs[label], f"{k}_s") for k in ("prose", "run", "nospace")}
+        return (f"prose {st['prose'].fmt(digits=3)}; run {st['run'].fmt(digits=3)}; no spaces "
+                f"{st['nospace'].fmt(digits=3)}"), st
+
+    cells = {c.label: cell(c.label) for c in cmds}
+    lk = cells["llmkit"][1]
+    return Row("tok-encode-adversarial", "BPE 8k encode one 1 MB text: prose (newlines as spaces), a run of 'a', "
+               "the prose without spaces; in-process seconds",
+               f"HF {cells['HF tokenizers'][0]}; tiktoken {cells['tiktoken'][0]}", cells["llmkit"][0],
+               f"llmkit run/prose {ratio(lk['run'].median, lk['prose'].median)}, "
+               f"no-spaces/prose {ratio(lk['nospace'].median, lk['prose'].median)}",
+               "goal: a run of one character within 2x the prose time", cmds_of(*cmds))
 
 
 def vocab_row(cfg) -> Row:
@@ -251,11 +384,18 @@ def vocab_row(cfg) -> Row:
 def rows(cfg):
     corpus, desc = corpus_file(cfg, cfg.pick(10, 2, 0.1))
     jobs = cfg.pick(list(JOBS), list(JOBS), ["bpe8k", "wp8k", "uni8k"])
-    out = train_rows(cfg, corpus, jobs) + encode_rows(cfg, corpus) + [vocab_row(cfg)]
-    setup = [f"corpus: {desc}", "HF tokenizers single-threaded (RAYON_NUM_THREADS=1); tiktoken's Encoding built from "
-             "the HF BPE's vocabulary (ranks = HF ids) and GPT-2's pattern, since tiktoken cannot download its files here",
-             "training rows: one run per side per round, no warm-up round (the runs are long)"]
-    return "llmkit vs HF tokenizers / tiktoken / gguf", setup, out
+    tok, setup = encode_tokenizer(cfg, corpus)
+    out = train_rows(cfg, corpus, jobs) + encode_rows(cfg, corpus, tok, setup)
+    big, big_desc = big_corpus(cfg, cfg.pick(100, 20, 1))
+    out += encode_rows(cfg, big, tok, setup, tag="-big", threads=True)
+    out += [adversarial_row(cfg, corpus, tok), vocab_row(cfg)]
+    out += train_rows(cfg, big, cfg.pick(["bpe8k"], ["bpe8k"], ["bpe8k"]), tag="-big")
+    setup_lines = [f"corpus: {desc}", f"large corpus (-big rows): {big_desc}",
+                   "HF tokenizers single-threaded (RAYON_NUM_THREADS=1) except in the -t2 rows; tiktoken's Encoding "
+                   "built from the HF BPE's vocabulary (ranks = HF ids) and GPT-2's pattern, since tiktoken cannot "
+                   "download its files here; every encode row uses the HF BPE 8k trained on the first corpus",
+                   "training rows: one run per side per round, no warm-up round (the runs are long)"]
+    return "llmkit vs HF tokenizers / tiktoken / gguf", setup_lines, out
 
 
 if __name__ == "__main__":

@@ -11,14 +11,11 @@ their pure-Python path. docs/design/tokenizers.md says why (start-up against tik
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
-import platform
-import subprocess
 import sys
-import tempfile
 import threading
+import zlib
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -71,10 +68,11 @@ def cache_dir() -> Path:
 
 
 def _key() -> str:
-    """Names the library: the kernels' source, this Python and this machine's architecture."""
-    h = hashlib.sha256((_HERE / "_bpe_kernels.py").read_bytes())
-    h.update(f"{sys.version}|{platform.machine()}|{sys.platform}".encode())
-    return h.hexdigest()[:16]
+    """Names the library: the kernels' source, this Python and this machine's architecture (a CRC,
+    not a cryptographic hash, because loading must stay cheap)."""
+    src = (_HERE / "_bpe_kernels.py").read_bytes()
+    where = f"{sys.version}|{os.uname().machine if hasattr(os, 'uname') else ''}|{sys.platform}".encode()
+    return f"{zlib.crc32(src):08x}{zlib.crc32(where):08x}{len(src):x}"
 
 
 COMPILE_AT_BYTES = 16 << 20  # compiling (~10 s) pays off from about this much text to encode
@@ -130,15 +128,22 @@ def _compile() -> Kernels | None:
 
 
 def _link(kb) -> None:
-    """Write tokenize-bpe-<key>.so (and its symbol table) into the cache; silently skip on failure."""
+    """Write tokenize-bpe-<key>.so (and its symbol table) into the cache, removing the libraries of
+    older kernel sources; silently skip on failure (no linker: numba runs the kernels)."""
+    import subprocess
+    import tempfile
+
     import llvmlite.binding as ll
 
     try:
         target = ll.Target.from_default_triple()
         tm = target.create_target_machine(reloc="pic", codemodel="default", opt=3)
         module = ll.parse_assembly(_STUBS)
-        for f in kb.KERNELS.values():
-            module.link_in(ll.parse_bitcode(f._library._final_module.as_bitcode()))
+        names = {}
+        for name, f in kb.KERNELS.items():
+            native_name, code = _machine_module(f)
+            module.link_in(ll.parse_bitcode(code))
+            names[name] = native_name
         d = cache_dir()
         d.mkdir(parents=True, exist_ok=True)
         base = d / f"tokenize-bpe-{_key()}"
@@ -148,12 +153,27 @@ def _link(kb) -> None:
             so = Path(tmp) / "k.so"
             cc = os.environ.get("CC") or "cc"
             subprocess.run([cc, "-shared", "-o", str(so), str(obj)], check=True, capture_output=True, timeout=120)
-            names = Path(tmp) / "k.json"
-            names.write_text(json.dumps({k: f.native_name for k, f in kb.KERNELS.items()}))
+            table = Path(tmp) / "k.json"
+            table.write_text(json.dumps(names))
             os.replace(so, base.with_suffix(".so"))
-            os.replace(names, base.with_suffix(".json"))
+            os.replace(table, base.with_suffix(".json"))
+        for old in d.glob("tokenize-bpe-*"):
+            if not old.name.startswith(base.name):
+                old.unlink(missing_ok=True)
     except (OSError, subprocess.SubprocessError, RuntimeError):
         return
+
+
+def _machine_module(f) -> tuple[str, bytes]:
+    """(symbol, LLVM bitcode) of a cfunc's whole module; one that numba loaded from its cache holds
+    only machine code, so it is compiled again here without the cache."""
+    from numba import cfunc
+
+    module = f._library._final_module
+    if any(fn.name == f.native_name and not fn.is_declaration for fn in module.functions):
+        return f.native_name, module.as_bitcode()
+    fresh = cfunc(f._sig, error_model="numpy")(f._pyfunc)
+    return fresh.native_name, fresh._library._final_module.as_bitcode()
 
 
 # -- the Unicode class table --------------------------------------------------------------------------

@@ -5,8 +5,6 @@ from __future__ import annotations
 import unicodedata
 from functools import lru_cache
 
-import regex
-
 # GPT-2's pre-tokenizer pattern (also HF's ByteLevel with use_regex=True).
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -65,6 +63,9 @@ def from_byte_symbols(symbols: str) -> bytes:
 
 @lru_cache(maxsize=16)
 def compile_pattern(pattern: str):
+    """The `regex` module's compiled pattern (imported on first use: the compiled BPE path needs none)."""
+    import regex
+
     return regex.compile(pattern)
 
 
@@ -103,12 +104,12 @@ def is_cjk(ch: str) -> bool:
 
 
 _WS_CLASS = "".join(f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in _WS)
-_WS_RE = regex.compile(f"[{_WS_CLASS}]")
-_CONTROL_RE = regex.compile(r"[\x00\ufffd\p{Cc}\p{Cf}\p{Cn}\p{Co}\p{Cs}]")
-_CJK_RE = regex.compile("[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
-                        "\U0002b740-\U0002b81f\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f]")
+_WS_PAT = f"[{_WS_CLASS}]"
+_CONTROL_PAT = r"[\x00\ufffd\p{Cc}\p{Cf}\p{Cn}\p{Co}\p{Cs}]"
+_CJK_PAT = ("[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
+            "\U0002b740-\U0002b81f\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f]")
 _PUNCT = r"!-/:-@\[-`{-~\p{P}"
-_BERT_SPLIT_RE = regex.compile(f"[^{_WS_CLASS}{_PUNCT}]+|[{_PUNCT}]")
+_BERT_SPLIT_PAT = f"[^{_WS_CLASS}{_PUNCT}]+|[{_PUNCT}]"
 
 
 def bert_normalize(text: str, lowercase: bool = False) -> str:
@@ -118,8 +119,8 @@ def bert_normalize(text: str, lowercase: bool = False) -> str:
     >>> bert_normalize("ab\\tc中")
     'ab c 中 '
     """
-    text = _CONTROL_RE.sub("", _WS_RE.sub(" ", text))
-    text = _CJK_RE.sub(r" \g<0> ", text)
+    text = compile_pattern(_CONTROL_PAT).sub("", compile_pattern(_WS_PAT).sub(" ", text))
+    text = compile_pattern(_CJK_PAT).sub(r" \g<0> ", text)
     return text.lower() if lowercase else text
 
 
@@ -148,7 +149,7 @@ def split_bert(text: str) -> list[str]:
     >>> split_bert("Hi, there!  ok")
     ['Hi', ',', 'there', '!', 'ok']
     """
-    return _BERT_SPLIT_RE.findall(text)
+    return compile_pattern(_BERT_SPLIT_PAT).findall(text)
 
 
 def split_bert_slow(text: str) -> list[str]:

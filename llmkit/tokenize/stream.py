@@ -10,7 +10,6 @@ from __future__ import annotations
 import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate
 from typing import BinaryIO
 
@@ -97,6 +96,8 @@ def in_order(jobs: Iterable[Callable[[], object]], threads: int) -> Iterator[obj
         for job in jobs:
             yield job()
         return
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=threads) as pool:
         pending: deque = deque()
         for job in jobs:

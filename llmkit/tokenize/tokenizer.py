@@ -6,8 +6,6 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import regex
-
 from llmkit.errors import BadInput
 
 
@@ -32,7 +30,10 @@ class Tokenizer:
         self._split = None
         if self.added:
             alts = sorted((t.content for t in self.added if t.content), key=len, reverse=True)
-            self._split = regex.compile("(" + "|".join(regex.escape(a) for a in alts) + ")") if alts else None
+            if alts:
+                import regex
+
+                self._split = regex.compile("(" + "|".join(regex.escape(a) for a in alts) + ")")
         ids = list(model.id_to_token) + [t.id for t in self.added]
         self.vocab_size = (max(ids) + 1) if ids else 0
 
