@@ -32,7 +32,7 @@ OTHER_CHUNKS = 8  # 512-token chunks of the other text for its H
 
 def main() -> None:
     from llmkit.gguf.reader import read_gguf
-    from llmkit.quant.calibration.imatrix import collect, load_imatrix
+    from llmkit.quant.calibration.imatrix import collect_gram, load_imatrix
     from llmkit.quant.formats import get_format, load_f32
     from llmkit.quant.rounding.gptq import output_error, quantize_matrix
 
@@ -60,8 +60,7 @@ def main() -> None:
         t = time.perf_counter()
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
-        sums, counts, _ = collect(a.model, text, n_ctx=512, threads=a.threads, max_chunks=chunks, hessian=True,
-                                  only=wanted)
+        sums, counts, _ = collect_gram(a.model, text, n_ctx=512, threads=a.threads, max_chunks=chunks, only=wanted)
         print(f"H from {path}: {chunks} x 512 tokens, {time.perf_counter() - t:.0f} s", file=sys.stderr)
         return {k: v / float(np.asarray(counts[k]).sum()) for k, v in sums.items()}  # `only` chose them
 

@@ -20,11 +20,11 @@ from llmkit.commands.quant.base import group
 def imatrix_cmd(model_path, text_path, dst, n_ctx, chunks, threads):
     """Collect an importance matrix: mean squared input activation per column of every matrix."""
     from llmkit.io import read_text
-    from llmkit.quant.calibration.imatrix import collect, save_imatrix
+    from llmkit.quant.calibration.imatrix import collect_imatrix, save_imatrix
 
     text = read_text(text_path)
     with progress_bar("chunks") as bar:
-        sums, counts, chunks = collect(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=chunks,
-                                       progress=lambda d, n: bar(d, n, ""))
+        sums, counts, chunks = collect_imatrix(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=chunks,
+                                               progress=lambda d, n: bar(d, n, ""))
     save_imatrix(dst, sums, counts, chunks, n_ctx, text_path)
     Output().info(f"{dst}: {len(sums)} matrices, {chunks} chunks of {n_ctx} tokens")

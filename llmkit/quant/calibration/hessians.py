@@ -1,5 +1,5 @@
 """GPTQ's Hessians: H = X^T X of every matrix's inputs over calibration text (collected by
-imatrix.collect), saved as a GGUF file of F32 matrices and read back memory-mapped by name.
+imatrix.collect_gram), saved as a GGUF file of F32 matrices and read back memory-mapped by name.
 
 Memory: one H is ne0^2 float32, and a model's Hessians together can exceed the machine's memory,
 so they are never all held at once. One short pass finds the layout (which matrices share
@@ -22,7 +22,7 @@ import numpy as np
 from llmkit.errors import BadFileFormat, BadInput, OptionError
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.writer import f32_layout
-from llmkit.quant.calibration.imatrix import collect
+from llmkit.quant.calibration.imatrix import collect_gram
 
 
 HESSIAN_FORMAT = "llmkit-hessians"
@@ -146,7 +146,7 @@ def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512
     pass). Returns the number of passes."""
     from llmkit.io import atomic_file
 
-    shapes, _, _ = collect(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=1, hessian="shapes")
+    shapes, _, _ = collect_gram(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=1, layout_only=True)
     if not shapes:
         raise BadInput("no matrix inputs were seen while running the model; is it a transformer GGUF?")
     first_of: dict[int, str] = {}
@@ -169,8 +169,8 @@ def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512
         for gi, layers in enumerate(groups):
             wanted = set(layers)
             step = None if progress is None else (lambda d, t, gi=gi: progress(gi * t + d, len(groups) * t))
-            sums, counts, n = collect(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=chunks,
-                                      progress=step, hessian=True, only=lambda name: layer_of(name) in wanted)
+            sums, counts, n = collect_gram(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=chunks,
+                                           progress=step, only=lambda name: layer_of(name) in wanted)
             for k in keys:
                 if layer_of(k) not in wanted:
                     continue

@@ -109,105 +109,62 @@ def _load_legacy(path: str) -> Imatrix:
     return out
 
 
-def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None, max_chunks: int = 0,
-            progress: Callable[[int, int], None] | None = None, hessian: bool | str = False,
-            only: Callable[[str], bool] | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
-    """Run the model over `text` in full chunks of n_ctx tokens, cut as llama-imatrix cuts them, and
-    accumulate, for every `blk.*` matrix multiplication, the squared input activations per column;
-    for mixture-of-experts matrices (MUL_MAT_ID) per expert, from the tokens routed to it.
-    Returns (sums, token counts per matrix, chunks) — llama-imatrix's statistics.
+def collect_imatrix(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None, max_chunks: int = 0,
+                    progress: Callable[[int, int], None] | None = None
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """llama-imatrix's statistics: for every `blk.*` matrix multiplication, the squared input
+    activations summed per column (float32 sums; for mixture-of-experts matrices, MUL_MAT_ID, per
+    expert, from the tokens routed to it) and the tokens counted, over the full chunks of `text`
+    (`calibration_pass`). Returns (sums, token counts per matrix, chunks)."""
+    acc = _SquareSums()
+    n = calibration_pass(model_path, text, acc, n_ctx, threads, max_chunks, progress)
+    return {k: v.astype(np.float32) for k, v in acc.sums.items()}, acc.counts, n
 
-    With `hessian`, the whole second-moment matrix X^T X of each matrix's inputs instead (GPTQ's H,
-    float32, ne0 x ne0); matrices fed the same input in one evaluation (q/k/v, gate/up) share one
-    array (the same object under each name). Expert matrices are skipped then. With hessian="shapes"
-    nothing is accumulated: each matrix maps to an empty (0, ne0) array, shared as its H would be (the
-    layout of the Hessians, from one chunk). `only` (a test on matrix names) limits what is collected:
-    GPTQ collects its Hessians a few layers at a time, one pass each, to bound memory."""
+
+def collect_gram(model_path: str, text: str, n_ctx: int = 512, threads: int | None = None, max_chunks: int = 0,
+                 progress: Callable[[int, int], None] | None = None, only: Callable[[str], bool] | None = None,
+                 layout_only: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """GPTQ's statistics over the same pass: the whole second-moment matrix X^T X of each `blk.*`
+    matrix's inputs (float32, ne0 x ne0; expert matrices are skipped), with the tokens counted.
+    Matrices fed the same input in one evaluation (q/k/v, gate/up) share one array (the same object
+    under each name). `only` (a test on matrix names) limits what is accumulated: GPTQ collects a few
+    layers per pass to bound memory. With `layout_only` nothing is accumulated: each matrix maps to an
+    empty (0, ne0) array, shared as its H would be (the Hessians' layout; one chunk is enough).
+    Returns (sums, token counts per matrix, chunks)."""
+    acc = _Grams(only, layout_only)
+    n = calibration_pass(model_path, text, acc, n_ctx, threads, max_chunks, progress)
+    for h in {id(v): v for v in acc.sums.values()}.values():
+        _mirror_upper(h)
+    for name, first in acc.aliases.items():
+        acc.counts[name] = acc.counts[first]
+    return acc.sums, acc.counts, n
+
+
+def calibration_pass(model_path: str, text: str, acc, n_ctx: int, threads: int | None, max_chunks: int,
+                     progress: Callable[[int, int], None] | None) -> int:
+    """Run the model over `text` in full chunks of n_ctx tokens, cut as llama-imatrix cuts them, and hand
+    every matrix multiplication's input to `acc` (its `wants(name, experts)`, `add(name, x, key)`,
+    `add_experts(name, src0, src1, ids)` and `new_evaluation()`). Returns the chunks evaluated."""
     from llmkit.llama import runtime
-    from llmkit.llama.evalcb import Decoder, GgmlTensor, op_ids, strided
+    from llmkit.llama.evalcb import Decoder
 
     llm = runtime.open_model(model_path, runtime.ModelOptions(n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads),
                              logits_all=False)
-    # llama-imatrix's chunks (tools/imatrix/imatrix.cpp): its -f reader drops the file's final newline;
-    # the whole text is tokenized once with BOS, cut into full chunks of n_ctx tokens (the rest is
-    # unused) and each chunk's first token is replaced by BOS
-    text = text[:-1] if text.endswith("\n") else text
-    toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
-    bos = runtime.add_bos(llm)
-    if len(toks) < n_ctx:
-        raise BadInput(f"the calibration text has {len(toks)} tokens, fewer than one chunk of {n_ctx}; give more "
-                       "text or shorter chunks.")
-    mul_mat, mul_mat_id = op_ids(b"MUL_MAT", b"MUL_MAT_ID")
-    sums: dict[str, np.ndarray] = {}
-    counts: dict[str, np.ndarray] = {}
-    seen_inputs: dict[tuple, str] = {}  # (address, shape, first values) of this evaluation -> first matrix
-    aliases: dict[str, str] = {}
-
-    def on_tensor(t_ptr, ask):
-        t = GgmlTensor.from_address(t_ptr)
-        if t.op not in (mul_mat, mul_mat_id) or not t.src[0] or not t.src[1]:
-            return False
-        src0 = GgmlTensor.from_address(t.src[0])
-        src1 = GgmlTensor.from_address(t.src[1])
-        name = src0.weight_name()
-        if t.op == mul_mat_id and hessian:
-            return False
-        if t.op == mul_mat_id:  # experts: every routed token counts, whatever the batch (as llama-imatrix)
-            if ask:
-                return True
-            if src1.type != 0 or src1.nb[0] != 4 or not src1.data or not t.src[2]:
-                return True
-            _add_experts(name, src0, src1, GgmlTensor.from_address(t.src[2]))
-            return True
-        if not name.startswith("blk.") or src1.type != 0 or src1.ne[1] < 16 or (only is not None and not only(name)):
-            return False
-        if ask:
-            return True
-        ne0, rows = src1.ne[0], src1.ne[1] * src1.ne[2] * src1.ne[3]
-        if src1.nb[0] != 4 or not src1.data:
-            return True
-        if hessian:
-            x32 = np.ascontiguousarray(strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32))
-            key = (src1.data, ne0, rows, x32[0, :8].tobytes())
-            first = seen_inputs.setdefault(key, name)
-            if first != name:  # the same input as an earlier matrix of this evaluation: share its H
-                sums.setdefault(name, sums[first])
-                aliases[name] = first
-                return True
-            if hessian == "shapes":
-                sums.setdefault(name, np.empty((0, ne0), np.float32))
-            else:
-                if name not in sums:
-                    sums[name] = np.zeros((ne0, ne0), np.float32)
-                _add_gram(sums[name], x32)
-            counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
-            return True
-        x = strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32).astype(np.float64)
-        acc = sums.setdefault(name, np.zeros(ne0, np.float64))
-        acc += (x * x).sum(axis=0)
-        counts[name] = counts.get(name, np.zeros(1, np.int64)) + rows
-        return True
-
-    def _add_experts(name, src0, src1, ids):
-        """MUL_MAT_ID: ids [n_used, n_tokens] pick the expert of each (slot, token); src1 [cols, n_used or
-        1, n_tokens] holds the inputs. Each expert's slice gets the squares of the inputs routed to it."""
-        n_as, ne0, ne11, n_tok, n_ids = src0.ne[2], src1.ne[0], src1.ne[1], src1.ne[2], ids.ne[0]
-        ex = strided(ids.data, (n_tok, n_ids), (ids.nb[1], ids.nb[0]), np.int32).reshape(-1)
-        if ex.size == 0 or ex.min() < 0 or ex.max() >= n_as:
-            return
-        x = strided(src1.data, (n_tok, ne11, ne0), (src1.nb[2], src1.nb[1], 4), np.float32)
-        slot = np.arange(n_ids) % ne11
-        xs = x[:, slot, :].reshape(-1, ne0).astype(np.float64)  # row (token, slot) in ex's order
-        acc = sums.setdefault(name, np.zeros(ne0 * n_as, np.float64)).reshape(n_as, ne0)
-        np.add.at(acc, ex, xs * xs)
-        counts[name] = counts.get(name, np.zeros(n_as, np.int64)) + np.bincount(ex, minlength=n_as)
-
-    chunks = [toks[i * n_ctx:(i + 1) * n_ctx] for i in range(len(toks) // n_ctx)][:max_chunks or None]
     try:
-        with Decoder(llm, n_ctx, 1, threads, callback=on_tensor) as dec:
+        # llama-imatrix's chunks (tools/imatrix/imatrix.cpp): its -f reader drops the file's final
+        # newline; the whole text is tokenized once with BOS, cut into full chunks of n_ctx tokens (the
+        # rest is unused) and each chunk's first token is replaced by BOS
+        text = text[:-1] if text.endswith("\n") else text
+        toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+        bos = runtime.add_bos(llm)
+        if len(toks) < n_ctx:
+            raise BadInput(f"the calibration text has {len(toks)} tokens, fewer than one chunk of {n_ctx}; give more "
+                           "text or shorter chunks.")
+        chunks = [toks[i * n_ctx:(i + 1) * n_ctx] for i in range(len(toks) // n_ctx)][:max_chunks or None]
+        with Decoder(llm, n_ctx, 1, threads, callback=_matmul_inputs(acc)) as dec:
             for i, c in enumerate(chunks):
                 seq = [llm.token_bos()] + c[1:] if bos else c
-                seen_inputs.clear()
+                acc.new_evaluation()
                 dec.clear()
                 # logits for every token, as llama-imatrix asks: otherwise the last layer only
                 # runs for the final token and its matrices would get no statistics
@@ -216,13 +173,114 @@ def collect(model_path: str, text: str, n_ctx: int = 512, threads: int | None = 
                     progress(i + 1, len(chunks))
     finally:
         llm.close()  # now, not at garbage collection: GPTQ runs this once per group of layers
-    if hessian:
-        for h in {id(v): v for v in sums.values()}.values():
-            _mirror_upper(h)
-        for name, first in aliases.items():
-            counts[name] = counts[first]
-        return sums, counts, len(chunks)
-    return {k: v.astype(np.float32) for k, v in sums.items()}, counts, len(chunks)
+    return len(chunks)
+
+
+def _matmul_inputs(acc):
+    """The eval callback: for each MUL_MAT (or MUL_MAT_ID, experts) by a weight `acc` wants, its input
+    rows as a (rows, ne0) float32 view of ggml's buffer, handed to `acc` while the graph runs."""
+    from llmkit.llama.evalcb import GgmlTensor, op_ids, strided
+
+    mul_mat, mul_mat_id = op_ids(b"MUL_MAT", b"MUL_MAT_ID")
+
+    def on_tensor(t_ptr, ask):
+        t = GgmlTensor.from_address(t_ptr)
+        if t.op not in (mul_mat, mul_mat_id) or not t.src[0] or not t.src[1]:
+            return False
+        src0 = GgmlTensor.from_address(t.src[0])
+        src1 = GgmlTensor.from_address(t.src[1])
+        name = src0.weight_name()
+        if t.op == mul_mat_id:  # experts: every routed token counts, whatever the batch (as llama-imatrix)
+            if not acc.wants(name, True):
+                return False
+            if ask:
+                return True
+            if src1.type != 0 or src1.nb[0] != 4 or not src1.data or not t.src[2]:
+                return True
+            acc.add_experts(name, src0, src1, GgmlTensor.from_address(t.src[2]))
+            return True
+        if not name.startswith("blk.") or src1.type != 0 or src1.ne[1] < 16 or not acc.wants(name, False):
+            return False
+        if ask:
+            return True
+        ne0, rows = src1.ne[0], src1.ne[1] * src1.ne[2] * src1.ne[3]
+        if src1.nb[0] != 4 or not src1.data:
+            return True
+        acc.add(name, strided(src1.data, (rows, ne0), (src1.nb[1], 4), np.float32), src1.data)
+        return True
+
+    return on_tensor
+
+
+class _SquareSums:
+    """llama-imatrix's accumulator: per matrix the sum of x^2 per column (float64), per expert for
+    MUL_MAT_ID, and the tokens seen."""
+
+    def __init__(self):
+        self.sums: dict[str, np.ndarray] = {}
+        self.counts: dict[str, np.ndarray] = {}
+
+    def wants(self, name: str, experts: bool) -> bool:
+        return True
+
+    def new_evaluation(self) -> None:
+        pass
+
+    def add(self, name: str, x: np.ndarray, data: int) -> None:
+        x = x.astype(np.float64)
+        acc = self.sums.setdefault(name, np.zeros(x.shape[1], np.float64))
+        acc += (x * x).sum(axis=0)
+        self.counts[name] = self.counts.get(name, np.zeros(1, np.int64)) + len(x)
+
+    def add_experts(self, name, src0, src1, ids) -> None:
+        """MUL_MAT_ID: ids [n_used, n_tokens] pick the expert of each (slot, token); src1 [cols, n_used or
+        1, n_tokens] holds the inputs. Each expert's slice gets the squares of the inputs routed to it."""
+        from llmkit.llama.evalcb import strided
+
+        n_as, ne0, ne11, n_tok, n_ids = src0.ne[2], src1.ne[0], src1.ne[1], src1.ne[2], ids.ne[0]
+        ex = strided(ids.data, (n_tok, n_ids), (ids.nb[1], ids.nb[0]), np.int32).reshape(-1)
+        if ex.size == 0 or ex.min() < 0 or ex.max() >= n_as:
+            return
+        x = strided(src1.data, (n_tok, ne11, ne0), (src1.nb[2], src1.nb[1], 4), np.float32)
+        slot = np.arange(n_ids) % ne11
+        xs = x[:, slot, :].reshape(-1, ne0).astype(np.float64)  # row (token, slot) in ex's order
+        acc = self.sums.setdefault(name, np.zeros(ne0 * n_as, np.float64)).reshape(n_as, ne0)
+        np.add.at(acc, ex, xs * xs)
+        self.counts[name] = self.counts.get(name, np.zeros(n_as, np.int64)) + np.bincount(ex, minlength=n_as)
+
+
+class _Grams:
+    """GPTQ's accumulator: per matrix x^T x of its inputs (float32, upper triangle until the pass ends),
+    shared by the matrices that read the same input in one evaluation; no experts."""
+
+    def __init__(self, only: Callable[[str], bool] | None, layout_only: bool):
+        self.only, self.layout_only = only, layout_only
+        self.sums: dict[str, np.ndarray] = {}
+        self.counts: dict[str, np.ndarray] = {}
+        self.aliases: dict[str, str] = {}
+        self.seen_inputs: dict[tuple, str] = {}  # (address, shape, first values) of this evaluation -> first matrix
+
+    def wants(self, name: str, experts: bool) -> bool:
+        return not experts and (self.only is None or self.only(name))
+
+    def new_evaluation(self) -> None:
+        self.seen_inputs.clear()
+
+    def add(self, name: str, x: np.ndarray, data: int) -> None:
+        rows, ne0 = x.shape
+        x32 = np.ascontiguousarray(x)
+        first = self.seen_inputs.setdefault((data, ne0, rows, x32[0, :8].tobytes()), name)
+        if first != name:  # the same input as an earlier matrix of this evaluation: share its H
+            self.sums.setdefault(name, self.sums[first])
+            self.aliases[name] = first
+            return
+        if self.layout_only:
+            self.sums.setdefault(name, np.empty((0, ne0), np.float32))
+        else:
+            if name not in self.sums:
+                self.sums[name] = np.zeros((ne0, ne0), np.float32)
+            _add_gram(self.sums[name], x32)
+        self.counts[name] = self.counts.get(name, np.zeros(1, np.int64)) + rows
 
 
 def _add_gram(h: np.ndarray, x: np.ndarray) -> None:
