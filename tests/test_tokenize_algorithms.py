@@ -174,3 +174,18 @@ def test_foreign_hf_files_bert_template_and_llama2_byte_fallback(hf):
     llama2.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
     ours = from_hf_json(json.loads(llama2.to_str()))
     assert ours.encode(text) == llama2.encode(text).ids
+
+
+# sha256 of the trained model's JSON (sorted keys), first 16 hex digits, as llmkit trained them at commit
+# 23cce11 (before the shared training loop and the compiled trainers): the rewrites keep every piece and score
+SAME_AS_BEFORE = {("wordpiece", 800): "16727fe8ab3aa3c4", ("wordpiece", 3000): "d00be2d5c429d92a",
+                  ("unigram", 800): "d13364d15355a73e", ("unigram", 3000): "f07bd41c06c443c8"}
+
+
+@pytest.mark.parametrize("algo,size", list(SAME_AS_BEFORE))
+def test_wordpiece_and_unigram_train_as_before(algo, size, kernel_small):
+    import hashlib
+
+    tok = train(iter_lines([str(kernel_small)]), algo, size)
+    model = json.dumps(tok.to_hf()["model"], ensure_ascii=False, sort_keys=True)
+    assert hashlib.sha256(model.encode()).hexdigest()[:16] == SAME_AS_BEFORE[(algo, size)]

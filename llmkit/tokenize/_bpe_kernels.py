@@ -384,6 +384,56 @@ def _merge_word(t, s, e, byte_id, pkey, prank, pmask, new_of, sc, sprev, snext, 
     return o
 
 
+# -- the word cache: FNV hash, linear probing, keys and ids in arenas -------------------------------
+@njit
+def _cache_get(t, i, j, chash, cmeta, cmask, karena, varena, out, o):
+    """Copy the cached ids of the word t[i:j] to out[o:]; returns their number, or -1 (not cached)."""
+    n = j - i
+    h = _hash_bytes(t, i, j)
+    s = h & cmask
+    while chash[s] != 0:
+        if chash[s] == h and (cmeta[s] & 0xFF) == n:
+            ko = (cmeta[s] >> 8) & 0xFFFFFF
+            same = True
+            for q in range(n):
+                if karena[ko + q] != t[i + q]:
+                    same = False
+                    break
+            if same:
+                vo = cmeta[s] >> 40
+                vl = (cmeta[s] >> 32) & 0xFF
+                for q in range(vl):
+                    out[o + q] = varena[vo + q]
+                return vl
+        s = (s + 1) & cmask
+    return -1
+
+
+@njit
+def _cache_put(t, i, j, chash, cmeta, cmask, karena, kcap, varena, vcap, st, ids, o, vl):
+    """Remember ids[o:o + vl] for the word t[i:j]; a full cache starts afresh."""
+    n = j - i
+    if st[0] + n > kcap or st[1] + vl > vcap or 2 * (st[2] + 1) > cmask + 1:
+        for q in range(cmask + 1):
+            chash[q] = 0
+        st[0] = 0
+        st[1] = 0
+        st[2] = 0
+    h = _hash_bytes(t, i, j)
+    s = h & cmask
+    while chash[s] != 0:
+        s = (s + 1) & cmask
+    chash[s] = h
+    cmeta[s] = (st[1] << 40) | (np_int(vl) << 32) | (st[0] << 8) | n
+    for q in range(n):
+        karena[st[0] + q] = t[i + q]
+    for q in range(vl):
+        varena[st[1] + q] = ids[o + q]
+    st[0] += n
+    st[1] += vl
+    st[2] += 1
+
+
 # -- encoding a batch of lines ----------------------------------------------------------------------
 ENC_SIG = T.int64(
     P8, P64, T.int64, T.int64,  # text, line offsets (n_lines + 1), n_lines, first line
@@ -428,28 +478,10 @@ def encode_lines(text_p, loff_p, n_lines, first, cls_p, byte_id_p, pkey_p, prank
         while i < end:
             j = _next(t, i, end, cls, kind)
             n = j - i
-            if n <= KEY_MAX:  # the word cache: FNV hash, linear probing, keys and ids in arenas
-                h = _hash_bytes(t, i, j)
-                s = h & cmask
-                hit = False
-                while chash[s] != 0:
-                    if chash[s] == h and (cmeta[s] & 0xFF) == n:
-                        ko = (cmeta[s] >> 8) & 0xFFFFFF
-                        same = True
-                        for q in range(n):
-                            if karena[ko + q] != t[i + q]:
-                                same = False
-                                break
-                        if same:
-                            vo = cmeta[s] >> 40
-                            vl = (cmeta[s] >> 32) & 0xFF
-                            for q in range(vl):
-                                out[o + q] = varena[vo + q]
-                            o += vl
-                            hit = True
-                            break
-                    s = (s + 1) & cmask
-                if hit:
+            if n <= KEY_MAX:
+                vl = _cache_get(t, i, j, chash, cmeta, cmask, karena, varena, out, o)
+                if vl >= 0:
+                    o += vl
                     i = j
                     continue
             elif n > scap:
@@ -467,26 +499,7 @@ def encode_lines(text_p, loff_p, n_lines, first, cls_p, byte_id_p, pkey_p, prank
                 if o < 0:
                     return -(li + 1)
             if n <= KEY_MAX:
-                vl = o - o0
-                if st[0] + n > kcap or st[1] + vl > vcap2 or 2 * (st[2] + 1) > ccap:
-                    for q in range(ccap):  # full: start the cache afresh
-                        chash[q] = 0
-                    st[0] = 0
-                    st[1] = 0
-                    st[2] = 0
-                h = _hash_bytes(t, i, j)
-                s = h & cmask
-                while chash[s] != 0:
-                    s = (s + 1) & cmask
-                chash[s] = h
-                cmeta[s] = (st[1] << 40) | (np_int(vl) << 32) | (st[0] << 8) | n
-                for q in range(n):
-                    karena[st[0] + q] = t[i + q]
-                for q in range(vl):
-                    varena[st[1] + q] = out[o0 + q]
-                st[0] += n
-                st[1] += vl
-                st[2] += 1
+                _cache_put(t, i, j, chash, cmeta, cmask, karena, kcap, varena, vcap2, st, out, o0, o - o0)
             i = j
         lend[li] = o
     return n_lines

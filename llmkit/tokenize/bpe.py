@@ -14,14 +14,8 @@ from dataclasses import dataclass, field
 
 from llmkit.errors import BadInput
 from llmkit.tokenize import pretok
-from llmkit.tokenize.pieces import (
-    Progress,
-    Trace,
-    Vocab,
-    WordEncoder,
-    check_vocab_size,
-    merge_pair,
-)
+from llmkit.tokenize.pieces import (STOP, PairMerges, Progress, Trace, Vocab, WordEncoder, check_vocab_size,
+                                    merge_pair)
 
 
 @dataclass
@@ -73,86 +67,80 @@ def train_bpe(
     for ch in alphabet_of(word_counts, initial_alphabet, limit_alphabet):
         vocab.add(ch)
     check_vocab_size(vocab_size, len(vocab))
-    id_to_tok, tok_to_id = vocab.tokens, vocab.ids
     prefix = continuing_subword_prefix
-
-    # words as lists of symbol ids
-    words: list[list[int]] = []
+    words: list[list[int]] = []  # words as lists of symbol ids
     counts: list[int] = []
     for word, c in word_counts.items():
         ids = []
         for j, ch in enumerate(word):
-            if ch not in tok_to_id:
+            if ch not in vocab.ids:
                 continue  # removed by limit_alphabet
             ids.append(vocab.add(ch if (j == 0 or not prefix) else prefix + ch))
         words.append(ids)
         counts.append(c)
+    m = BPEMerges(vocab, words, counts, prefix, min_frequency, trace_top)
+    m.run(vocab_size, progress, trace)
+    tokens = vocab.tokens
+    return BPETrainResult(vocab=tokens, merges=[(tokens[a], tokens[b]) for a, b in m.merges], special_tokens=specials)
 
-    pair_counts: dict[tuple[int, int], int] = defaultdict(int)
-    where: dict[tuple[int, int], set[int]] = defaultdict(set)
-    for i, w in enumerate(words):
-        c = counts[i]
-        for pair in zip(w, w[1:]):
-            pair_counts[pair] += c
-            where[pair].add(i)
 
-    # max-heap on count, then the smallest (id_a, id_b) — HF's order. `seq` keeps tuples comparable.
-    heap = []
-    seq = 0
-    for pair, pos in where.items():
-        c = pair_counts[pair]
-        if c > 0:
-            heap.append((-c, pair[0], pair[1], seq, pos))
-            seq += 1
-    heapq.heapify(heap)
-    del where
+class BPEMerges(PairMerges):
+    """HF BpeTrainer's order: the highest count first, then the smallest pair of ids. A heap entry
+    carries the words where its pair was counted, as HF's does; an entry whose count is out of date
+    goes back with the current count, and training stops below `min_frequency`."""
 
-    merges: list[tuple[int, int]] = []
-    total_steps = max(1, vocab_size - len(tok_to_id))
-    step = 0
-    while len(tok_to_id) < vocab_size and heap:
-        negc, a, b, _, pos = heapq.heappop(heap)
-        cur = pair_counts[(a, b)]
+    def __init__(self, vocab, words, counts, prefix, min_frequency: int, trace_top: int):
+        super().__init__(vocab, words, counts, prefix)
+        self.min_frequency = min_frequency
+        self.trace_top = trace_top
+        self.pair_counts: dict[tuple[int, int], int] = defaultdict(int)
+        where: dict[tuple[int, int], set[int]] = defaultdict(set)
+        for i, w in enumerate(words):
+            c = counts[i]
+            for pair in zip(w, w[1:]):
+                self.pair_counts[pair] += c
+                where[pair].add(i)
+        self.seq = 0  # keeps heap tuples comparable without comparing the sets
+        for pair, pos in where.items():
+            c = self.pair_counts[pair]
+            if c > 0:
+                self.heap.append((-c, pair[0], pair[1], self.seq, pos))
+                self.seq += 1
+        heapq.heapify(self.heap)
+
+    def _push(self, count: int, pair: tuple[int, int], pos: set[int]) -> None:
+        heapq.heappush(self.heap, (-count, pair[0], pair[1], self.seq, pos))
+        self.seq += 1
+
+    def check(self, entry):
+        negc, a, b, _, pos = entry
+        cur = self.pair_counts[(a, b)]
         if -negc != cur:
             if cur > 0:
-                heapq.heappush(heap, (-cur, a, b, seq, pos))
-                seq += 1
-            continue
-        if cur < 1 or cur < min_frequency:
-            break
-        if trace is not None:
-            top = [(e[0], e[1], e[2]) for e in heapq.nsmallest(trace_top * 4, heap) if -e[0] == pair_counts[(e[1], e[2])]]
-            trace({
-                "step": step + 1,
-                "merge": [id_to_tok[a], id_to_tok[b]],
-                "count": cur,
-                "top_pairs": [[id_to_tok[x], id_to_tok[y], -n] for (n, x, y) in [(-cur, a, b)] + top][:trace_top],
-            })
-        tb = id_to_tok[b]
-        if prefix and tb.startswith(prefix):
-            tb = tb[len(prefix):]
-        nid = vocab.add(id_to_tok[a] + tb)
-        merges.append((a, b))
+                self._push(cur, (a, b), pos)
+            return None
+        if cur < 1 or cur < self.min_frequency:
+            return STOP
+        return (a, b)
 
+    def trace_step(self, step: int, entry) -> dict:
+        negc, a, b = entry[:3]
+        tok = self.vocab.tokens
+        pc = self.pair_counts
+        top = [(e[0], e[1], e[2]) for e in heapq.nsmallest(self.trace_top * 4, self.heap) if -e[0] == pc[(e[1], e[2])]]
+        return {"step": step, "merge": [tok[a], tok[b]], "count": -negc,
+                "top_pairs": [[tok[x], tok[y], -n] for (n, x, y) in [(negc, a, b)] + top][:self.trace_top]}
+
+    def merge(self, pair, new, entry) -> None:
+        a, b = pair
         new_where: dict[tuple[int, int], set[int]] = defaultdict(set)
-        for wi in pos:
-            for p, _ in merge_pair(words[wi], a, b, nid, counts[wi], pair_counts):
+        for wi in entry[4]:
+            for p, _ in merge_pair(self.words[wi], a, b, new, self.counts[wi], self.pair_counts):
                 new_where[p].add(wi)
         for p, ws in new_where.items():
-            c = pair_counts[p]
+            c = self.pair_counts[p]
             if c > 0:
-                heapq.heappush(heap, (-c, p[0], p[1], seq, ws))
-                seq += 1
-        step += 1
-        if progress is not None and (step % 64 == 0):
-            progress(step, total_steps, "merges")
-    if progress is not None:
-        progress(step, total_steps, "merges")
-    return BPETrainResult(
-        vocab=id_to_tok,
-        merges=[(id_to_tok[a], id_to_tok[b]) for a, b in merges],
-        special_tokens=specials,
-    )
+                self._push(c, p, ws)
 
 
 NATIVE_MIN_CHARS = 256

@@ -1,8 +1,10 @@
 """Building blocks the subword algorithms share: the vocabulary a trainer grows, one merge of a
-pair inside a word (BPE and WordPiece), and word-by-word encoding with a cache (every encoder)."""
+pair inside a word and the merge loop around it (BPE and WordPiece), and word-by-word encoding with
+a cache (every encoder)."""
 
 from __future__ import annotations
 
+import heapq
 from typing import Callable, Iterable
 
 from llmkit.errors import OptionError
@@ -73,6 +75,62 @@ def merge_pair(w: list[int], a: int, b: int, new: int, count: int, pair_counts: 
                 made.append((p, i))
         i += 1
     return made
+
+
+STOP = object()  # PairMerges.check: training ends here
+
+
+class PairMerges:
+    """The training loop BPE and WordPiece share: pop the best pair from a heap, skip an entry that
+    is out of date, join the pair into a new token, merge it in the words that hold it and push the
+    pairs that changed. Subclasses fill `heap` and say what "best" and "out of date" mean:
+    `check(entry)` returns the pair to merge, None to skip the entry or STOP; `merge(pair, new,
+    entry)` updates the words and the heap; `trace_step(step, entry)` describes a step for --trace."""
+
+    def __init__(self, vocab: Vocab, words: list[list[int]], counts: list[int], prefix: str | None):
+        self.vocab = vocab
+        self.words = words
+        self.counts = counts
+        self.prefix = prefix
+        self.heap: list = []
+        self.merges: list[tuple[int, int]] = []
+
+    def check(self, entry):
+        raise NotImplementedError
+
+    def merge(self, pair: tuple[int, int], new: int, entry) -> None:
+        raise NotImplementedError
+
+    def trace_step(self, step: int, entry) -> dict:
+        raise NotImplementedError
+
+    def joined(self, pair: tuple[int, int]) -> str:
+        """The new token's text: the right part loses its continuation prefix."""
+        a, b = (self.vocab.tokens[x] for x in pair)
+        p = self.prefix
+        return a + (b[len(p):] if p and b.startswith(p) else b)
+
+    def run(self, vocab_size: int, progress: Progress | None = None, trace: Trace | None = None) -> None:
+        """Merge until the vocabulary has `vocab_size` tokens, the heap is empty or check() says STOP."""
+        total_steps = max(1, vocab_size - len(self.vocab))
+        step = 0
+        while len(self.vocab) < vocab_size and self.heap:
+            entry = heapq.heappop(self.heap)
+            pair = self.check(entry)
+            if pair is STOP:
+                break
+            if pair is None:
+                continue
+            if trace is not None:
+                trace(self.trace_step(step + 1, entry))
+            new = self.vocab.add(self.joined(pair))
+            self.merges.append(pair)
+            self.merge(pair, new, entry)
+            step += 1
+            if progress is not None and step % 64 == 0:
+                progress(step, total_steps, "merges")
+        if progress is not None:
+            progress(step, total_steps, "merges")
 
 
 class WordEncoder:

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from llmkit.errors import BadInput
 from llmkit.tokenize import pretok
-from llmkit.tokenize.pieces import Progress, Trace, Vocab, WordEncoder, check_vocab_size, merge_pair
+from llmkit.tokenize.pieces import PairMerges, Progress, Trace, Vocab, WordEncoder, check_vocab_size, merge_pair
 
 
 @dataclass
@@ -50,103 +50,105 @@ def train_wordpiece(
             rests.update(w[1:])
     vocab = Vocab(specials + sorted(firsts, key=ord) + [prefix + c for c in sorted(rests, key=ord)])
     check_vocab_size(vocab_size, len(vocab))
-    id_to_tok, tok_to_id = vocab.tokens, vocab.ids
-
     words: list[list[int]] = []
     counts: list[int] = []
-    freq: dict[int, int] = defaultdict(int)
     for w, c in word_counts.items():
-        if not w:
-            continue
-        ids = [tok_to_id[w[0]]] + [tok_to_id[prefix + ch] for ch in w[1:]]
-        words.append(ids)
-        counts.append(c)
-        for t in ids:
-            freq[t] += c
+        if w:
+            words.append([vocab.ids[w[0]]] + [vocab.ids[prefix + ch] for ch in w[1:]])
+            counts.append(c)
+    WordPieceMerges(vocab, words, counts, prefix, min_frequency, trace_top).run(vocab_size, progress, trace)
+    return WordPieceTrainResult(vocab=vocab.tokens, special_tokens=specials)
 
-    pair_counts: dict[tuple[int, int], int] = defaultdict(int)
-    # pair -> words containing it, as lists (duplicates allowed, removed when used): a list costs
-    # a third of a set per pair, and there are ~10^6 pairs on 10 MB of text
-    where: dict[tuple[int, int], list[int]] = defaultdict(list)
-    pairs_of: dict[int, set[tuple[int, int]]] = defaultdict(set)
-    first_seen: dict[tuple[int, int], tuple[int, int]] = {}
-    for i, w in enumerate(words):
-        c = counts[i]
-        for j, p in enumerate(zip(w, w[1:])):
-            pair_counts[p] += c
-            if not where[p] or where[p][-1] != i:
-                where[p].append(i)
-            if p not in first_seen:
-                first_seen[p] = (i, j)
-    for p in pair_counts:
-        pairs_of[p[0]].add(p)
-        pairs_of[p[1]].add(p)
 
-    def score(p: tuple[int, int]) -> float:
-        c = pair_counts[p]
-        return c / (freq[p[0]] * freq[p[1]]) if c > 0 else 0.0
+class WordPieceMerges(PairMerges):
+    """The highest score first, ties to the pair seen first. Merging a pair lowers its parts'
+    frequencies, which raises the score of every other pair holding them: those are pushed again,
+    and an entry whose score is out of date goes back with the current one."""
 
-    heap = [(-score(p), first_seen[p], p[0], p[1]) for p in pair_counts]
-    heapq.heapify(heap)
-    total_steps = max(1, vocab_size - len(id_to_tok))
-    step = 0
-    while len(tok_to_id) < vocab_size and heap:
-        negs, order, a, b = heapq.heappop(heap)
+    def __init__(self, vocab, words, counts, prefix: str, min_frequency: int, trace_top: int):
+        super().__init__(vocab, words, counts, prefix)
+        self.min_frequency = min_frequency
+        self.trace_top = trace_top
+        self.freq: dict[int, int] = defaultdict(int)
+        self.pair_counts: dict[tuple[int, int], int] = defaultdict(int)
+        # pair -> words containing it, as lists (duplicates allowed, removed when used): a list costs
+        # a third of a set, and pairs are the largest structure of the run
+        self.where: dict[tuple[int, int], list[int]] = defaultdict(list)
+        self.pairs_of: dict[int, set[tuple[int, int]]] = defaultdict(set)
+        self.first_seen: dict[tuple[int, int], tuple[int, int]] = {}
+        for i, w in enumerate(words):
+            c = counts[i]
+            for t in w:
+                self.freq[t] += c
+            for j, p in enumerate(zip(w, w[1:])):
+                self.pair_counts[p] += c
+                if not self.where[p] or self.where[p][-1] != i:
+                    self.where[p].append(i)
+                if p not in self.first_seen:
+                    self.first_seen[p] = (i, j)
+        for p in self.pair_counts:
+            self.pairs_of[p[0]].add(p)
+            self.pairs_of[p[1]].add(p)
+        self.heap = [(-self.score(p), self.first_seen[p], p[0], p[1]) for p in self.pair_counts]
+        heapq.heapify(self.heap)
+
+    def score(self, p: tuple[int, int]) -> float:
+        c = self.pair_counts[p]
+        return c / (self.freq[p[0]] * self.freq[p[1]]) if c > 0 else 0.0
+
+    def check(self, entry):
+        negs, order, a, b = entry
         p = (a, b)
-        c = pair_counts[p]
-        if c <= 0 or c < min_frequency:
-            continue
-        s = score(p)
+        c = self.pair_counts[p]
+        if c <= 0 or c < self.min_frequency:
+            return None
+        s = self.score(p)
         if s != -negs:
-            heapq.heappush(heap, (-s, order, a, b))  # stale entry: re-queue with the current score
-            continue
-        if trace is not None:
-            cand = [(s, a, b)]
-            for e in heapq.nsmallest(trace_top * 4, heap):
-                q = (e[2], e[3])
-                if pair_counts[q] > 0 and score(q) == -e[0] and q != p and (-e[0], q[0], q[1]) not in cand:
-                    cand.append((-e[0], q[0], q[1]))
-            trace({
-                "step": step + 1,
-                "merge": [id_to_tok[a], id_to_tok[b]],
-                "score": s,
-                "pair_count": c,
-                "top_scores": [[id_to_tok[x], id_to_tok[y], sc] for sc, x, y in cand[:trace_top]],
-            })
-        tb = id_to_tok[b]
-        nid = vocab.add(id_to_tok[a] + (tb[len(prefix):] if tb.startswith(prefix) else tb))
+            heapq.heappush(self.heap, (-s, order, a, b))  # stale entry: re-queue with the current score
+            return None
+        return p
+
+    def trace_step(self, step: int, entry) -> dict:
+        a, b = entry[2], entry[3]
+        p = (a, b)
+        s = self.score(p)
+        cand = [(s, a, b)]
+        for e in heapq.nsmallest(self.trace_top * 4, self.heap):
+            q = (e[2], e[3])
+            if self.pair_counts[q] > 0 and self.score(q) == -e[0] and q != p and (-e[0], q[0], q[1]) not in cand:
+                cand.append((-e[0], q[0], q[1]))
+        tok = self.vocab.tokens
+        return {"step": step, "merge": [tok[a], tok[b]], "score": s, "pair_count": self.pair_counts[p],
+                "top_scores": [[tok[x], tok[y], sc] for sc, x, y in cand[:self.trace_top]]}
+
+    def merge(self, pair, new, entry) -> None:
+        a, b = pair
         touched: set[tuple[int, int]] = set()
-        for wi in sorted(set(where.pop(p, ()))):
-            w = words[wi]
-            wc = counts[wi]
+        for wi in sorted(set(self.where.pop(pair, ()))):
+            w = self.words[wi]
+            wc = self.counts[wi]
             n_before = len(w)
-            for q, i in merge_pair(w, a, b, nid, wc, pair_counts):
-                where[q].append(wi)
-                if q not in first_seen:
-                    first_seen[q] = (wi, i)
-                pairs_of[q[0]].add(q)
-                pairs_of[q[1]].add(q)
+            for q, i in merge_pair(w, a, b, new, wc, self.pair_counts):
+                self.where[q].append(wi)
+                if q not in self.first_seen:
+                    self.first_seen[q] = (wi, i)
+                self.pairs_of[q[0]].add(q)
+                self.pairs_of[q[1]].add(q)
                 touched.add(q)
             merged = (n_before - len(w)) * wc
-            freq[a] -= merged
-            freq[b] -= merged
-            freq[nid] += merged
-        pair_counts[p] = 0
+            self.freq[a] -= merged
+            self.freq[b] -= merged
+            self.freq[new] += merged
+        self.pair_counts[pair] = 0
         # scores rise for every pair that shares a part whose frequency just fell
         for t in (a, b):
-            if freq[t] > 0:
-                live = {q for q in pairs_of[t] if pair_counts[q] > 0}
-                pairs_of[t] = live
+            if self.freq[t] > 0:
+                live = {q for q in self.pairs_of[t] if self.pair_counts[q] > 0}
+                self.pairs_of[t] = live
                 touched |= live
         for q in touched:
-            if pair_counts[q] > 0:
-                heapq.heappush(heap, (-score(q), first_seen[q], q[0], q[1]))
-        step += 1
-        if progress is not None and step % 64 == 0:
-            progress(step, total_steps, "merges")
-    if progress is not None:
-        progress(step, total_steps, "merges")
-    return WordPieceTrainResult(vocab=id_to_tok, special_tokens=specials)
+            if self.pair_counts[q] > 0:
+                heapq.heappush(self.heap, (-self.score(q), self.first_seen[q], q[0], q[1]))
 
 
 class WordPiece(WordEncoder):
