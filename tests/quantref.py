@@ -1,6 +1,7 @@
 """llama.cpp's quantizer as the reference of the quant tests: the `llama-quantize` binary run one way
-(llamatools.run_tool, 2 threads), its refusals, its --dry-run type log and its own list of file
-types, plus the module fixtures several test_quant* files share."""
+(llamatools.run_tool, 2 threads; `binary_outcome` where it may refuse), its --dry-run type log and
+its own list of file types, plus `setup`, the module fixture several test_quant* files share (a
+K-quant-shaped model with its imatrix in both formats)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,15 @@ def binary_quantize(src, dst, ftype: str, imatrix=None, extra=()) -> subprocess.
     return run_tool("llama-quantize", *quantize_args(src, dst, ftype, imatrix, extra), timeout=600)
 
 
+def binary_outcome(src, dst, ftype: str, imatrix=None, extra=()) -> subprocess.CompletedProcess:
+    """llama-quantize where it may refuse (run_tool would fail the test): its process, whatever the outcome."""
+    return subprocess.run([tool("llama-quantize"), *quantize_args(src, dst, ftype, imatrix, extra)], capture_output=True,
+                          text=True, timeout=600)
+
+
 def binary_refuses(src, dst, ftype: str, imatrix=None, extra=()) -> str:
     """Run llama-quantize where it must fail: the test fails if it succeeds; returns its log."""
-    p = subprocess.run([tool("llama-quantize"), *quantize_args(src, dst, ftype, imatrix, extra)], capture_output=True,
-                       text=True, timeout=600)
+    p = binary_outcome(src, dst, ftype, imatrix, extra)
     assert p.returncode != 0, f"llama-quantize {ftype} succeeded where it should refuse"
     return p.stdout + p.stderr
 
@@ -60,9 +66,38 @@ def listed_file_types() -> tuple[dict[str, int], dict[str, str]]:
     return types, aliases
 
 
-@pytest.fixture(scope="module")
-def tools():
-    """The folder holding llama.cpp's tools (found or built once)."""
-    from llamatools import tool_dir
+def legacy_copy(src, dst):
+    """The GGUF imatrix `src` written in llama-imatrix's legacy .dat layout (values = mean x ncall)."""
+    import struct
 
-    return tool_dir()
+    import numpy as np
+
+    from llmkit.quant.calibration.imatrix import load_imatrix
+
+    imx = load_imatrix(str(src))
+    ncall = imx.chunk_count
+    out = [struct.pack("<i", len(imx))]
+    for name, v in imx.items():
+        b = name.encode()
+        out += [struct.pack("<i", len(b)), b, struct.pack("<ii", ncall, len(v)), (v * np.float32(ncall)).astype("<f4").tobytes()]
+    ds = b"legacy-" + imx.datasets[0].encode()
+    out += [struct.pack("<i", ncall), struct.pack("<i", len(ds)), ds]
+    dst.write_bytes(b"".join(out))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, kernel_small):
+    """A model whose matrices all have K-quant rows (256 / 512 wide), its GGUF imatrix (llmkit), the
+    same imatrix as a legacy .dat file, and the calibration text."""
+    from conftest import run_cli
+    from ggufmake import write_tiny_llama
+
+    d = tmp_path_factory.mktemp("qbin")
+    base = write_tiny_llama(d / "base.gguf", n_embd=256, n_ff=512, n_layer=2, n_head=4, n_head_kv=2, seed=11,
+                            outliers=True)
+    imx = d / "imatrix.gguf"
+    r = run_cli(["quant", "imatrix", "-m", str(base), "--text", str(kernel_small), "-o", str(imx), "-c", "128",
+                 "--chunks", "6"])
+    assert r.exit_code == 0, r.stderr
+    return d, base, imx, legacy_copy(imx, d / "imatrix.dat")

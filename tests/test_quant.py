@@ -1,8 +1,7 @@
-"""llmkit quant against llama.cpp's own quantizer (llama_model_quantize): whole output files must be
+"""llmkit quant against llama.cpp's own quantizer (the llama-quantize binary): whole output files must be
 byte-identical for every type, on random-weight models of several shapes built here; plus imatrix
 (formats, collection, the error it saves), reports, compare, perplexity and bad input."""
 
-import ctypes
 import json
 import os
 import struct
@@ -13,6 +12,7 @@ import pytest
 
 from conftest import run_cli
 from ggufmake import write_tiny_llama
+from quantref import binary_outcome, binary_quantize
 from test_gguf_reader import MALFORMED
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -24,66 +24,13 @@ ALL = [t for t in rules.FTYPES if t not in rules.IMATRIX_FTYPES]  # the others: 
 
 
 def reference(src, dst, ftype, imatrix=None, pure=False, output_type=None, embd_type=None, tensor_types=()):
-    """llama.cpp's quantizer through llama-cpp-python, with an imatrix and type overrides passed as
-    llama-quantize would."""
-    from llmkit.llama.runtime import _silence_llama_log
-    from llmkit.gguf.types import TYPE_ID
-
-    _silence_llama_log()
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype, p.nthread, p.pure = rules.FTYPES[ftype][0], 2, pure
-    keep = []
-    if output_type:
-        p.output_tensor_type = TYPE_ID[output_type]
-    if embd_type:
-        p.token_embedding_type = TYPE_ID[embd_type]
-    if tensor_types:
-        tt = (llama_cpp.llama_model_tensor_override * (len(tensor_types) + 1))()
-        for i, (pattern, t) in enumerate(tensor_types):
-            pb = pattern.lower().encode()
-            keep.append(pb)
-            tt[i].pattern, tt[i].type = pb, TYPE_ID[t]
-        tt[len(tensor_types)].pattern = None
-        keep.append(tt)
-        p.tt_overrides = ctypes.cast(tt, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
-    if imatrix:
-        arr = (llama_cpp.llama_model_imatrix_data * (len(imatrix) + 1))()
-        for i, (k, v) in enumerate(imatrix.items()):
-            v = np.ascontiguousarray(v, dtype=np.float32)
-            kb = k.encode()
-            keep += [v, kb]
-            arr[i].name, arr[i].data, arr[i].size = kb, v.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), len(v)
-        arr[len(imatrix)].name = None
-        keep.append(arr)
-        p.imatrix = ctypes.cast(arr, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
-        keep.append(_imatrix_overrides(p, imatrix))
-    assert llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(p)) == 0
-
-
-def _imatrix_overrides(p, imatrix):
-    """The kv-overrides tools/quantize/quantize.cpp adds for an imatrix read from a file (the library
-    call writes no imatrix keys by itself): path, first dataset, entry count, chunk count."""
-    if getattr(imatrix, "source", None) is None:
-        return None
-    kv = []
-    def put(key, tag, value):
-        o = llama_cpp.llama_model_kv_override()
-        o.key, o.tag = key.encode(), tag
-        if tag == llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR:
-            o.value.val_str = value.encode()[:127]
-        else:
-            o.value.val_i64 = value
-        kv.append(o)
-    put("quantize.imatrix.file", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR, imatrix.source)
-    if imatrix.datasets:
-        put("quantize.imatrix.dataset", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR, imatrix.datasets[0])
-    put("quantize.imatrix.entries_count", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, len(imatrix))
-    if imatrix.chunk_count > 0:
-        put("quantize.imatrix.chunks_count", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, imatrix.chunk_count)
-    arr = (llama_cpp.llama_model_kv_override * (len(kv) + 1))(*kv)
-    arr[len(kv)].key = b""
-    p.kv_overrides = ctypes.cast(arr, ctypes.POINTER(llama_cpp.llama_model_kv_override))
-    return arr
+    """The `llama-quantize` binary, with an imatrix (loaded from its file: the binary reads that file)
+    and type overrides as its flags."""
+    extra = (["--pure"] if pure else []) + (["--output-tensor-type", output_type.lower()] if output_type else []) \
+        + (["--token-embedding-type", embd_type.lower()] if embd_type else [])
+    for pattern, t in tensor_types:
+        extra += ["--tensor-type", f"{pattern.lower()}={t.lower()}"]
+    binary_quantize(src, dst, ftype, imatrix.source if imatrix else None, extra)
 
 
 @pytest.fixture(scope="module")
@@ -260,9 +207,7 @@ def test_bad_usage_and_requantize(models, tmp_path):
     r = run_cli(["quant", str(q4),"--type", "Q8_0", "-o", str(tmp_path / "again.gguf")])
     assert r.exit_code == 1 and "already quantized" in r.stderr
     ref = tmp_path / "ref-re.gguf"
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype, p.allow_requantize = rules.FTYPES["Q8_0"][0], True
-    assert llama_cpp.llama_model_quantize(str(q4).encode(), str(ref).encode(), ctypes.byref(p)) == 0
+    binary_quantize(q4, ref, "Q8_0", extra=["--allow-requantize"])
     r = run_cli(["quant", str(q4),"--type", "Q8_0", "-o", str(tmp_path / "again.gguf"), "--allow-requantize"])
     assert r.exit_code == 0 and same_file(tmp_path / "again.gguf", ref)
     before = q4.read_bytes()
@@ -311,12 +256,7 @@ def test_fp16_overflow_refused_like_llama_cpp(tmp_path, ftype, value):
 
     # K-quants need 256-wide rows
     p = _model_with(tmp_path, put, *((256, 256) if ftype == "Q4_K_M" else (64, 128)))
-    from llmkit.llama.runtime import _silence_llama_log
-
-    _silence_llama_log()
-    prm = llama_cpp.llama_model_quantize_default_params()
-    prm.ftype = rules.FTYPES[ftype][0]
-    refused = llama_cpp.llama_model_quantize(str(p).encode(), str(tmp_path / "ref.gguf").encode(), ctypes.byref(prm)) != 0
+    refused = binary_outcome(p, tmp_path / "ref.gguf", ftype).returncode != 0
     out = tmp_path / "out.gguf"
     r = run_cli(["quant", str(p),"--type", ftype, "-o", str(out)])
     if refused:

@@ -13,53 +13,12 @@ import pytest
 
 from conftest import run_cli
 from ggufmake import write_tiny_llama
-from llamatools import tool_dir
+from llamatools import run_tool
+from quantref import binary_quantize, setup  # noqa: F401  (a module fixture)
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
 ROOT = Path(__file__).parent.parent
-
-
-@pytest.fixture(scope="module")
-def tools() -> Path:
-    """The folder holding the llama.cpp tools."""
-    return tool_dir()
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory, kernel_small):
-    """A model whose matrices all have K-quant rows (256 / 512 wide), its GGUF imatrix (llmkit), the
-    same imatrix as a legacy .dat file, and the calibration text."""
-    d = tmp_path_factory.mktemp("qbin")
-    base = write_tiny_llama(d / "base.gguf", n_embd=256, n_ff=512, n_layer=2, n_head=4, n_head_kv=2, seed=11,
-                            outliers=True)
-    imx = d / "imatrix.gguf"
-    r = run_cli(["quant", "imatrix", "-m", str(base), "--text", str(kernel_small), "-o", str(imx), "-c", "128",
-                 "--chunks", "6"])
-    assert r.exit_code == 0, r.stderr
-    return d, base, imx, legacy_copy(imx, d / "imatrix.dat")
-
-
-def legacy_copy(src: Path, dst: Path) -> Path:
-    """The GGUF imatrix `src` written in llama-imatrix's legacy .dat layout (values = mean x ncall)."""
-    from llmkit.quant.calibration.imatrix import load_imatrix
-
-    imx = load_imatrix(str(src))
-    ncall = imx.chunk_count
-    out = [struct.pack("<i", len(imx))]
-    for name, v in imx.items():
-        b = name.encode()
-        out += [struct.pack("<i", len(b)), b, struct.pack("<ii", ncall, len(v)), (v * np.float32(ncall)).astype("<f4").tobytes()]
-    ds = b"legacy-" + imx.datasets[0].encode()
-    out += [struct.pack("<i", ncall), struct.pack("<i", len(ds)), ds]
-    dst.write_bytes(b"".join(out))
-    return dst
-
-
-def binary_quantize(tools: Path, src, dst, ftype: str, imatrix=None) -> None:
-    args = [str(tools / "llama-quantize")] + (["--imatrix", str(imatrix)] if imatrix else []) + [str(src), str(dst), ftype, "2"]
-    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
 
 
 def metadata(path) -> dict:
@@ -73,7 +32,7 @@ def metadata(path) -> dict:
                                        ("Q4_K_M", None), ("Q5_K_S", None), ("Q6_K", None), ("IQ4_XS", None),
                                        ("Q4_K_M", "gguf"), ("Q2_K", "gguf"), ("Q3_K_S", "gguf"), ("IQ4_NL", "gguf"),
                                        ("Q5_0", "gguf"), ("Q4_K_M", "dat"), ("Q6_K", "dat")])
-def test_same_file_as_the_llama_quantize_binary(tools, setup, monkeypatch, ftype, imx):
+def test_same_file_as_the_llama_quantize_binary(setup, monkeypatch, ftype, imx):
     """Whole files, header and metadata included, with the compiled kernels forced on."""
     from llmkit.quant.formats import jit
 
@@ -84,7 +43,7 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, monkeypatch, ftype
     monkeypatch.setattr(jit, "run_weighted", lambda name, *a: seen.append(name) or real_w(name, *a))
     path = {None: None, "gguf": imx_gguf, "dat": imx_dat}[imx]
     ref, ours = d / f"bin-{ftype}-{imx}.gguf", d / f"ours-{ftype}-{imx}.gguf"
-    binary_quantize(tools, base, ref, ftype, path)
+    binary_quantize(base, ref, ftype, path)
     args = ["quant", str(base),"--type", ftype, "-o", str(ours)] + (["--imatrix", str(path)] if path else [])
     r = run_cli(args)
     assert r.exit_code == 0, r.stderr
@@ -106,7 +65,7 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, monkeypatch, ftype
 
 
 @pytest.mark.parametrize("ftype", ["Q4_0", "Q8_0", "Q4_K_M"])
-def test_f16_base_through_the_compiled_conversion(tools, setup, monkeypatch, tmp_path, ftype):
+def test_f16_base_through_the_compiled_conversion(setup, monkeypatch, tmp_path, ftype):
     """An F16 model (as real ones come) is read through the compiled half -> float conversion when the
     kernels run: same file as llama-quantize; a NaN half is still refused (the conversion counts it,
     so the input needs no second pass)."""
@@ -120,7 +79,7 @@ def test_f16_base_through_the_compiled_conversion(tools, setup, monkeypatch, tmp
     calls, real = [], jit.f16_rows
     monkeypatch.setattr(jit, "f16_rows", lambda raw, ne0: calls.append(ne0) or real(raw, ne0))
     ref, ours = tmp_path / "ref.gguf", tmp_path / "ours.gguf"
-    binary_quantize(tools, f16, ref, ftype)
+    binary_quantize(f16, ref, ftype)
     r = run_cli(["quant", str(f16),"--type", ftype, "-o", str(ours)])
     assert r.exit_code == 0, r.stderr
     assert calls and ours.read_bytes() == ref.read_bytes(), f"{ftype} from F16 differs from llama-quantize"
@@ -188,7 +147,7 @@ def test_two_runs_in_one_process_do_not_interfere(setup, monkeypatch, tmp_path):
     assert len(heard) == 1 and "no_such_kernel" in heard[0]
 
 
-def test_long_imatrix_path_cut_like_the_binary(tools, setup, tmp_path):
+def test_long_imatrix_path_cut_like_the_binary(setup, tmp_path):
     """quantize.cpp copies the path into a 128-byte kv-override: longer paths are cut at 127 bytes."""
     d, base, imx_gguf, _ = setup
     deep = tmp_path / ("x" * 60) / ("y" * 60)
@@ -197,7 +156,7 @@ def test_long_imatrix_path_cut_like_the_binary(tools, setup, tmp_path):
     long.write_bytes(imx_gguf.read_bytes())
     assert len(str(long).encode()) > 127
     ref, ours = tmp_path / "bin.gguf", tmp_path / "ours.gguf"
-    binary_quantize(tools, base, ref, "Q4_0", long)
+    binary_quantize(base, ref, "Q4_0", long)
     assert run_cli(["quant", str(base),"--type", "Q4_0", "-o", str(ours), "--imatrix", str(long)]).exit_code == 0
     assert ours.read_bytes() == ref.read_bytes()
     assert metadata(ours)["quantize.imatrix.file"] == str(long)[:127]
@@ -228,7 +187,7 @@ def with_bos(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("n_ctx,chunks,bos", [(128, 5, True), (128, 0, True), (256, 0, False)])
-def test_imatrix_equals_llama_imatrix(tools, tmp_path, kernel_small, n_ctx, chunks, bos):
+def test_imatrix_equals_llama_imatrix(tmp_path, kernel_small, n_ctx, chunks, bos):
     """Same model, text, context and chunks: the same entries, token counts and chunk count, and sums
     equal within float tolerance (llama-imatrix adds float32 squares token by token, llmkit sums in
     float64; the two builds' matmul kernels differ in the last bits). With BOS, each chunk's first
@@ -239,10 +198,8 @@ def test_imatrix_equals_llama_imatrix(tools, tmp_path, kernel_small, n_ctx, chun
     text = tmp_path / "calib.txt"
     text.write_text(kernel_small.read_text(encoding="utf-8")[:12_000], encoding="utf-8")
     cpp, ours = tmp_path / "cpp.gguf", tmp_path / "ours.gguf"
-    args = [str(tools / "llama-imatrix"), "-m", str(base), "-f", str(text), "-o", str(cpp), "-c", str(n_ctx),
-            "-b", str(n_ctx), "-t", "2", "--no-ppl"] + (["--chunks", str(chunks)] if chunks else [])
-    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
+    run_tool("llama-imatrix", "-m", base, "-f", text, "-o", cpp, "-c", n_ctx, "-b", n_ctx, "-t", 2, "--no-ppl",
+             *(["--chunks", chunks] if chunks else []), timeout=600)
     r = run_cli(["quant", "imatrix", "-m", str(base), "--text", str(text), "-o", str(ours), "-c", str(n_ctx),
                  "--chunks", str(chunks), "--threads", "2"])
     assert r.exit_code == 0, r.stderr

@@ -10,7 +10,7 @@ import pytest
 from conftest import run_cli
 from latticecases import (assert_dequantize_equals_ggml, assert_equal_ggml, assert_threads_same, hard_rows,
                           model_rows)
-from test_quant_binary import binary_quantize, setup, tools  # noqa: F401 - pytest fixtures
+from quantref import binary_quantize, setup  # noqa: F401 - a module fixture
 
 pytest.importorskip("numba")
 pytest.importorskip("llama_cpp")
@@ -84,13 +84,13 @@ def test_threads_give_the_same_bytes(name):
 
 
 @pytest.mark.parametrize("ftype", TYPES)
-def test_same_file_as_the_llama_quantize_binary(tools, setup, ftype):  # noqa: F811
+def test_same_file_as_the_llama_quantize_binary(setup, ftype):  # noqa: F811
     """Whole files with an imatrix, header and metadata included."""
     from llmkit.gguf.reader import read_gguf
 
     d, base, imx, _ = setup
     ref, ours = d / f"bin-{ftype}.gguf", d / f"ours-{ftype}.gguf"
-    binary_quantize(tools, base, ref, ftype, imx)
+    binary_quantize(base, ref, ftype, imx)
     r = run_cli(["quant", str(base),"--type", ftype, "-o", str(ours), "--imatrix", str(imx)])
     assert r.exit_code == 0, r.stderr
     assert ours.read_bytes() == ref.read_bytes(), f"{ftype} differs from llama-quantize"

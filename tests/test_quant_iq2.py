@@ -2,15 +2,14 @@
 dequantizer, the quantized bytes equal to ggml's own quantizer (ggml_quantize_chunk) row for row,
 decoding equal to ggml's, and whole files equal to the `llama-quantize` binary's."""
 
-import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, run_subprocess
 from latticecases import (assert_dequantize_equals_ggml, assert_equal_ggml, assert_threads_same, hard_rows,
                           model_rows)
-from test_quant_binary import setup, tools  # noqa: F401 - pytest fixtures
+from quantref import binary_quantize, setup  # noqa: F401 - a module fixture
 
 pytest.importorskip("numba")
 pytest.importorskip("llama_cpp")
@@ -91,16 +90,14 @@ def test_grid_tables_built_read_back_and_cached(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("ftype,pure", [("IQ2_XXS", False), ("IQ2_XS", False), ("IQ2_S", False), ("IQ2_M", False),
                                         ("IQ2_M", True)])
-def test_same_file_as_the_llama_quantize_binary(tools, setup, ftype, pure):  # noqa: F811
+def test_same_file_as_the_llama_quantize_binary(setup, ftype, pure):  # noqa: F811
     """Whole files with an imatrix, header and metadata included. The IQ2_S tensors come from the
     IQ2_M file type; with --pure every tensor is IQ2_S, the token embedding (which the imatrix
     lacks) by IQ2_S's path without column weights."""
     d, base, imx, _ = setup
     flag = ["--pure"] if pure else []
     ref, ours = d / f"bin-{ftype}-{pure}.gguf", d / f"ours-{ftype}-{pure}.gguf"
-    p = subprocess.run([str(tools / "llama-quantize"), *flag, "--imatrix", str(imx), str(base), str(ref), ftype, "2"],
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
+    binary_quantize(base, ref, ftype, imx, flag)
     r = run_cli(["quant", str(base),"--type", ftype, "-o", str(ours), "--imatrix", str(imx), *flag])
     assert r.exit_code == 0, r.stderr
     assert ours.read_bytes() == ref.read_bytes(), f"{ftype} (pure: {pure}) differs from llama-quantize"
@@ -112,16 +109,12 @@ def test_same_file_as_the_llama_quantize_binary(tools, setup, ftype, pure):  # n
 
 def test_first_compilation_is_announced_once(setup, tmp_path):  # noqa: F811
     """A kernel's first compilation (an empty numba cache) is said on stderr; the next run loads it."""
-    import os
-    import sys
-
     d, base, imx, _ = setup
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "PYTHONPATH": str(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))}
-    args = [sys.executable, "-m", "llmkit", "quant", str(base), "--type", "IQ2_XXS", "--imatrix", str(imx)]
-    first = subprocess.run(args + ["-o", str(tmp_path / "a.gguf")], capture_output=True, text=True, env=env, timeout=600)
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    args = ["quant", str(base), "--type", "IQ2_XXS", "--imatrix", str(imx)]
+    first = run_subprocess(args + ["-o", str(tmp_path / "a.gguf")], text=True, env=env, timeout=600)
     assert first.returncode == 0, first.stderr
     assert "compiling llmkit's iq2_xxs quantization kernel" in first.stderr
-    again = subprocess.run(args + ["-o", str(tmp_path / "b.gguf")], capture_output=True, text=True, env=env, timeout=600)
+    again = run_subprocess(args + ["-o", str(tmp_path / "b.gguf")], text=True, env=env, timeout=600)
     assert again.returncode == 0 and "compiling" not in again.stderr, again.stderr
     assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()

@@ -10,7 +10,7 @@ import pytest
 from conftest import run_cli
 from latticecases import (assert_dequantize_equals_ggml, assert_equal_ggml, assert_threads_same, hard_rows,
                           model_rows)
-from test_quant_binary import binary_quantize, setup, tools  # noqa: F401 - pytest fixtures
+from quantref import binary_quantize, setup  # noqa: F401 - a module fixture
 
 pytest.importorskip("numba")
 pytest.importorskip("llama_cpp")
@@ -104,12 +104,12 @@ def test_grid_tables_built_read_back_and_cached(tmp_path, monkeypatch, size, nwa
 
 @pytest.mark.parametrize("ftype,imx", [("IQ3_XXS", "gguf"), ("IQ3_S", "gguf"), ("IQ3_S", None), ("IQ3_M", "gguf"),
                                        ("IQ3_XS", "gguf")])
-def test_same_file_as_the_llama_quantize_binary(tools, setup, ftype, imx):  # noqa: F811
+def test_same_file_as_the_llama_quantize_binary(setup, ftype, imx):  # noqa: F811
     """Whole files, header and metadata included."""
     d, base, imx_gguf, _ = setup
     path = imx_gguf if imx else None
     ref, ours = d / f"bin-{ftype}-{imx}.gguf", d / f"ours-{ftype}-{imx}.gguf"
-    binary_quantize(tools, base, ref, ftype, path)
+    binary_quantize(base, ref, ftype, path)
     r = run_cli(["quant", str(base),"--type", ftype, "-o", str(ours)] + (["--imatrix", str(path)] if path else []))
     assert r.exit_code == 0, r.stderr
     assert ours.read_bytes() == ref.read_bytes(), f"{ftype} (imatrix {imx}) differs from llama-quantize"

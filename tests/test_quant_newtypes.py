@@ -6,14 +6,13 @@ with and without an imatrix, refusing where the binary refuses and naming the sa
 files equal to the binary's for every one of these file types."""
 
 import re
-import subprocess
 
 import pytest
 
 from conftest import run_cli
 from ggufmake import write_tiny_llama
 from imatrixmake import write_imatrix_dat
-from test_quant_binary import tools  # noqa: F401  (the fixture building/locating the binaries)
+from quantref import binary_outcome, binary_quantize, dry_run_types
 
 pytest.importorskip("llama_cpp")
 
@@ -45,14 +44,6 @@ def models(tmp_path_factory):
     return d, out
 
 
-def run_binary(tools, src, dst, ftype, imatrix=None, extra=()):  # noqa: F811
-    """llama-quantize [EXTRA] SRC DST FTYPE with 2 threads (DST None: --dry-run)."""
-    out = ["--dry-run", str(src)] if dst is None else [str(src), str(dst)]
-    imx = ["--imatrix", str(imatrix)] if imatrix else []
-    args = [str(tools / "llama-quantize")] + list(extra) + imx + out + [ftype, "2"]
-    return subprocess.run(args, capture_output=True, text=True, timeout=600)
-
-
 def test_the_file_type_table():
     """llama.h's numbers, llama_ftype_get_default_type's tensor types; 35 file types in all
     (Q1_0, Q2_0: test_quant_lowbit.py)."""
@@ -64,35 +55,21 @@ def test_the_file_type_table():
     assert len(rules.FTYPES) == 35 and rules.resolve_ftype("iq2_m") == "IQ2_M"
 
 
-def dry_run_types(tools, src, ftype, imatrix=None, extra=()):  # noqa: F811
-    """llama-quantize --dry-run: {tensor: type} from its per-tensor log (nothing is quantized), and
-    whether it warns that the real run would need an imatrix."""
-    p = run_binary(tools, src, None, ftype, imatrix, extra)
-    assert p.returncode == 0, p.stderr[-2000:]
-    log = p.stdout + p.stderr
-    types = {}
-    for m in re.finditer(r"^\[\s*\d+/\s*\d+\]\s+(\S+)\s+- \[[^\]]*\], type =\s*(\S+), size =[^(\n]*(?:\((\S+)\))?$",
-                         log, re.M):
-        types[m.group(1)] = (m.group(3) or m.group(2)).upper()
-    assert types, log[-2000:]
-    return types, "will require an imatrix" in log
-
-
 @pytest.mark.parametrize("imx", [False, True], ids=["no-imatrix", "imatrix"])
 @pytest.mark.parametrize("shape", [k for k in SHAPES if not k.startswith("small")])
 @pytest.mark.parametrize("ftype", NEW)
-def test_types_per_tensor_equal_the_binary(tools, models, tmp_path, ftype, shape, imx):  # noqa: F811
+def test_types_per_tensor_equal_the_binary(models, tmp_path, ftype, shape, imx):
     """Rules only (no llmkit bytes): every tensor's type as the binary's --dry-run reports it; where the
     binary needs an imatrix and has none, the same refusal naming the same first tensor."""
     d, ms = models
     src, dat = ms[shape]
-    theirs, needs = dry_run_types(tools, src, ftype, dat if imx else None)
+    theirs, needs = dry_run_types(src, ftype, dat if imx else None)
     try:
         ours = plan_types(str(src), ftype, has_imatrix=imx)
     except BadInput as e:
         ours = str(e)
     if needs:  # the real run refuses in its first pass over the tensors, before quantizing any
-        p = run_binary(tools, src, tmp_path / "refused.gguf", ftype)
+        p = binary_outcome(src, tmp_path / "refused.gguf", ftype)
         assert p.returncode != 0
         first = re.search(r"offending tensor: (\S+)", p.stderr + p.stdout).group(1)
         assert isinstance(ours, str) and f"'{first}'" in ours, ours
@@ -105,12 +82,12 @@ def test_types_per_tensor_equal_the_binary(tools, models, tmp_path, ftype, shape
 
 @pytest.mark.parametrize("ftype,out_type", [("Q4_K_M", "Q8_0"), ("IQ3_S", "Q4_0"), ("TQ2_0", "IQ4_NL"),
                                             ("IQ2_XXS", "Q3_K")])
-def test_tied_token_embedding_takes_the_output_type(tools, models, ftype, out_type):  # noqa: F811
+def test_tied_token_embedding_takes_the_output_type(models, ftype, out_type):
     """--output-tensor-type also types a token embedding that stands in for the output (llama.cpp's
     output branch), then the fallback rule applies as to any other choice."""
     d, ms = models
     src, dat = ms["tied"]
-    theirs, _ = dry_run_types(tools, src, ftype, dat, ["--output-tensor-type", out_type.lower()])
+    theirs, _ = dry_run_types(src, ftype, dat, ["--output-tensor-type", out_type.lower()])
     ours = plan_types(str(src), ftype, has_imatrix=True, overrides=rules.Overrides(output=out_type))
     assert ours == theirs and ours["token_embd.weight"] == out_type
 
@@ -120,7 +97,7 @@ WHOLE = [(t, "imatrix") for t in NEW] + [(t, None) for t in ("IQ3_S", "IQ3_M")]
 
 @pytest.mark.slow  # the binary builds the IQ1/IQ2 search tables on every run (~10 s for IQ1_*, under load)
 @pytest.mark.parametrize("ftype,imx", WHOLE)
-def test_same_file_as_the_binary(tools, models, monkeypatch, ftype, imx):  # noqa: F811
+def test_same_file_as_the_binary(models, monkeypatch, ftype, imx):
     """Whole files with llmkit's formats (the grid i-quants included), compiled kernels forced on, on
     a tied model (Q5_K/Q6_K token embeddings, outliers) and a GQA-4 one (Q2_K/IQ3_S/Q4_K token
     embeddings, fallback rows)."""
@@ -129,8 +106,7 @@ def test_same_file_as_the_binary(tools, models, monkeypatch, ftype, imx):  # noq
     for shape in ("small-tied", "small-gqa4"):
         src, dat = ms[shape]
         ref, ours = d / f"whole-bin-{shape}-{ftype}.gguf", d / f"whole-ours-{shape}-{ftype}.gguf"
-        p = run_binary(tools, src, ref, ftype, dat if imx else None)
-        assert p.returncode == 0, p.stderr[-2000:]
+        binary_quantize(src, ref, ftype, dat if imx else None)
         r = run_cli(["quant", str(src),"--type", ftype, "-o", str(ours)] + (["--imatrix", str(dat)] if imx else []))
         assert r.exit_code == 0, r.stderr
         assert ours.read_bytes() == ref.read_bytes(), f"{shape} {ftype} (imatrix {imx}) differs from llama-quantize"

@@ -7,7 +7,6 @@ tensor) said in one line before anything is written."""
 
 import json
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from conftest import run_cli
 from ggufmake import write_tiny_llama
 from imatrixmake import write_imatrix_dat
-from test_quant_binary import tools  # noqa: F401  (the fixture building/locating the binaries)
+from quantref import binary_outcome, binary_quantize
 
 pytest.importorskip("llama_cpp")
 
@@ -104,27 +103,19 @@ def models(tmp_path_factory):
     return d, m, {k: write_imatrix_dat(d / f"{k}.dat", p, seed=5) for k, p in m.items()}
 
 
-def run_binary(tools, src, dst, ftype, imatrix=None):  # noqa: F811
-    """llama-quantize SRC DST FTYPE with 2 threads."""
-    imx = ["--imatrix", str(imatrix)] if imatrix else []
-    return subprocess.run([str(tools / "llama-quantize")] + imx + [str(src), str(dst), ftype, "2"], capture_output=True,
-                          text=True, timeout=600)
-
-
 @pytest.mark.parametrize("model,ftype,imx", [
     ("dense", "TQ1_0", False), ("dense", "TQ2_0", False), ("dense", "TQ1_0", True), ("odd", "TQ1_0", False),
     ("odd", "TQ2_0", False), ("moe", "TQ2_0", False), ("moe", "MXFP4_MOE", False), ("moe", "MXFP4_MOE", True),
     ("dense", "MXFP4_MOE", False), ("odd", "MXFP4_MOE", False), ("dense", "Q2_K_S", True), ("moe", "Q2_K_S", True),
     ("odd", "Q2_K_S", False)])
-def test_same_file_as_the_binary(tools, models, monkeypatch, model, ftype, imx):  # noqa: F811
+def test_same_file_as_the_binary(models, monkeypatch, model, ftype, imx):
     """Whole files (metadata included), with the compiled kernels forced on; the fallback count in the
     report equals the binary's."""
     d, m, imxs = models
     monkeypatch.setenv("LLMKIT_JIT", "1")
     ref, ours = d / f"bin-{model}-{ftype}-{imx}.gguf", d / f"ours-{model}-{ftype}-{imx}.gguf"
     path = imxs[model] if imx else None
-    p = run_binary(tools, m[model], ref, ftype, path)
-    assert p.returncode == 0, p.stderr[-2000:]
+    p = binary_quantize(m[model], ref, ftype, path)
     r = run_cli(["quant", str(m[model]), "--type", ftype, "-o", str(ours), "--json"]
                 + (["--imatrix", str(path)] if imx else []))
     assert r.exit_code == 0, r.stderr
@@ -137,11 +128,11 @@ def test_same_file_as_the_binary(tools, models, monkeypatch, model, ftype, imx):
 
 
 @pytest.mark.parametrize("ftype", ["Q2_K_S", "IQ2_XXS", "IQ1_M", "IQ3_XXS"])
-def test_refuses_without_imatrix_like_the_binary(tools, models, tmp_path, ftype):  # noqa: F811
+def test_refuses_without_imatrix_like_the_binary(models, tmp_path, ftype):
     """No imatrix: the binary refuses (naming the first tensor), llmkit too, in one line, exit 1, and
     writes nothing (a file already at the output path is left as it was)."""
     d, m, _ = models
-    p = run_binary(tools, m["dense"], tmp_path / "bin.gguf", ftype)
+    p = binary_outcome(m["dense"], tmp_path / "bin.gguf", ftype)
     assert p.returncode != 0
     first = re.search(r"offending tensor: (\S+)", p.stderr + p.stdout).group(1)
     out = tmp_path / "ours.gguf"
@@ -153,21 +144,21 @@ def test_refuses_without_imatrix_like_the_binary(tools, models, tmp_path, ftype)
     assert out.read_bytes() == b"earlier result" and [p.name for p in tmp_path.glob("ours*")] == ["ours.gguf"]
 
 
-def test_rows_that_fall_back_need_no_imatrix(tools, models, tmp_path):  # noqa: F811
+def test_rows_that_fall_back_need_no_imatrix(models, tmp_path):
     """Q2_K_S on rows of 96: every matrix falls back to Q4_0, so neither tool asks for an imatrix."""
     d, m, _ = models
-    assert run_binary(tools, m["odd"], tmp_path / "bin.gguf", "Q2_K_S").returncode == 0
+    binary_quantize(m["odd"], tmp_path / "bin.gguf", "Q2_K_S")
     assert run_cli(["quant", str(m["odd"]), "--type", "Q2_K_S", "-o", str(tmp_path / "ours.gguf")]).exit_code == 0
     assert (tmp_path / "bin.gguf").read_bytes() == (tmp_path / "ours.gguf").read_bytes()
 
 
 @pytest.mark.parametrize("ftype", ["Q2_K_S", "IQ2_XS"])
-def test_imatrix_missing_a_tensor(tools, models, tmp_path, ftype):  # noqa: F811
+def test_imatrix_missing_a_tensor(models, tmp_path, ftype):
     """An imatrix without blk.3.attn_q.weight: the binary bails out on that tensor; llmkit says so in one
     line naming it, before writing."""
     d, m, _ = models
     holey = write_imatrix_dat(tmp_path / "holey.dat", m["dense"], seed=5, skip={"blk.3.attn_q.weight"})
-    p = run_binary(tools, m["dense"], tmp_path / "bin.gguf", ftype, holey)
+    p = binary_outcome(m["dense"], tmp_path / "bin.gguf", ftype, holey)
     assert p.returncode != 0 and "blk.3.attn_q.weight" in p.stderr + p.stdout
     out = tmp_path / "ours.gguf"
     r = run_cli(["quant", str(m["dense"]), "--type", ftype, "-o", str(out), "--imatrix", str(holey)])
