@@ -1,4 +1,4 @@
-"""`llmkit gguf`: look inside GGUF files with llmkit's hardened reader."""
+"""`llmkit gguf`: look inside GGUF files with llmkit's hardened reader; convert model directories to GGUF."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from llmkit.commands._common import Output
 
 @click.group("gguf")
 def group():
-    """Inspect GGUF model files (metadata and tensor table; every field bounds-checked)."""
+    """Inspect GGUF model files (metadata and tensor table; every field bounds-checked) and convert models to GGUF."""
 
 
 def _summary(v, limit: int = 80):
@@ -72,3 +72,34 @@ def inspect_cmd(path, as_json, full):
     for t in g.tensors:
         tens.add_row(t.name, " x ".join(map(str, t.shape)), t.type_name, str(t.nbytes), str(t.offset))
     out.table(tens)
+
+
+@group.command("convert")
+@click.argument("src", metavar="SRC_DIR")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The GGUF file to write.")
+@click.option("--outtype", type=click.Choice(["f16", "f32", "q8_0"]), default="f16", show_default=True,
+              help="Type of the weight matrices (vectors, norms and position tables stay F32).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
+def convert_cmd(src, output, outtype, as_json):
+    """Convert a BERT-family model directory to a GGUF file for llama.cpp (no torch needed).
+
+    SRC_DIR is a sentence-transformers embedder (BERT, RoBERTa, XLM-RoBERTa: all-MiniLM, bge, e5, ...)
+    or a cross-encoder (BertForSequenceClassification, XLMRobertaForSequenceClassification) saved with
+    safetensors weights and a tokenizer.json. The file uses llama.cpp's own tensor names and
+    vocabulary layout; an embedder becomes `rag index --model FILE.gguf`, a cross-encoder
+    `rag query --rerank FILE.gguf`.
+
+    \b
+    llmkit gguf convert ./all-MiniLM-L6-v2 -o minilm.gguf
+    llmkit gguf convert ./ms-marco-MiniLM-L-6-v2 -o reranker.gguf --outtype f32
+    """
+    from llmkit.gguf.convert import convert
+
+    out = Output()
+    rep = convert(src, output, outtype)
+    if as_json:
+        out.json(rep.to_dict())
+        return
+    out.info(f"{rep.path}: {rep.kind} ({rep.architecture}, pooling {rep.pooling}), {rep.tensors} tensors, "
+             f"{rep.vocab} tokens, {rep.bytes / 2**20:.1f} MiB")
+

@@ -1,10 +1,12 @@
-"""Sentence embeddings: one interface, two runtimes.
+"""Sentence embeddings: one interface, three engines.
 
 - `onnx` (default): ONNX Runtime + HF tokenizers over an export cached per model content
   (`onnx_runtime.py`, made by `onnx_export.py`); fp32 matches sentence-transformers to ~1e-7, int8 is
   ~2x faster to index.
   Importing it takes ~0.2 s instead of sentence-transformers' ~6 s, so queries answer at shell speed.
 - `torch`: sentence-transformers itself (also what the export and fine-tuning use).
+- a GGUF file runs on llama.cpp whatever the runtime (`gguf_runtime.py`): pooling from the file, its
+  prompts and sequence length when a converted file records them.
 
 Both apply the model's own query/document prompts (sentence-transformers' `prompts`) unless the index
 sets explicit ones. Which model a name means is `models.py`'s business.
@@ -12,6 +14,7 @@ sets explicit ones. Which model a name means is `models.py`'s business.
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import numpy as np
@@ -157,10 +160,59 @@ class TorchEmbedder(Embedder):
         return np.fromiter((a for a, _ in got), np.int64, len(got))
 
 
+class GgufEmbedder(Embedder):
+    """A GGUF embedder run by llama.cpp (`gguf_runtime.py`); vectors L2-normalised here."""
+
+    runtime = "llama.cpp"
+
+    def __init__(self, name=None, precision="fp32", query_prompt="", passage_prompt="", progress=None,
+                 threads: int | None = None):
+        super().__init__(name, precision, query_prompt, passage_prompt)
+        if precision != "fp32":
+            raise OptionError("a GGUF embedder computes at its file's precision; drop {embed_precision} int8 (or "
+                              "quantize the GGUF file instead).")
+        from llmkit.rag.embed.gguf_runtime import LlamaEncoder, describe
+
+        info = describe(self.path)
+        if info.kind != "embedder":
+            raise OptionError("'{file}' is a {kind}, not an embedding model. Pass it as {rerank} and an embedding "
+                              "model as {model}.", file=os.path.basename(self.path), kind=info.kind)
+        key = ("gguf", self.path, os.path.getmtime(self.path), threads)
+        if key not in _LOADED:
+            _LOADED[key] = LlamaEncoder(info, threads)
+        self.encoder = _LOADED[key]
+        self.dim = info.dim
+        self.max_seq_length = info.max_seq_length
+        self.n_special = len(self.encoder.head) + len(self.encoder.tail)
+        self.unk_id = self.encoder.unk_id
+        self._set_prompts(info.prompts)
+
+    def encode(self, texts, prompt="", progress=None):
+        from llmkit.rag.embed.onnx_runtime import normalize
+
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        # sentence-transformers strips each text before tokenizing
+        seqs = [self.encoder.encode_text(prompt + t.strip()) for t in texts]
+        return normalize(self.encoder.run(seqs, progress=progress))
+
+    def token_ids(self, text):
+        return self.encoder.tokenize(text)
+
+    def token_starts(self, text):
+        return self.encoder.token_starts(text)
+
+
 def load_embedder(name: str | None = None, runtime: str = "onnx", precision: str = "fp32", query_prompt: str = "",
                   passage_prompt: str = "", progress=None, threads: int | None = None) -> Embedder:
-    """The embedding model `name` (None: packaged MiniLM) on `runtime` at `precision`."""
+    """The embedding model `name` (None: packaged MiniLM; a .gguf file: llama.cpp) on `runtime` at `precision`."""
     if runtime not in RUNTIMES:
         raise BadInput(f"unknown embedding runtime {runtime!r}; use onnx or torch.")
+    from llmkit.rag.embed.gguf_runtime import is_gguf_path
+
+    if is_gguf_path(name):
+        if runtime == "torch":
+            raise OptionError("a GGUF embedder runs on llama.cpp; drop {runtime} torch.")
+        return GgufEmbedder(name, precision, query_prompt, passage_prompt, progress, threads)
     cls = OnnxEmbedder if runtime == "onnx" else TorchEmbedder
     return cls(name, precision, query_prompt, passage_prompt, progress, threads)

