@@ -9,15 +9,17 @@ import os
 import tempfile
 from dataclasses import dataclass, field, replace
 
+from typing import TYPE_CHECKING
+
 from llmkit.errors import OptionError
-from llmkit.quant.budget.allocate import RECIPE_KEY, Allocation, allocate, file_type_for, recipe
-from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians
 from llmkit.quant.formats.jit import Kernels
 from llmkit.quant.options import METHODS, Progress, QuantOptions
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import plan_types
-from llmkit.quant.rounding.gptq import SHRINK, gptq_replacements
 from llmkit.quant.write.quantize import QuantReport, quantize_file
+
+if TYPE_CHECKING:  # the budget and GPTQ stages are imported by the runs that use them
+    from llmkit.quant.budget.allocate import Allocation
 
 __all__ = ["METHODS", "QuantOptions", "QuantRun", "quantize"]
 
@@ -49,6 +51,12 @@ def quantize(src: str, dst: str, opts: QuantOptions) -> QuantRun:
     Hessians are read from opts.hessian_path, or collected from the calibration text (saved at
     hessian_path when given, else in a temporary folder that is removed)."""
     opts.check()
+    if opts.method == "rtn" and not opts.budgeted:  # llama.cpp's quantizer: nothing else to import or run
+        return QuantRun(quantize_file(src, dst, opts=replace(opts, progress=_stages(opts.progress)("quantizing"))))
+    from llmkit.quant.budget.allocate import RECIPE_KEY, allocate, file_type_for, recipe
+    from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians
+    from llmkit.quant.rounding.gptq import SHRINK, gptq_replacements
+
     stage = _stages(opts.progress)
     kernels = Kernels(notice=opts.notice)
     group_bytes = workers = None

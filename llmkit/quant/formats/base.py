@@ -8,7 +8,7 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.gguf.tensors import read_tensor
-from llmkit.gguf.types import TYPE_ID, block_size, type_size
+from llmkit.gguf.types import GGML_TYPES, TYPE_ID, block_size, type_size
 from llmkit.quant.formats import jit
 from llmkit.quant.formats.jit import DEFAULT, Kernels
 from llmkit.quant.formats.numerics import F32
@@ -118,24 +118,43 @@ class ColumnWeighted(Format):
 
 
 def get_format(name: str) -> Format:
-    _load_all()
+    key = name.upper()
+    if key not in FORMATS:
+        _load(key)
     try:
-        return FORMATS[name.upper()]
+        return FORMATS[key]
     except KeyError:
+        _load_all()
         raise BadInput(f"unknown tensor type {name!r}; llmkit quantizes to {', '.join(sorted(FORMATS))}.") from None
 
 
 def by_id(type_id: int) -> Format | None:
-    _load_all()
-    return next((f for f in FORMATS.values() if f.type_id == type_id), None)
+    if type_id in GGML_TYPES:
+        return get_format(GGML_TYPES[type_id][0]) if _module_of(GGML_TYPES[type_id][0]) in MODULES else None
+    return None
+
+
+def _module_of(name: str) -> str:
+    """The module defining type `name` (its name lower-cased; the plain floats share one)."""
+    return "floats" if name in ("F32", "F16", "BF16") else name.lower()
+
+
+def _load(name: str) -> None:
+    """Import the module of type `name` (it registers its class in FORMATS): only the types a run uses
+    are loaded."""
+    import importlib
+
+    module = _module_of(name)
+    if module in MODULES:
+        importlib.import_module(f"llmkit.quant.formats.{module}")
 
 
 def _load_all() -> None:
-    """Import every format module once (each registers its class in FORMATS)."""
-    import importlib
-
+    """Import every format module (each registers its class in FORMATS)."""
     for m in MODULES:
-        importlib.import_module(f"llmkit.quant.formats.{m}")
+        if m != "floats":
+            _load(m.upper())
+    _load("F32")
 
 
 def to_f32(raw: np.ndarray, info) -> np.ndarray:
