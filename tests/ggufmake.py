@@ -133,3 +133,79 @@ def write_tiny_llama(path, *, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+LLAMA3_8B = dict(n_layer=32, n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, n_vocab=128256)
+
+
+def write_llama_shaped(path, *, n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab, n_ctx=8192, seed=0):
+    """A random-weight F16 llama of any size (LLAMA3_8B: Llama-3-8B's shapes, 15 GiB), streamed tensor by
+    tensor in 64 MiB pieces, so memory stays far below the file's size. Weights are slices of one pool
+    of Gaussian halves at random offsets, scaled per tensor (fast to write; random enough for timing
+    and memory); the byte-level vocabulary is padded to n_vocab with plain tokens, so llama.cpp loads
+    and runs the model."""
+    import struct
+
+    rng = np.random.default_rng(seed)
+    pool = rng.standard_normal(1 << 25).astype(np.float16)
+    tokens = byte_vocab() + ["Ġt", "he", "Ġthe"]
+    tokens += [f"x{i}" for i in range(n_vocab - len(tokens))]
+    types = [1] * 256 + [3, 3] + [1] * (len(tokens) - 258)
+    head_dim = n_embd // n_head
+
+    def s(v):
+        b = v.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+
+    def kv(key, kind, value):
+        code = {"u32": 4, "f32": 6, "bool": 7, "str": 8}
+        if kind == "str[]":
+            return s(key) + struct.pack("<IIQ", 9, 8, len(value)) + b"".join(s(v) for v in value)
+        if kind == "i32[]":
+            return s(key) + struct.pack("<IIQ", 9, 5, len(value)) + np.asarray(value, "<i4").tobytes()
+        if kind == "str":
+            return s(key) + struct.pack("<I", 8) + s(value)
+        fmt = {"u32": "I", "f32": "f", "bool": "?"}[kind]
+        return s(key) + struct.pack("<I" + fmt, code[kind], value)
+
+    kvs = [kv("general.architecture", "str", "llama"), kv("general.name", "str", "llama-shaped random"),
+           kv("llama.context_length", "u32", n_ctx), kv("llama.embedding_length", "u32", n_embd),
+           kv("llama.block_count", "u32", n_layer), kv("llama.feed_forward_length", "u32", n_ff),
+           kv("llama.attention.head_count", "u32", n_head), kv("llama.attention.head_count_kv", "u32", n_head_kv),
+           kv("llama.rope.dimension_count", "u32", head_dim), kv("llama.attention.layer_norm_rms_epsilon", "f32", 1e-5),
+           kv("general.file_type", "u32", 1), kv("tokenizer.ggml.model", "str", "gpt2"),
+           kv("tokenizer.ggml.pre", "str", "gpt-2"), kv("tokenizer.ggml.tokens", "str[]", tokens),
+           kv("tokenizer.ggml.token_type", "i32[]", types),
+           kv("tokenizer.ggml.merges", "str[]", ["Ġ t", "h e", "Ġt he"]),
+           kv("tokenizer.ggml.bos_token_id", "u32", 256), kv("tokenizer.ggml.eos_token_id", "u32", 257),
+           kv("tokenizer.ggml.add_bos_token", "bool", False)]
+    specs = [("token_embd.weight", (n_vocab, n_embd), 1.0)]  # numpy shape (rows, ne0), scale
+    for i in range(n_layer):
+        specs += [(f"blk.{i}.attn_norm.weight", (n_embd,), None), (f"blk.{i}.attn_q.weight", (n_embd, n_embd), n_embd),
+                  (f"blk.{i}.attn_k.weight", (n_head_kv * head_dim, n_embd), n_embd),
+                  (f"blk.{i}.attn_v.weight", (n_head_kv * head_dim, n_embd), n_embd),
+                  (f"blk.{i}.attn_output.weight", (n_embd, n_embd), n_embd), (f"blk.{i}.ffn_norm.weight", (n_embd,), None),
+                  (f"blk.{i}.ffn_gate.weight", (n_ff, n_embd), n_embd), (f"blk.{i}.ffn_up.weight", (n_ff, n_embd), n_embd),
+                  (f"blk.{i}.ffn_down.weight", (n_embd, n_ff), n_ff)]
+    specs += [("output_norm.weight", (n_embd,), None), ("output.weight", (n_vocab, n_embd), n_embd / 16.0)]
+    infos, offset = [], 0
+    for name, shape, _ in specs:
+        ggml_type, size = (0, 4 * shape[0]) if len(shape) == 1 else (1, 2 * shape[0] * shape[1])
+        infos.append(s(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape[::-1])
+                     + struct.pack("<iQ", ggml_type, offset))
+        offset += size + (-size % 32)
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(specs), len(kvs)) + b"".join(kvs) + b"".join(infos)
+    with open(path, "wb") as f:
+        f.write(head + b"\0" * (-len(head) % 32))
+        for name, shape, fan_in in specs:
+            if fan_in is None:
+                f.write(np.ones(shape[0], "<f4").tobytes())
+                continue
+            scale, n, done = np.float16(1.0 / np.sqrt(fan_in)), shape[0] * shape[1], 0
+            while done < n:
+                k = min(n - done, len(pool) // 2)
+                start = int(rng.integers(0, len(pool) - k))
+                f.write((pool[start:start + k] * scale).tobytes())
+                done += k
+            f.write(b"\0" * (-(2 * n) % 32))
+    return path

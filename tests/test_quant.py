@@ -219,6 +219,33 @@ def test_bad_usage_and_requantize(models, tmp_path):
     assert r.exit_code == 2
 
 
+def test_model_needing_more_memory_than_available_refused_first(models, monkeypatch, tmp_path):
+    """Tensors that need more memory than the machine has: refused in one line with both figures,
+    before anything is written (an earlier file at the output path stays)."""
+    from llmkit.quant.write import quantize as q
+
+    d, m = models
+    need, big = q.memory_needed(*_plan_and_opts(m["base"], "Q4_K_M"))
+    monkeypatch.setattr(q, "available_memory", lambda: need - 1)
+    out = tmp_path / "out.gguf"
+    out.write_bytes(b"earlier result")
+    r = run_cli(["quant", str(m["base"]), "--type", "Q4_K_M", "-o", str(out), "-t", "2"])
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"needs about {need / 2**30:.1f} GiB" in r.stderr and f"'{big}'" in r.stderr and "available" in r.stderr
+    assert out.read_bytes() == b"earlier result" and [p.name for p in tmp_path.iterdir()] == ["out.gguf"]
+    monkeypatch.setattr(q, "available_memory", lambda: need)
+    assert run_cli(["quant", str(m["base"]), "--type", "Q4_K_M", "-o", str(out), "-t", "2"]).exit_code == 0
+
+
+def _plan_and_opts(src, ftype):
+    from llmkit.gguf.reader import read_gguf
+    from llmkit.quant.options import QuantOptions
+    from llmkit.quant.plan.tensors import plan_tensors
+
+    plan, _ = plan_tensors(read_gguf(str(src)), ftype, False, False, None, None)
+    return plan, QuantOptions(ftype, threads=2)
+
+
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_malformed_inputs_fail_fast(tmp_path, name):
     p = tmp_path / "bad.gguf"

@@ -9,6 +9,7 @@ measure what it cost. Sub-packages in the order data flows through them:
 - `budget/`       per-tensor types under a size budget: measured errors, KLD probes, the solver
 - `quality/`      what it cost: per-tensor error statistics, perplexity, KL divergence
 - `options.py`    a run's options (QuantOptions), declared once, checked once, passed whole
+- `memory.py`     what the machine has: runs that cannot fit are refused before they start
 - `pipeline.py`   one call for a whole run: Hessians -> allocation -> GPTQ -> write
 
 Each sub-package's docstring says what it may import; nothing in `llmkit.quant` imports click, rich

@@ -23,6 +23,7 @@ from llmkit.errors import BadFileFormat, BadInput, OptionError
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.writer import f32_layout
 from llmkit.quant.calibration.imatrix import collect_gram
+from llmkit.quant.memory import available_memory
 
 
 HESSIAN_FORMAT = "llmkit-hessians"
@@ -92,18 +93,6 @@ def gptq_memory(src: str, threads: int, memory: int | None = None) -> tuple[int,
     group = target - size - 4 * big * big - OVERHEAD
     workers = max(1, min(threads, (target - OVERHEAD - size // 2) // worker))
     return least, group, workers
-
-
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo in bytes (None where there is none)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def check_gptq_fits(src: str, threads: int) -> tuple[int, int]:

@@ -25,6 +25,7 @@ from llmkit.gguf.tensors import read_tensor, row_slab
 from llmkit.gguf.types import ALIGNMENT, tensor_bytes
 from llmkit.gguf.writer import derived_header
 from llmkit.quant.formats import get_format, jit, to_f32
+from llmkit.quant.memory import available_memory, gib
 from llmkit.quant.options import QuantOptions
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers, plan_tensors
@@ -93,6 +94,7 @@ def quantize_file(src: str, dst: str, ftype: str | None = None, *, opts: QuantOp
         raise BadFileFormat(f"'{src}' has no tensors to quantize.")
     plan, chooser = plan_tensors(g, ftype, opts.pure, imatrix is not None, opts.overrides, assign)
     _check_plan(plan, opts)
+    check_memory(src, plan, opts)
     report = QuantReport(src, dst, ftype, fallbacks=chooser.n_fallback)
     align = int(g.metadata.get("general.alignment", ALIGNMENT))  # the copied key must describe the output too
     header = output_header(g, [(t.name, t.shape, new) for t, new in plan], rules.FTYPES[ftype][0], align, extra_meta,
@@ -133,6 +135,31 @@ def _check_plan(plan, opts: QuantOptions) -> None:
             want = t.shape[0] * (t.shape[2] if len(t.shape) > 2 else 1)
             if len(imatrix[name]) != want and name not in ("token_embd.weight", "per_layer_token_embd.weight"):
                 raise BadInput(f"the imatrix entry for '{name}' has {len(imatrix[name])} values, the tensor needs {want}.")
+
+
+BASE_BYTES = 256 << 20  # Python, numpy and the file's header and plan
+JOB_BYTES = 32 << 20  # one worker's job: its rows converted to float32 and the quantizer's temporaries
+
+
+def memory_needed(plan, opts: QuantOptions) -> tuple[int, str]:
+    """(bytes the write needs at its peak, the largest tensor's name): the largest input held whole with
+    the spare buffer kept for the next read, its output, the inputs read ahead, each worker's job and,
+    when measuring, float32 copies of the largest tensor and of its dequantized output."""
+    t_big = max((t for t, _ in plan), key=lambda t: t.nbytes)
+    out_big = max(tensor_bytes(new, t.shape) for t, new in plan)
+    need = BASE_BYTES + 2 * t_big.nbytes + out_big + READ_AHEAD + (opts.threads or os.cpu_count() or 1) * JOB_BYTES
+    if opts.measure:
+        need += 8 * int(np.prod(t_big.shape, dtype=np.int64))
+    return need, t_big.name
+
+
+def check_memory(src: str, plan, opts: QuantOptions) -> None:
+    """Refuse, before anything is written, a file whose tensors need more memory than is available."""
+    need, big = memory_needed(plan, opts)
+    avail = available_memory()
+    if avail is not None and need > avail:
+        raise BadInput(f"quantizing '{src}' needs about {gib(need)} of memory (its largest tensor, '{big}', is held "
+                       f"whole), and {gib(avail)} is available; free memory or use a machine with more.")
 
 
 @dataclass
