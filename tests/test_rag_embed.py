@@ -200,3 +200,38 @@ def test_model_directory_that_cannot_be_exported(tmp_path, small_index):
     (half / "config.json").write_text('{"model_type": "bert"}')
     r = run_cli(["rag", "index", str(tmp_path / "j"), str(docs), "--model", str(half)])
     assert r.exit_code == 1 and "cannot load the embedding model" in r.stderr
+
+
+def test_graph_built_from_safetensors_equals_the_torch_export(tmp_path, paragraphs):
+    """The torch-free build writes the graph onnxruntime's optimizer makes of a torch export: the same
+    fused operators in the same order, the same vectors, fp32 and int8 (the same quantizer on it)."""
+    import collections
+
+    import onnx
+
+    from llmkit.rag.embed.models import resolve_model
+    from llmkit.rag.embed.onnx_build import build
+    from llmkit.rag.embed.onnx_export import _quantize_int8, torch_export
+    from llmkit.rag.embed.onnx_runtime import OnnxEncoder
+
+    path = resolve_model(None)
+    built, exported = tmp_path / "built", tmp_path / "exported"
+    built.mkdir(), exported.mkdir()
+    build(path, "k", built)
+    _quantize_int8(built / "model-fp32.onnx", built)
+    torch_export(path, "k", exported, "int8")
+
+    def ops(d, name):
+        return [(n.op_type, n.domain) for n in onnx.load(str(d / name), load_external_data=False).graph.node
+                if n.op_type not in ("Cast", "Identity")]
+
+    for name in ("model-fp32.onnx", "model-int8.onnx"):
+        assert ops(built, name) == ops(exported, name)
+    assert collections.Counter(o for o, _ in ops(built, "model-fp32.onnx"))["Attention"] == 6
+    for precision, tol in (("fp32", 1e-5), ("int8", 2e-3)):
+        a = OnnxEncoder(built, precision, 1).encode(paragraphs[:40], batch_size=16)
+        b = OnnxEncoder(exported, precision, 1).encode(paragraphs[:40], batch_size=16)
+        assert np.abs(a - b).max() < tol, precision
+    spec_b, spec_e = (json.loads((d / "spec.json").read_text()) for d in (built, exported))
+    spec_e["prompts"] = {k: v for k, v in spec_e["prompts"].items() if v}  # sentence-transformers' empty defaults
+    assert spec_b == {**spec_e, "input_names": ["input_ids", "attention_mask", "token_type_ids"]}

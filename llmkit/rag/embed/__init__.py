@@ -2,12 +2,15 @@
 
     models.py        the model registry: the packaged default, local directories, runtimes,
                      precisions; EmbedOptions
-    embedder.py      `load_embedder`: one interface over the two runtimes
+    embedder.py      `load_embedder`: one interface over the runtimes (ONNX, torch, llama.cpp for GGUF)
     onnx_runtime.py  ONNX Runtime + HF tokenizers over a cached export (no torch on the query path)
-    onnx_export.py   the export of a sentence-transformers model (needs torch, once per model)
+    onnx_build.py    the fused ONNX graph of a BERT-family model built from its safetensors (no torch)
+    onnx_export.py   the export cache: built as above, else exported with torch (once per model)
+    gguf_runtime.py  GGUF embedders and re-rankers through llama.cpp: what a file is, batching, pooling
     sbert.py         loading sentence-transformers models (torch runtime, export, fine-tuning)
     ray_embed.py     embedding on a Ray cluster with Ray Data
     env.py           environment variables third-party libraries read, set only for a block
 
-May import: llmkit.io, llmkit.errors. Nothing of read/ or chunk/ is needed.
+May import: llmkit.io, llmkit.errors, llmkit.gguf (reader, converter's source reader), llmkit.llama.runtime.
+Nothing of read/ or chunk/ is needed.
 """

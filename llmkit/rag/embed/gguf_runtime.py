@@ -23,7 +23,7 @@ import numpy as np
 from llmkit.errors import BadFileFormat, BadInput
 
 POOLING_NAMES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
-BATCH_TOKENS = 512  # tokens per llama.cpp batch (docs/design/rag-models.md: attention over a batch is quadratic)
+BATCH_TOKENS = 256  # tokens per llama.cpp batch (docs/design/rag-models.md: attention over a batch is quadratic)
 MAX_SEQS = 64
 
 

@@ -1,7 +1,8 @@
 """Export a sentence-transformers model for the ONNX runtime (`onnx_runtime.py`), once per model content.
 
-The export needs torch and sentence-transformers and runs when an index is built (or on the first
-query whose export is missing); afterwards queries import neither. Steps:
+A BERT-family model with safetensors weights is built without torch (`onnx_build.py`: the fused graph
+written directly). Any other model is exported with torch and sentence-transformers, when an index
+is built (or on the first query whose export is missing); afterwards queries import neither. Steps:
 
 1. load the model with sentence-transformers and read what it does around the transformer (max
    sequence length, lower-casing, pooling modes, Dense layers, Normalize, prompts) from the live
@@ -143,6 +144,24 @@ def _activation(module) -> str:
 
 
 def _export(model_path: str, key: str, out: Path, precision: str, progress) -> None:
+    from llmkit.rag.embed.onnx_build import build, buildable
+
+    t0 = time.perf_counter()
+    if buildable(model_path) is None:  # BERT-family safetensors: the fused graph is written directly
+        if progress:
+            progress("building the ONNX graph of the embedding model", 0, 0)
+        build(model_path, key, out)
+        if precision == "int8":
+            _quantize_int8(out / "model-fp32.onnx", out)
+        (out / "export.json").write_text(json.dumps({"source": os.path.abspath(model_path), "seconds": round(
+            time.perf_counter() - t0, 1), "builder": "safetensors"}), encoding="utf-8")
+        return
+    torch_export(model_path, key, out, precision, progress)
+
+
+def torch_export(model_path: str, key: str, out: Path, precision: str, progress=None) -> None:
+    """Export with torch.onnx and fuse with onnxruntime's optimizer (module doc), checked against
+    sentence-transformers."""
     import torch
 
     t0 = time.perf_counter()
