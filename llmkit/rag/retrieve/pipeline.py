@@ -169,7 +169,7 @@ class Pipeline:
             fused = self._graph_rerank(variants[0], fused, allowed)
         hits = [Hit(row, score, ranks) for row, score, ranks in fused]
         if self.reranker is not None:
-            hits = self._rerank(query, hits)
+            hits = self._rerank(query, hits, res)
         res.hits = fetch(ix, hits[:o.k])
         res.seconds = time.perf_counter() - t0
         return res
@@ -314,13 +314,15 @@ class Pipeline:
             self._qvec.update(zip(missing, self.embedder().queries(missing)))
         return np.stack([self._qvec[t] for t in texts])
 
-    def _rerank(self, query: str, hits: list[Hit]) -> list[Hit]:
+    def _rerank(self, query: str, hits: list[Hit], res: QueryResult) -> list[Hit]:
         depth = self.opts.steps.rerank_depth
         head, tail = hits[:depth], hits[depth:]
         if not head:
             return hits
         texts = self.index.texts([h.row for h in head])
+        t = time.perf_counter()
         scores = self.reranker.score(query, texts)
+        res.notes.append(f"re-ranked the top {len(head)} in {time.perf_counter() - t:.2f} s")
         for h, s in zip(head, scores):
             h.rerank = float(s)
         head = [h for _, h in sorted(enumerate(head), key=lambda x: (-x[1].rerank, x[0]))]
