@@ -135,6 +135,8 @@ def test_rerank_orders_by_the_cross_encoder(tmp_path, corpus, tiny):
     ref = ce.predict([(q, h["text"]) for h in hits], activation_fn=torch.nn.Identity())
     assert np.abs(np.array([h["rerank_score"] for h in hits]) - ref).max() < 1e-3
     assert [h["rerank_score"] for h in hits] == sorted((h["rerank_score"] for h in hits), reverse=True)
+    r = run_cli(["rag", "query", str(idx), q, "-k", "3", "--rerank", str(tiny["ce"]), "--rerank-depth", "5", "--explain"])
+    assert r.exit_code == 0 and "re-ranked the top 5 in " in r.stderr  # the cost, said
 
 
 def test_files_that_are_not_what_they_are_passed_as(tmp_path, corpus, tiny):

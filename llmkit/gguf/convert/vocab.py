@@ -55,11 +55,13 @@ def _walk(node):
 
 def wordpiece(tok: dict, vocab_size: int) -> Vocab:
     """A WordPiece tokenizer.json as a llama.cpp "bert" vocabulary."""
-    for n in _walk(tok.get("normalizer")):
-        if n.get("type") == "BertNormalizer" and n.get("lowercase") is False:
-            raise BadInput("the model's WordPiece tokenizer is cased, but llama.cpp's WordPiece tokenizer lower-cases "
-                           "every text, so the converted model would read other tokens than it was trained on.")
     ids = {int(i): t for t, i in tok["model"]["vocab"].items()}
+    cased = any(n.get("type") == "BertNormalizer" and n.get("lowercase") is False for n in _walk(tok.get("normalizer")))
+    upper = sum(1 for t in ids.values() if t != t.lower() and not t.startswith("["))
+    if cased and upper > len(ids) // 100:
+        raise BadInput(f"the model's WordPiece tokenizer is cased ({upper} pieces with capitals), but llama.cpp's "
+                       "WordPiece tokenizer lower-cases every text, so the converted model would read other tokens "
+                       "than it was trained on.")
     added = _added(tok)
     size = max(vocab_size, max(ids) + 1, max(added, default=-1) + 1)
     tokens, types = [], []
