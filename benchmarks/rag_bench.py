@@ -360,6 +360,9 @@ def cranfield_rows(cfg) -> list[Row]:
                     "; ".join(f"{m} {w[f'--mode {m} --runtime onnx'].fmt()}" for m in ("hybrid", "dense", "bm25")),
                     "hybrid: " + speed(w['--mode hybrid --runtime torch'].median, w['--mode hybrid --runtime onnx'].median,
                                        "torch"), "", cmds_of(*qc)))
+    from rag_models import model_rows  # GGUF / ONNX / torch on the same weights, re-ranking, Chinese
+
+    rows += model_rows(cfg, work, src, os.path.join(work, "queries.jsonl"), os.path.join(work, "qrels.txt"))
     return rows
 
 
