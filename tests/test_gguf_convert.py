@@ -122,3 +122,32 @@ def test_refusals(tmp_path, tiny):
     r = run_cli(["gguf", "convert", str(d), "-o", str(tmp_path / "x.gguf")])
     assert r.exit_code == 1 and "holds a LlamaForCausalLM" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_xlm_roberta_family(tmp_path, kernel_docs):
+    """A Unigram vocabulary ("t5" in llama.cpp) and RoBERTa's shifted positions: token ids, vectors through
+    llama.cpp and through the torch-free ONNX graph, and a RoBERTa-head cross-encoder's logits."""
+    import torch
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    from embedmodels import build_tiny_xlmr
+    from llmkit.gguf.reader import read_gguf
+    from llmkit.rag.embed.embedder import load_embedder
+    from llmkit.rag.retrieve.rerank import GgufReranker
+
+    x = build_tiny_xlmr(tmp_path, kernel_docs.read_text(encoding="utf-8")[:300_000])
+    m = read_gguf(str(x["emb"])).metadata
+    assert m["tokenizer.ggml.model"] == "t5" and m["bert.context_length"] == 128  # 130 positions less pad + 1
+    st = SentenceTransformer(str(x["emb_dir"]), device="cpu")
+    texts = [t for t in TEXTS if t.isascii()]
+    gg = load_embedder(str(x["emb"]))
+    for t in texts:
+        assert gg.token_ids(t) == st.tokenizer(t, add_special_tokens=False)["input_ids"]
+    ref = st.encode(texts, normalize_embeddings=True)
+    assert (gg.passages(texts) * ref).sum(axis=1).min() >= 0.9999
+    onnx = load_embedder(str(x["emb_dir"]), "onnx")
+    assert (onnx.passages(texts) * ref).sum(axis=1).min() >= 0.9999
+    ce = CrossEncoder(str(x["ce_dir"]), device="cpu")
+    q = "how is memory allocated in the kernel"
+    want = ce.predict([(q, p) for p in texts], activation_fn=torch.nn.Identity())
+    assert np.abs(np.array(GgufReranker(str(x["ce"])).score(q, texts)) - want).max() < 1e-3
