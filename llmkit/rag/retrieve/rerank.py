@@ -56,10 +56,7 @@ class GgufReranker:
             raise OptionError("'{file}' is an {kind}, not a re-ranker (no rank pooling). Pass it as {model} and a "
                               "cross-encoder GGUF as {rerank}.", file=os.path.basename(path), kind=info.kind)
         self.encoder = enc = LlamaEncoder(info, threads)
-        from llmkit.gguf.reader import read_gguf
-
-        g = read_gguf(info.path, tensors=False)
-        self.bert_pairs = g.get("tokenizer.ggml.model") == "bert"
+        self.bert_pairs = info.tokenizer == "bert"
         lc, v = enc.lc, enc.vocab
         self.start = next(t for t in (lc.llama_vocab_bos(v), lc.llama_vocab_cls(v)) if t >= 0)
         self.sep = next(t for t in (lc.llama_vocab_sep(v), lc.llama_vocab_eos(v)) if t >= 0)
