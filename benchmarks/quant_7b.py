@@ -55,11 +55,10 @@ def side(r) -> str:
     return f"{r.wall_s:.0f} s, {r.rss_mb / 1024:.2f} GiB peak RSS"
 
 
-def limited(cmd: Cmd, limit: float) -> tuple[str, float, float, str]:
+def limited(cmd: Cmd, limit: float, err_path: str) -> tuple[str, float, float, str]:
     """Run `cmd` with a time limit, sampling its peak RSS (VmHWM): (how it ended, seconds, peak GiB,
-    its stderr's last line)."""
+    its stderr's last line, kept in `err_path`)."""
     env = {**os.environ, **BASE_ENV, **{k: str(v) for k, v in cmd.env.items()}}
-    err_path = os.path.join(os.path.dirname(cmd.argv[-1]), "limited.err")
     with open(err_path, "wb") as err:
         t0 = time.perf_counter()
         p = subprocess.Popen([str(a) for a in cmd.argv], stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT,
@@ -149,7 +148,7 @@ def rows(cfg):
     limit = cfg.pick(1800, 900, 300)
     b = Cmd("llmkit", [*llmkit, model, "--type", "Q4_K_M", "--method", "gptq", "--calib", text, "-c", n_ctx,
                        "--chunks", chunks, "-o", ours, "-t", "2"])
-    ended, wall, peak, last = limited(b, limit)
+    ended, wall, peak, last = limited(b, limit, os.path.join(d, "gptq.err"))
     clean()
     out.append(Row("q7b-gptq", f"--method gptq to Q4_K_M, the {what}, H from {chunks} x {n_ctx} tokens, 2 threads, "
                    f"stopped after {limit} s", "–", f"{ended} after {wall:.0f} s, {peak:.2f} GiB peak RSS", "–",
