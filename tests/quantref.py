@@ -24,6 +24,26 @@ def binary_quantize(src, dst, ftype: str, imatrix=None, extra=()) -> subprocess.
     return run_tool("llama-quantize", *quantize_args(src, dst, ftype, imatrix, extra), timeout=600)
 
 
+def same_file_as_binary(src, d, ftype: str, imatrix=None, tag: str = "") -> int:
+    """llama-quantize and `llmkit quant --json` on the same input: whole files equal (metadata included)
+    and the same count of tensors that fell back to another type; returns that count."""
+    import json
+
+    from conftest import run_cli
+
+    ref, ours = d / f"bin-{tag}-{ftype}.gguf", d / f"ours-{tag}-{ftype}.gguf"
+    p = binary_quantize(src, ref, ftype, imatrix)
+    r = run_cli(["quant", str(src), "--type", ftype, "-o", str(ours), "--json"]
+                + (["--imatrix", str(imatrix)] if imatrix else []))
+    assert r.exit_code == 0, r.stderr
+    assert ours.read_bytes() == ref.read_bytes(), f"{tag} {ftype} (imatrix {imatrix}) differs from llama-quantize"
+    fell = re.search(r"(\d+) of \d+ tensor\(s\) required fallback", p.stderr + p.stdout)
+    fallbacks = json.loads(r.stdout)["fallbacks"]
+    assert fallbacks == (int(fell.group(1)) if fell else 0)
+    ref.unlink(), ours.unlink()
+    return fallbacks
+
+
 def binary_outcome(src, dst, ftype: str, imatrix=None, extra=()) -> subprocess.CompletedProcess:
     """llama-quantize where it may refuse (run_tool would fail the test): its process, whatever the outcome."""
     return subprocess.run([tool("llama-quantize"), *quantize_args(src, dst, ftype, imatrix, extra)], capture_output=True,

@@ -5,7 +5,6 @@ whole files equal to the `llama-quantize` binary for the TQ1_0, TQ2_0, MXFP4_MOE
 types, with the refusals llama.cpp makes (no imatrix where one is needed, an imatrix missing a
 tensor) said in one line before anything is written."""
 
-import json
 import re
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 from conftest import run_cli
 from ggufmake import write_tiny_llama
 from imatrixmake import write_imatrix_dat
-from quantref import binary_outcome, binary_quantize
+from quantref import binary_outcome, binary_quantize, same_file_as_binary
 
 pytest.importorskip("llama_cpp")
 
@@ -113,18 +112,9 @@ def test_same_file_as_the_binary(models, monkeypatch, model, ftype, imx):
     report equals the binary's."""
     d, m, imxs = models
     monkeypatch.setenv("LLMKIT_JIT", "1")
-    ref, ours = d / f"bin-{model}-{ftype}-{imx}.gguf", d / f"ours-{model}-{ftype}-{imx}.gguf"
-    path = imxs[model] if imx else None
-    p = binary_quantize(m[model], ref, ftype, path)
-    r = run_cli(["quant", str(m[model]), "--type", ftype, "-o", str(ours), "--json"]
-                + (["--imatrix", str(path)] if imx else []))
-    assert r.exit_code == 0, r.stderr
-    assert ours.read_bytes() == ref.read_bytes(), f"{model} {ftype} (imatrix {imx}) differs from llama-quantize"
-    fell = re.search(r"(\d+) of \d+ tensor\(s\) required fallback", p.stderr + p.stdout)
-    assert json.loads(r.stdout)["fallbacks"] == (int(fell.group(1)) if fell else 0)
+    fallbacks = same_file_as_binary(m[model], d, ftype, imxs[model] if imx else None, f"{model}-{imx}")
     if model == "odd" and ftype != "MXFP4_MOE":  # (MXFP4_MOE gives this dense model Q8_0: rows of 96 fit)
-        assert json.loads(r.stdout)["fallbacks"] > 0
-    ref.unlink(), ours.unlink()
+        assert fallbacks > 0
 
 
 @pytest.mark.parametrize("ftype", ["Q2_K_S", "IQ2_XXS", "IQ1_M", "IQ3_XXS"])
