@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
+from ragfixtures import tiny_gguf  # noqa: F401 - a pytest fixture
 
 pytest.importorskip("faiss")
 pytest.importorskip("sentence_transformers")
@@ -286,15 +287,6 @@ def test_cross_encoder_rerank(built, tiny_models):
     assert len(hits) == 4 and scores == sorted(scores, reverse=True)
 
 
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from ggufmake import write_tiny_llama
-
-    p = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_llama(p, seed=3, n_ctx=2048)
-    return p
-
-
 def test_llm_steps_with_local_gguf(built, tiny_gguf):
     pytest.importorskip("llama_cpp")
     _, idx, _, _ = built
@@ -332,7 +324,8 @@ def test_stemmed_bm25_index(tmp_path):
     corpus = tmp_path / "c"
     _write_corpus(corpus)
     idx = tmp_path / "idx"
-    r = run_cli(["rag", "index", str(idx), str(corpus / "articles"), "--stem", "--size", "200", "--overlap", "40"])
+    r = run_cli(["rag", "index", str(idx), str(corpus / "articles"), "--analysis", "porter", "--size", "200",
+                 "--overlap", "40"])
     assert r.exit_code == 0, r.stderr
     hits, _ = query(idx, "allocating objects", "--mode", "bm25", "-k", "1")
     assert "allocator" in hits[0]["text"]  # allocating / allocator -> alloc
@@ -342,5 +335,6 @@ def test_stemmed_bm25_index(tmp_path):
     np.testing.assert_allclose(ix.bm25.scores(q), ref.get_scores(q), rtol=1e-12)
     r = run_cli(["rag", "index", str(tmp_path / "plain"), str(corpus / "articles")])
     assert r.exit_code == 0
-    r = run_cli(["rag", "index", str(tmp_path / "plain"), str(corpus / "code"), "--stem"])
+    r = run_cli(["rag", "index", str(tmp_path / "plain"), str(corpus / "code"), "--stem"])  # the 0.1 spelling
     assert r.exit_code == 1 and "analyses BM25 terms as english, not porter" in r.stderr
+    assert "`llmkit rag index --stem` is now `--analysis=porter`" in r.stderr

@@ -40,12 +40,12 @@ def hits(idx, q, *args):
     return [json.loads(line) for line in r.stdout.splitlines()]
 
 
-def test_include_exclude_and_meta(tmp_path, st32):
+def test_globs_and_meta(tmp_path, st32):
     d = tmp_path / "docs"
     (d / "notes").mkdir(parents=True)
     for rel in ("a.md", "b.txt", "notes/c.txt", "notes/d.txt"):
         (d / rel).write_text(f"kernel memory notes from {rel}\n")
-    rep = index(tmp_path / "idx", str(d), "--model", st32, "--include", "*.txt", "--exclude", "c.*",
+    rep = index(tmp_path / "idx", str(d), "--model", st32, "--glob", "*.txt", "--glob", "!c.*",
                 "--meta", "team=kernel", "--meta", "year=2024")
     assert rep["docs_added"] == 2
     got = hits(tmp_path / "idx", "kernel memory")
@@ -199,15 +199,17 @@ def test_dedupe_boilerplate_and_gitignore_flags(tmp_path, st32):
     rep = index(tmp_path / "a", str(d), "--model", st32)
     assert rep["exact_duplicates"] >= 1 and rep["boilerplate_lines"] >= 1 and rep["ignored"] == 1
     assert hits(tmp_path / "a", "Zorblax") == [] and hits(tmp_path / "a", "quuxbaz") == []
-    rep = index(tmp_path / "b", str(d), "--model", st32, "--no-dedupe", "--no-boilerplate", "--no-gitignore")
+    rep = index(tmp_path / "b", str(d), "--model", st32, "--dedupe", "off", "--no-boilerplate", "--no-gitignore")
     assert rep["exact_duplicates"] == 0 and rep["boilerplate_lines"] == 0 and rep["ignored"] == 0
     assert len({h["doc"] for h in hits(tmp_path / "b", "Zorblax")}) == len(topics) + 1
     assert "quuxbaz" in hits(tmp_path / "b", "quuxbaz")[0]["text"]
     near = d / "near.txt"
     near.write_text("Notes on pumps move water in the plant number 0 today.\n")
-    loose = index(tmp_path / "c", str(d), "--model", st32, "--near-dup", "0.3")
-    strict = index(tmp_path / "e", str(d), "--model", st32, "--near-dup", "0.99")
+    loose = index(tmp_path / "c", str(d), "--model", st32, "--dedupe", "0.3")
+    strict = index(tmp_path / "e", str(d), "--model", st32, "--dedupe", "0.99")
     assert loose["near_duplicates"] > strict["near_duplicates"] == 0
+    r = run_cli(["rag", "index", str(tmp_path / "f"), str(d), "--dedupe", "1.5"])
+    assert r.exit_code == 1 and "--dedupe takes off or a similarity in (0, 1], not '1.5'" in r.stderr
 
 
 def test_prompts_shape_the_vectors_and_index_type(tmp_path, st32):
@@ -271,3 +273,33 @@ def test_beir_qrels_header_is_skipped(tmp_path):
     bad.write_text("q1 d1 1\nq1 d2 x\n")
     with pytest.raises(Exception, match="relevance 'x' is not a number"):
         load_qrels(str(bad))
+
+
+def test_old_index_flag_spellings_work_with_one_note_each(tmp_path, st32):
+    """Flags merged to keep `rag index` under 30 options: the 0.1 spellings give the same index, and
+    say their new spelling once (until 0.3)."""
+    d = tmp_path / "docs"
+    (d / "notes").mkdir(parents=True)
+    for rel in ("a.md", "b.txt", "notes/c.txt", "notes/d.txt", "notes/e.txt"):
+        (d / rel).write_text(f"kernel memory notes from the file {rel}\n")
+    new = run_cli(["rag", "index", str(tmp_path / "new"), str(d), "--model", st32, "--glob", "*.txt", "--glob", "!c.*",
+                   "--analysis", "porter", "--dedupe", "0.5", "--json", "--no-tune"])
+    old = run_cli(["rag", "index", str(tmp_path / "old"), str(d), "--model", st32, "--include", "*.txt", "--exclude",
+                   "c.*", "--stem", "--near-dup", "0.5", "--json", "--no-tune"])
+    assert new.exit_code == old.exit_code == 0, old.stderr
+    keep = ("docs_added", "chunks_indexed", "exact_duplicates", "near_duplicates")
+    assert {k: json.loads(old.stdout)[k] for k in keep} == {k: json.loads(new.stdout)[k] for k in keep}
+    assert json.loads((tmp_path / "old" / "manifest.json").read_text())["analysis"] == "porter"
+    for old_flag, new_flag in (("--include", "--glob"), ("--exclude GLOB", "--glob '!GLOB'"),
+                               ("--stem", "--analysis=porter"), ("--near-dup", "--dedupe")):
+        assert old.stderr.count(f"`llmkit rag index {old_flag}` is now `{new_flag}`") == 1, old.stderr
+    assert "Note:" not in new.stderr
+    off = run_cli(["rag", "index", str(tmp_path / "off"), str(d), "--model", st32, "--no-dedupe", "--json",
+                   "--no-tune", "--ray-batch", "8"])
+    assert off.exit_code == 0 and json.loads(off.stdout)["exact_duplicates"] == 0
+    assert "`llmkit rag index --no-dedupe` is now `--dedupe=off`" in off.stderr
+    assert "`llmkit rag index --ray-batch N` is now `--ray ADDRESS,batch=N`" in off.stderr
+    r = run_cli(["rag", "index", str(tmp_path / "bad"), str(d), "--ray", "auto,workers=0"])
+    assert r.exit_code == 1 and "must be at least 1" in r.stderr
+    r = run_cli(["rag", "index", str(tmp_path / "bad"), str(d), "--ray", "auto,threads=2"])
+    assert r.exit_code == 2 and "ADDRESS[,workers=N][,batch=N]" in r.stderr

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
+from ragfixtures import tiny_gguf  # noqa: F401 - a pytest fixture
 
 pytest.importorskip("faiss")
 pytest.importorskip("sentence_transformers")
@@ -37,13 +38,6 @@ def env(tmp_path_factory):
     r = run_cli(["rag", "index", str(idx), str(corpus), "--model", str(tiny["st32"]), "--size", "60", "--overlap", "0"])
     assert r.exit_code == 0, r.stderr
     return {"root": root, "idx": idx, "ce": tiny["ce"]}
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from ggufmake import write_tiny_llama
-
-    return write_tiny_llama(tmp_path_factory.mktemp("gguf") / "tiny.gguf", seed=3, n_ctx=2048)
 
 
 def query(idx, *args):

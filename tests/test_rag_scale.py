@@ -131,7 +131,7 @@ def test_ray_embedding_equals_a_local_run(docs, tmp_path):
     pytest.importorskip("ray.data")
     local, ray = tmp_path / "local", tmp_path / "ray"
     _index(local, docs / "docs")
-    _index(ray, docs / "docs", extra=["--ray", "--ray-workers", "2", "--ray-batch", "16"])
+    _index(ray, docs / "docs", extra=["--ray", "local,workers=2,batch=16"])
     g = json.loads((local / "manifest.json").read_text())["generation"]
     a, b = np.load(local / f"gen-{g}" / "vectors.npy"), np.load(ray / f"gen-{g}" / "vectors.npy")
     assert (np.load(local / f"gen-{g}" / "rows.npy") == np.load(ray / f"gen-{g}" / "rows.npy")).all()

@@ -6,9 +6,12 @@ import click
 
 from llmkit.commands._common import Output, progress_bar
 from llmkit.io import read_bounded
-from llmkit.commands.rag.options import chunk_options, embed_options, meta_option, read_options, store_options
+from llmkit.commands.deprecated import renamed
+from llmkit.commands.rag.options import (INDEX_RENAMES, chunk_options, embed_options, meta_option, read_options,
+                                        store_options)
 
 
+@renamed(*INDEX_RENAMES)
 @click.command("index")
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @click.argument("inputs", nargs=-1)
@@ -20,8 +23,11 @@ from llmkit.commands.rag.options import chunk_options, embed_options, meta_optio
 @store_options
 @click.option("--no-tune", is_flag=True, help="Do not tune the fusion on pseudo-queries at the end of the run.")
 @click.option("--no-wait", is_flag=True, help="Fail at once if another process is writing this index (default: wait).")
-@click.option("--json", "as_json", is_flag=True, help="Print the indexing report as JSON on stdout.")
-def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no_tune, no_wait, as_json):
+@click.option("--watch", is_flag=True, help="After indexing, keep watching INPUTS and index added, changed and "
+              "deleted files as they happen (Ctrl-C stops; the last generation stays live).")
+@click.option("--json", "as_json", is_flag=True, help="Print the indexing report as JSON on stdout (--watch: one "
+              "line per pass).")
+def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no_tune, no_wait, watch, as_json):
     """Add INPUTS (files, directories, '-') to INDEX_DIR, updating only what changed.
 
     \b
@@ -34,25 +40,37 @@ def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no
     fusion is tuned on pseudo-queries (enough chunks, changed by > 20 %; --no-tune).
     \b
     llmkit rag index idx docs/ --collection articles
-    llmkit rag index idx src/ --include '*.md' --collection code --meta team=infra
-    llmkit rag index idx docs/ --store milvus://milvus.internal:19530 --ray auto
+    llmkit rag index idx src/ --glob '*.md' --glob '!drafts/*' --collection code --meta team=infra
+    llmkit rag index idx notes/ --watch
+    llmkit rag index idx docs/ --store milvus://milvus.internal:19530 --ray auto,workers=4
     """
     from llmkit.commands._common import resolve_inputs
-    from llmkit.rag.index.build import IndexOptions, build
+    from llmkit.rag.index.build import IndexOptions
 
     out = Output()
     inputs = resolve_inputs(inputs, "documents")
-    opts = IndexOptions(collection=collection, meta=meta, read=read, chunk=chunk, embed=embed, store=store)
+    opts = IndexOptions(collection=collection, meta=meta, read=read, chunk=chunk, embed=embed, store=store,
+                        tune=not no_tune, wait=not no_wait)
+    if watch:
+        return _watch(out, index_dir, list(inputs), opts, as_json)
+    from llmkit.rag.indexing import index_pass
+
     stdin_data = read_bounded("-", "LLMKIT_MAX_PDF_BYTES") if "-" in inputs else None  # stdin may be a PDF
     with progress_bar("indexing") as bar:
-        report = build(index_dir, list(inputs), opts, stdin_data=stdin_data,
-                       progress=lambda stage, done, total: bar(done, total, stage), wait=not no_wait,
-                       on_wait=lambda msg: out.info(msg + " ..."))
-        tuned = None
-        if not no_tune:
-            from llmkit.rag.evaluate.tune import auto_tune
+        report, tuned = index_pass(index_dir, list(inputs), opts, stdin_data=stdin_data,
+                                   progress=lambda stage, done, total: bar(done, total, stage),
+                                   on_wait=lambda msg: out.info(msg + " ..."))
+    _warnings(out, report, tuned, collection)
+    if as_json:
+        out.json({**report.to_dict(), "tune": tuned})
+        return
+    out.info(_summary(index_dir, report))
 
-            tuned = auto_tune(index_dir, report, lambda stage, done, total: bar(done, total, stage))
+
+def _warnings(out, report, tuned, collection) -> None:
+    """What a run changed or left out, on stderr."""
+    if report.migrated_from:
+        out.info(f"index format upgraded from version {report.migrated_from} to {report.version}")
     if report.changes:
         out.info(f"collection '{collection}': chunking changed: " + "; ".join(report.changes))
     if report.over_window:
@@ -68,18 +86,39 @@ def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no
     if report.code_fallbacks:
         out.warn("code cut at line boundaries instead of definitions: " + ", ".join(
             f"{n} file(s) ({why})" for why, n in report.code_fallbacks.items()))
-    if as_json:
-        out.json({**report.to_dict(), "tune": tuned})
-        return
-    r = report
-    out.info(f"{index_dir}: generation {r.generation}, {r.files} file(s): {r.docs_added} document(s) added/changed, "
-             f"{r.docs_unchanged} unchanged, {r.docs_removed} removed; {r.chunks_added} new chunk(s), "
-             f"{r.chunks_indexed} indexed ({r.index_type}); duplicates dropped: {r.exact_duplicates} exact, "
-             f"{r.near_duplicates} near; boilerplate lines: {r.boilerplate_lines}; embedded {r.embedded} "
-             f"in {r.embed_s:.1f} s, reused {r.vectors_reused}; "
-             + (f"ignored by .gitignore: {r.ignored}; " if r.ignored else "")
-             + (f"graph: {r.graph['entities']} entities, {r.graph['links']} links; " if r.graph else "")
-             + f"total {r.total_s:.1f} s")
+
+
+def _summary(index_dir, r) -> str:
+    return (f"{index_dir}: generation {r.generation}, {r.files} file(s): {r.docs_added} document(s) added/changed, "
+            f"{r.docs_unchanged} unchanged, {r.docs_removed} removed; {r.chunks_added} new chunk(s), "
+            f"{r.chunks_indexed} indexed ({r.index_type}); duplicates dropped: {r.exact_duplicates} exact, "
+            f"{r.near_duplicates} near; boilerplate lines: {r.boilerplate_lines}; embedded {r.embedded} "
+            f"in {r.embed_s:.1f} s, reused {r.vectors_reused}; "
+            + (f"ignored by .gitignore: {r.ignored}; " if r.ignored else "")
+            + (f"graph: {r.graph['entities']} entities, {r.graph['links']} links; " if r.graph else "")
+            + f"total {r.total_s:.1f} s")
+
+
+def _watch(out, index_dir, inputs, opts, as_json) -> None:
+    """--watch: a pass now, then one per batch of changes, each reported as it ends."""
+    from llmkit.rag.indexing import watch
+
+    def on_event(ev):
+        if ev.kind != "pass":
+            out.warn(ev.message)
+            return
+        if as_json:
+            out.record({**ev.report.to_dict(), "tune": ev.tuned, "changed": ev.paths,
+                        "seconds": round(ev.seconds, 3)})
+            return
+        _warnings(out, ev.report, ev.tuned, opts.collection)
+        head = f"{len(ev.paths)} change(s) in {ev.seconds:.2f} s: " if ev.paths else ""
+        out.info(head + _summary(index_dir, ev.report))
+        if not ev.paths:
+            out.info(f"watching {', '.join(inputs)} (Ctrl-C stops)")
+
+    last = watch(index_dir, inputs, opts, on_event, on_wait=lambda msg: out.info(msg + " ..."))
+    out.info(f"stopped watching; generation {last.generation if last else '?'} of {index_dir} is live")
 
 
 @click.command("info")

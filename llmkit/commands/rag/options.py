@@ -12,14 +12,17 @@ import functools
 
 import click
 
+from llmkit.commands.deprecated import REMOVED_IN, Renamed
+
 FLAGS = {"parent_size": "--parent-size", "csv_meta": "--csv-meta", "model": "--model", "runtime": "--runtime",
          "ray": "--ray", "store": "--store", "no_wait": "--no-wait", "query_prompt": "--query-prompt",
-         "passage_prompt": "--passage-prompt", "stem": "--stem", "weights": "--weights", "k": "-k",
+         "passage_prompt": "--passage-prompt", "weights": "--weights", "k": "-k",
          "depth": "--depth", "rewrite": "--rewrite", "subqueries": "--subqueries", "hyde": "--hyde", "llm": "--llm",
          "mode": "--mode", "rrf_k": "--rrf-k", "rerank": "--rerank", "compress_to": "--compress-to",
          "queries": "--queries", "qrels": "--qrels", "batch_size": "--batch-size", "tokens": "--tokens",
          "analysis": "--analysis", "method": "--fusion", "norm": "--norm", "expand": "--expand",
-         "rerank_depth": "--rerank-depth"}
+         "rerank_depth": "--rerank-depth", "dedupe": "--dedupe", "ray_workers": "--ray workers=",
+         "ray_batch": "--ray batch=", "graph_llm": "--graph-llm"}
 RUNTIMES = ("onnx", "torch")
 
 
@@ -48,6 +51,25 @@ def bundle(name: str, options: list, build):
 
 # -- rag index ---------------------------------------------------------------------------------------
 
+# old spellings of rag index flags that are plain renames (deprecated.renamed rewrites them)
+INDEX_RENAMES = (Renamed("--stem", "--analysis=porter", flag=True), Renamed("--no-dedupe", "--dedupe=off", flag=True),
+                 Renamed("--near-dup", "--dedupe"), Renamed("--include", "--glob"))
+
+
+def _old_spelling(old: str, new: str):
+    """A hidden option for an old spelling that a rename cannot express (its value moves into another
+    flag's): it still works until the next minor version, with the same one-line note as a rename."""
+    def note(ctx, param, value):
+        noted = ctx.meta.setdefault("llmkit.old_spellings", set())  # once per command run
+        if value not in (None, ()) and old not in noted:
+            noted.add(old)
+            click.echo(f"Note: `{ctx.command_path} {old}` is now `{new}`; the old spelling works until llmkit "
+                       f"{REMOVED_IN}.", err=True)
+        return value
+
+    return note
+
+
 def _sizes(ctx, param, value: str | None) -> tuple[int, ...]:
     try:
         return tuple(int(s) for s in (value or "").split(",") if s.strip())
@@ -55,11 +77,13 @@ def _sizes(ctx, param, value: str | None) -> tuple[int, ...]:
         raise click.BadParameter(f"{value!r} is not a comma-separated list of sizes.", param_hint="--size") from None
 
 
-def _chunk(chunker, sizes, tokens, overlap, parent_size, no_dedupe, near_dup, no_boilerplate):
+def _chunk(chunker, sizes, tokens, overlap, parent_size, dedupe, no_boilerplate):
+    from llmkit.rag.chunk.dedupe import dedupe_setting
     from llmkit.rag.chunk.sections import ChunkOptions
 
+    keep, threshold = dedupe_setting(dedupe)
     return ChunkOptions(chunker=chunker, sizes=sizes, tokens=tokens, overlap=overlap, parent_size=parent_size,
-                        dedupe=not no_dedupe, near_threshold=near_dup, boilerplate=not no_boilerplate)
+                        dedupe=keep, near_threshold=threshold, boilerplate=not no_boilerplate)
 
 
 chunk_options = bundle("chunk", [
@@ -79,21 +103,35 @@ chunk_options = bundle("chunk", [
     click.option("--parent-size", default=3000, show_default=True, type=int,
                  help="Small-to-big: chunks are searched, their parent window (this many characters, 0 = whole "
                       "section) is returned with --parents."),
-    click.option("--no-dedupe", is_flag=True, help="Keep exact and near-duplicate chunks."),
-    click.option("--near-dup", default=0.9, show_default=True, type=float,
-                 help="MinHash Jaccard threshold for near-duplicates."),
+    click.option("--dedupe", default="0.9", show_default=True, metavar="SIMILARITY|off",
+                 help="Drop exact duplicate chunks and near-duplicates from this MinHash Jaccard similarity on; "
+                      "off keeps every chunk (was --near-dup / --no-dedupe)."),
     click.option("--no-boilerplate", is_flag=True,
                  help="Keep lines repeated across many documents (headers, footers)."),
 ], _chunk)
 
 
-def _embed(model, embed_precision, runtime, query_prompt, passage_prompt, ray_address, ray_workers, ray_batch):
+def _ray(value: str | None, old_workers: int | None, old_batch: int | None) -> tuple[str | None, int, int]:
+    """--ray ADDRESS[,workers=N][,batch=N] (bare --ray: a local cluster) -> (address, workers, batch)."""
+    if value is None:
+        return None, old_workers or 2, old_batch or 64
+    address, *parts = value.split(",")
+    got = {"workers": old_workers or 2, "batch": old_batch or 64}
+    for part in parts:
+        name, _, n = part.partition("=")
+        if name.strip() not in got or not n.strip().lstrip("-").isdigit():
+            raise click.BadParameter(f"cannot read {part!r} in {value!r}; write ADDRESS[,workers=N][,batch=N].",
+                                     param_hint="--ray")
+        got[name.strip()] = int(n)
+    return address.strip() or "local", got["workers"], got["batch"]
+
+
+def _embed(model, embed_precision, runtime, query_prompt, passage_prompt, ray_spec, ray_workers, ray_batch):
     from llmkit.rag.embed.models import EmbedOptions
 
-    if ray_workers < 1 or ray_batch < 1:
-        raise click.BadParameter("--ray-workers and --ray-batch must be at least 1.")
+    address, workers, batch = _ray(ray_spec, ray_workers, ray_batch)
     return EmbedOptions(model=model, runtime=runtime, precision=embed_precision, query_prompt=query_prompt,
-                        passage_prompt=passage_prompt, ray=ray_address, ray_workers=ray_workers, ray_batch=ray_batch)
+                        passage_prompt=passage_prompt, ray=address, ray_workers=workers, ray_batch=batch)
 
 
 embed_options = bundle("embed", [
@@ -106,20 +144,22 @@ embed_options = bundle("embed", [
                  help="Embedding runtime: ONNX Runtime over a cached export of the model, or sentence-transformers."),
     click.option("--query-prompt", default="", help="Instruction prefix for queries (e.g. 'query: ' for E5)."),
     click.option("--passage-prompt", default="", help="Instruction prefix for passages (e.g. 'passage: ')."),
-    click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None,
-                 help="Embed new chunks with Ray Data on a Ray cluster: --ray ADDRESS (or auto); bare --ray starts a "
-                      "local one."),
-    click.option("--ray-workers", default=2, show_default=True, type=int,
-                 help="With --ray: embedding actors (one model each)."),
-    click.option("--ray-batch", default=64, show_default=True, type=int,
-                 help="With --ray: passages per map_batches batch."),
+    click.option("--ray", "ray_spec", is_flag=False, flag_value="local", default=None,
+                 metavar="ADDRESS[,workers=N][,batch=N]",
+                 help="Embed new chunks with Ray Data on a Ray cluster (or auto); bare --ray starts a local one. "
+                      "workers: embedding actors, one model each (default 2); batch: passages per map_batches "
+                      "batch (default 64)."),
+    click.option("--ray-workers", type=int, hidden=True, callback=_old_spelling("--ray-workers N", "--ray ADDRESS,workers=N")),
+    click.option("--ray-batch", type=int, hidden=True, callback=_old_spelling("--ray-batch N", "--ray ADDRESS,batch=N")),
 ], _embed)
 
 
-def _read(text_field, id_field, include, exclude, code_size, csv_meta, no_gitignore):
+def _read(text_field, id_field, globs, exclude, code_size, csv_meta, no_gitignore):
     from llmkit.rag.read.files import ReadOptions
 
-    return ReadOptions(text_field=text_field, id_field=id_field, include=include, exclude=exclude,
+    return ReadOptions(text_field=text_field, id_field=id_field,
+                       include=tuple(g for g in globs if not g.startswith("!")),
+                       exclude=tuple(g[1:] for g in globs if g.startswith("!")) + tuple(exclude),
                        gitignore=not no_gitignore, code_size=code_size,
                        csv_meta=tuple(c.strip() for c in csv_meta.split(",") if c.strip()))
 
@@ -127,8 +167,10 @@ def _read(text_field, id_field, include, exclude, code_size, csv_meta, no_gitign
 read_options = bundle("read", [
     click.option("--text-field", default="text", show_default=True, help="JSONL: the field holding the text."),
     click.option("--id-field", default="id", show_default=True, help="JSONL: the field holding the document id."),
-    click.option("--include", multiple=True, help="Directories: only files matching this glob (repeatable)."),
-    click.option("--exclude", multiple=True, help="Directories: skip files matching this glob (repeatable)."),
+    click.option("--glob", "globs", multiple=True,
+                 help="Directories: only files matching GLOB; !GLOB skips files matching it (repeatable; was "
+                      "--include / --exclude)."),
+    click.option("--exclude", multiple=True, hidden=True, callback=_old_spelling("--exclude GLOB", "--glob '!GLOB'")),
     click.option("--code-size", default=0, type=int,
                  help="Characters per source-code chunk (a definition up to this size stays whole). Default: the "
                       "embedding model's window in its tokens (with --size: 1500 characters)."),
@@ -137,29 +179,22 @@ read_options = bundle("read", [
 ], _read)
 
 
-def _store(analysis, stem, index_type, graph, graph_llm, store):
+def _store(analysis, index_type, graph, graph_llm, store):
     from llmkit.rag.index.build import StoreOptions
 
-    llm = None
-    if graph_llm:
-        from llmkit.rag.llm import LocalLLM
-
-        llm = LocalLLM(graph_llm)
-    return StoreOptions(store=store, index_type=index_type, stem=stem, analysis=analysis, graph=graph or bool(graph_llm),
-                        graph_llm=llm)
+    return StoreOptions(store=store, index_type=index_type, analysis=analysis, graph=graph, graph_llm=graph_llm)
 
 
 store_options = bundle("store", [
     click.option("--analysis", type=click.Choice(["english", "plain", "porter"]), default=None,
                  help="BM25 analysis, chosen when the index is created: english (default: English chunks stemmed, "
                       "stop words dropped, other languages plain), plain (lower-cased words, CJK bigrams), porter "
-                      "(every word Porter-stemmed)."),
-    click.option("--stem", is_flag=True, help="Same as --analysis porter."),
+                      "(every word Porter-stemmed; was --stem)."),
     click.option("--index-type", type=click.Choice(["auto", "flat", "hnsw"]), default="auto", show_default=True,
                  help="faiss index: exact flat search up to 100k chunks, HNSW beyond (auto)."),
     click.option("--graph", is_flag=True, help="Keep an entity graph for `rag query --graph` and `rag ask-global` "
                  "(noun phrases, names, identifiers, CJK terms; index-wide once enabled)."),
-    click.option("--graph-llm", help="Local GGUF model that also lists entities per chunk (slow; with --graph)."),
+    click.option("--graph-llm", help="Local GGUF model that also lists entities per chunk (slow; implies --graph)."),
     click.option("--store", help="Where the vectors live, chosen when the index is created: faiss (default, in "
                  "INDEX_DIR), milvus+local:PATH.db (embedded Milvus) or milvus://HOST:PORT (a Milvus server; token in "
                  "MILVUS_TOKEN)."),

@@ -8,6 +8,8 @@ import zlib
 
 import numpy as np
 
+from llmkit.errors import OptionError
+
 
 def text_key(text: str) -> str:
     """Hash of the case- and whitespace-normalised text: equal keys are exact duplicates."""
@@ -16,7 +18,7 @@ def text_key(text: str) -> str:
 
 N_PERM = 64
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-_SEEDS = None  # the hash seeds, made on first use (numpy.random costs ~10 ms to import)
+_SEEDS = None  # the hash seeds, made on first use (importing numpy.random is not free)
 
 
 def _seeds() -> np.ndarray:
@@ -74,3 +76,21 @@ def near_duplicates(signatures: np.ndarray, threshold: float = 0.9, bands: int =
         if dup[i] >= 0 and dup[dup[i]] >= 0:
             dup[i] = dup[dup[i]]
     return dup
+
+
+def dedupe_setting(value: str) -> tuple[bool, float]:
+    """(drop duplicates, near-duplicate threshold) of a dedupe setting: 'off', or the MinHash Jaccard
+    similarity from which a chunk is a near-duplicate of an earlier one (exact duplicates always go).
+
+    >>> dedupe_setting("0.8"), dedupe_setting("off")
+    ((True, 0.8), (False, 0.9))
+    """
+    if value.strip().lower() == "off":
+        return False, 0.9
+    try:
+        threshold = float(value)
+    except ValueError:
+        threshold = float("nan")
+    if not 0 < threshold <= 1:
+        raise OptionError("{dedupe} takes off or a similarity in (0, 1], not {value!r}.", value=value)
+    return True, threshold

@@ -42,6 +42,8 @@ class ChunkOptions:
             raise BadInput(f"unknown chunker {self.chunker!r}; use 'recursive' or 'window'.")
         if self.tokens < 0:
             raise OptionError("{tokens} must be positive (got {value}).", value=self.tokens)
+        if not 0 < self.near_threshold <= 1:
+            raise OptionError("{dedupe} takes a similarity in (0, 1] or off, not {value}.", value=self.near_threshold)
         for size in self.sizes:
             if self.chunker == "window":
                 spans.window_spans("x", size, 100 if self.overlap is None else self.overlap)  # validates

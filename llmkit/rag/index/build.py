@@ -35,7 +35,7 @@ from llmkit.rag.embed.models import EmbedOptions
 from llmkit.errors import OptionError
 from llmkit.rag.index import db
 from llmkit.rag.index.analysis import ANALYSES
-from llmkit.rag.index.manifest import MANIFEST, new_manifest, read_manifest, writer_lock
+from llmkit.rag.index.manifest import MANIFEST, VERSION, new_manifest, read_manifest, stored_version, writer_lock
 from llmkit.rag.index.vectors import HNSW_ABOVE
 from llmkit.rag.read.documents import load_file
 from llmkit.rag.read.files import ReadOptions, check_csv_meta, collect_files, read_input
@@ -49,10 +49,13 @@ class StoreOptions:
     store: str | None = None  # where vectors live: None/faiss (index directory) or a served engine URI (milvus.py)
     index_type: str = "auto"  # auto | flat | hnsw
     hnsw_above: int = HNSW_ABOVE
-    stem: bool = False  # Porter-stem every word for BM25 (= analysis "porter"; fixed when the index is created)
-    analysis: str | None = None  # BM25 analysis of a new index (analysis.py); None: english (porter with stem)
+    analysis: str | None = None  # BM25 analysis of a new index (analysis.py); None: english
     graph: bool = False  # keep an entity graph (index-wide once enabled)
-    graph_llm: object = None  # a LocalLLM whose listed entities are added to the extracted ones
+    graph_llm: str | None = None  # a local GGUF whose listed entities are added to the extracted ones (implies graph)
+
+    @property
+    def keeps_graph(self) -> bool:
+        return self.graph or bool(self.graph_llm)
 
 
 @dataclass
@@ -66,6 +69,18 @@ class IndexOptions:
     chunk: ChunkOptions = field(default_factory=ChunkOptions)
     embed: EmbedOptions = field(default_factory=EmbedOptions)
     store: StoreOptions = field(default_factory=StoreOptions)
+    tune: bool = True  # tune the fusion on pseudo-queries at the end of a run (when the corpus changed enough)
+    wait: bool = True  # queue behind another writer (False: fail at once)
+
+    def validate(self) -> None:
+        """Every check on the options alone, before the index is touched."""
+        self.chunk.validate()
+        if self.store.analysis is not None and self.store.analysis not in ANALYSES:
+            raise OptionError("unknown BM25 {analysis} {value!r}; use {names}.", value=self.store.analysis,
+                              names=", ".join(ANALYSES))
+        if self.embed.ray_workers < 1 or self.embed.ray_batch < 1:
+            raise OptionError("{ray_workers} and {ray_batch} must be at least 1 (got {w}, {b}).",
+                              w=self.embed.ray_workers, b=self.embed.ray_batch)
 
 
 @dataclass
@@ -92,6 +107,8 @@ class IndexReport:
     total_s: float = 0.0
     index_type: str = ""
     skipped: list[Skipped] = field(default_factory=list)
+    version: int = VERSION  # the manifest's format version after the run
+    migrated_from: int = 0  # the older format version the run upgraded the manifest from (0: none)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -103,14 +120,15 @@ _OWN = re.compile(r"writer\.lock|chunks\.sqlite(-wal|-shm|-journal)?|gen-\d+|\.m
 
 
 def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: bytes | None = None,
-          progress: Callable[[str, int, int], None] | None = None, wait: bool = True,
-          on_wait: Callable[[str], None] | None = None) -> IndexReport:
+          progress: Callable[[str, int, int], None] | None = None, on_wait: Callable[[str], None] | None = None,
+          changed: Callable[[str], bool] | None = None, vanished: tuple[str, ...] = ()) -> IndexReport:
     """Add, update and remove documents of one collection, then publish a new searchable generation
-    (under the index's writer lock: concurrent runs queue, none loses the other's documents)."""
+    (under the index's writer lock: concurrent runs queue, none loses the other's documents).
+    `changed`: which indexed files to read again (an absolute path -> True); None reads every file
+    and lets its content hash decide. Files not yet indexed are always read, and indexed files no
+    longer found under the inputs (or under `vanished`, inputs that no longer exist) are removed."""
     t0 = time.perf_counter()
-    opts.chunk.validate()
-    if opts.store.analysis is not None and opts.store.analysis not in ANALYSES:
-        raise BadInput(f"unknown BM25 analysis {opts.store.analysis!r}; use {', '.join(ANALYSES)}.")
+    opts.validate()
     if opts.store.store is not None:
         from llmkit.rag.index.milvus import parse_store
 
@@ -119,8 +137,8 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
     if opts.read.csv_meta:
         check_csv_meta(files, opts.read.csv_meta)
     try:
-        with writer_lock(directory, wait, on_wait):
-            report = _build_locked(directory, files, inputs, opts, stdin_data, progress)
+        with writer_lock(directory, opts.wait, on_wait):
+            report = _build_locked(directory, files, [*inputs, *vanished], opts, stdin_data, progress, changed)
     except Exception as e:  # a full or read-only disk: one line (the run's rows were rolled back)
         err = disk_error(directory, e, f"index '{directory}'",
                          "Nothing was changed (queries answer from the previous generation)")
@@ -133,17 +151,26 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
     return report
 
 
-def _read_new(files, opts: IndexOptions, stdin_data, live, report, progress, embedder=None):
+def _read_new(files, opts: IndexOptions, stdin_data, live, report, progress, embedder=None, changed=None):
     """(documents that are new or changed, paths seen) of the files; unreadable files are skipped.
-    With token-sized chunks, code definitions up to the model's window stay whole."""
+    With token-sized chunks, code definitions up to the model's window stay whole. With `changed`,
+    an indexed file it does not name is taken as it is (its documents seen, not read)."""
     r = opts.read
     code_size, measure = r.code_size or 1500, len
     if not r.code_size and not opts.chunk.sizes:
         code_size, measure = opts.chunk.tokens, embedder.count_tokens
+    indexed: dict[str, list[str]] = {}
+    for doc_path in live if changed is not None else ():
+        indexed.setdefault(doc_path.split("#", 1)[0], []).append(doc_path)
     new_docs, seen = [], set()
     for n, path in enumerate(files):
         if progress:
             progress("reading", n, len(files))
+        kept = indexed.get(os.path.abspath(path)) if path != "-" else None
+        if kept and not changed(os.path.abspath(path)):
+            seen.update(kept)
+            report.docs_unchanged += len(kept)
+            continue
         if path == "-":
             data = stdin_data or b""
         else:
@@ -167,13 +194,15 @@ def _read_new(files, opts: IndexOptions, stdin_data, live, report, progress, emb
     return new_docs, seen
 
 
-def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, progress) -> IndexReport:
+def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, progress, changed=None) -> IndexReport:
     from llmkit.rag.index.bm25 import tokenize
     from llmkit.rag.index.publish import load_index_embedder, publish
 
     manifest = _open_or_create(directory, opts)
     gen = manifest["generation"] + 1
     report = IndexReport(generation=gen, files=len(files))
+    if os.path.exists(os.path.join(directory, MANIFEST)) and stored_version(directory) < VERSION:
+        report.migrated_from = stored_version(directory)
     model = ModelTokens(lambda: load_index_embedder(manifest, opts.embed))
     opts = replace(opts, chunk=chunking_of(manifest, opts.collection, opts.chunk, model.window, report.changes))
     emb = None if opts.chunk.sizes else model
@@ -182,7 +211,7 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
         db.rollback_unfinished(con, manifest["generation"])
         live = {row[1]: (row[0], row[2]) for row in con.execute(
             "SELECT id, path, hash FROM docs WHERE collection = ? AND gen_removed IS NULL", (opts.collection,))}
-        new_docs, seen = _read_new(files, opts, stdin_data, live, report, progress, emb)
+        new_docs, seen = _read_new(files, opts, stdin_data, live, report, progress, emb, changed)
         scopes = [os.path.abspath(p) for p in inputs if p != "-"]
         gone = [(doc_id, p) for p, (doc_id, _) in live.items()
                 if p not in seen and (p == "-" and "-" in inputs or _in_scope(p, scopes))]
@@ -216,7 +245,7 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
                 report.chunks_added += len(rows)
                 if manifest["graph"]:
                     first = con.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1
-                    db.add_entities(con, [(first + i, r[3]) for i, r in enumerate(rows)], opts.store.graph_llm)
+                    db.add_entities(con, [(first + i, r[3]) for i, r in enumerate(rows)], graph_llm(opts))
             report.docs_added += 1
         con.execute("COMMIT")
         publish(directory, con, manifest, gen, opts, report, progress)
@@ -229,6 +258,22 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     finally:
         con.close()
     return report
+
+
+def graph_llm(opts: IndexOptions):
+    """The local model that lists entities for the graph (`StoreOptions.graph_llm`), loaded once per
+    process, or None."""
+    path = opts.store.graph_llm
+    if not path:
+        return None
+    if path not in _GRAPH_LLMS:
+        from llmkit.rag.llm import LocalLLM
+
+        _GRAPH_LLMS[path] = LocalLLM(path)
+    return _GRAPH_LLMS[path]
+
+
+_GRAPH_LLMS: dict = {}
 
 
 class ModelTokens:
@@ -281,7 +326,7 @@ def _check_compatible(directory: str, m: dict, opts: IndexOptions) -> None:
             m["query_prompt"], m["passage_prompt"]):
         raise OptionError("this index was built with other {query_prompt}/{passage_prompt} values; "
                           "use a new index directory to change them.")
-    have_an, want_an = m["analysis"], st.analysis or ("porter" if st.stem else None)
+    have_an, want_an = m["analysis"], st.analysis
     if want_an and want_an != have_an:
         raise OptionError("this index analyses BM25 terms as {have}, not {want}; BM25 terms cannot be mixed. Use a "
                           "new index directory.", have=have_an, want=want_an)
@@ -307,7 +352,7 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
     if os.path.exists(os.path.join(directory, MANIFEST)) or any(not _OWN.fullmatch(n) for n in existing):
         m = read_manifest(directory)
         _check_compatible(directory, m, opts)
-        if opts.store.graph and not m["graph"]:
+        if opts.store.keeps_graph and not m["graph"]:
             m["graph"] = True  # enabled now: the chunks already indexed get their entities at publish
         return m
     from llmkit.rag.index.milvus import parse_store
@@ -322,8 +367,7 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
         model = resolve_model(model)
     return new_manifest(model=model or "default", embed_precision=e.precision or "fp32", embed_runtime=e.runtime,
                         query_prompt=e.query_prompt, passage_prompt=e.passage_prompt,
-                        analysis=opts.store.analysis or ("porter" if opts.store.stem else "english"),
-                        graph=opts.store.graph, store=spec)
+                        analysis=opts.store.analysis or "english", graph=opts.store.keeps_graph, store=spec)
 
 
 def switch_model(directory: str, model: str, runtime: str = "onnx", progress=None) -> IndexReport:

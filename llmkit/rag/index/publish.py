@@ -64,7 +64,9 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
         if manifest["graph"]:
             if progress:
                 progress("entity graph", 0, 1)
-            _publish_graph(con, rows, gdir, report, opts.store.graph_llm)
+            from llmkit.rag.index.build import graph_llm
+
+            _publish_graph(con, rows, gdir, report, graph_llm(opts))
     _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
     _retire_old(directory, con, manifest, gen)
 
