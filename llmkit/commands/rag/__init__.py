@@ -1,7 +1,8 @@
 """`llmkit rag`: index documents and query them with BM25, dense vectors and hybrid fusion; answer with a
 local model; evaluate and tune.
 
-    index.py          rag index, rag info
+    index.py          rag index (and --watch), rag info
+    serve.py          rag serve (an MCP server over one index)
     query.py          rag query
     answer.py         rag answer, rag ask-global
     evaluate.py       rag eval, rag cranfield
@@ -27,6 +28,7 @@ from llmkit.commands.rag.evaluate import cranfield_cmd, eval_cmd
 from llmkit.commands.rag.index import index_cmd, info_cmd
 from llmkit.commands.rag.options import FLAGS  # noqa: F401 -- read by llmkit.cli to spell option errors
 from llmkit.commands.rag.query import query_cmd
+from llmkit.commands.rag.serve import serve_cmd
 from llmkit.commands.rag.tune import adapt_cmd, tune_cmd, tune_reset_cmd
 
 
@@ -57,5 +59,5 @@ def group():
 
 
 for _cmd in (index_cmd, query_cmd, answer_cmd, ask_global_cmd, eval_cmd, tune_cmd, tune_reset_cmd, adapt_cmd,
-             cranfield_cmd, info_cmd):
+             cranfield_cmd, info_cmd, serve_cmd):
     group.add_command(_cmd)

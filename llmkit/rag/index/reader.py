@@ -38,7 +38,8 @@ class Index:
         except (OSError, ValueError) as e:
             raise BadInput(f"index '{directory}' is damaged (generation {gen}: {e}). Rebuild it with llmkit rag index.") from None
         self.collections: list[str] = self.manifest["collection_order"]
-        self.con = sqlite3.connect(f"file:{os.path.join(directory, DB)}?mode=ro", uri=True)
+        # one reader may serve calls from several threads (rag serve), one at a time
+        self.con = sqlite3.connect(f"file:{os.path.join(directory, DB)}?mode=ro", uri=True, check_same_thread=False)
         self._bm25: BM25Index | None = None
         self._vstore = None
         self._vectors = None
@@ -150,9 +151,9 @@ class Index:
         """Rows of these chunk ids (ids not in this generation are ignored)."""
         return rows_of_ids(self.rows, ids)
 
-    def embedder(self, model: str | None = None, runtime: str = "onnx"):
+    def embedder(self, model: str | None = None, runtime: str = "onnx", threads: int | None = None):
         """The index's embedding model at the index's precision on `runtime` (a different model must
-        give the index's dimension)."""
+        give the index's dimension), kept for this view's life (the first call's settings hold)."""
         if self._embedder is None:
             from llmkit.rag.embed.embedder import load_embedder
 
@@ -161,7 +162,7 @@ class Index:
             if runtime == "torch":
                 precision = "fp32"  # int8 vectors are close to fp32 ones: searchable either way
             emb = load_embedder(name, runtime, precision, self.manifest["query_prompt"],
-                                self.manifest["passage_prompt"])
+                                self.manifest["passage_prompt"], threads=threads)
             if self.manifest["dim"] and emb.dim != self.manifest["dim"]:
                 raise BadInput(f"the embedding model '{emb.name}' gives {emb.dim}-d vectors but index '{self.dir}' "
                                f"holds {self.manifest['dim']}-d ones. Query with the model it was built with.")
