@@ -27,6 +27,7 @@ import os
 import shutil
 import statistics
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -163,6 +164,122 @@ def throughput_child(runtime: str, precision: str, docs: str, n: int) -> None:
     print(json.dumps({"per_s": len(texts) / (time.perf_counter() - t), "n": len(texts)}))
 
 
+def mcp_child(idx: str, queries_path: str, n: int) -> None:
+    """Warm `search` calls through the MCP SDK's own stdio client against `llmkit rag serve IDX`: the
+    call's round trip as a client sees it (server start-up and the first call not timed). Checks the
+    top 10 of the first queries against fresh `llmkit rag query --jsonl` processes."""
+    import subprocess
+
+    import anyio
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    qs = [json.loads(x)["text"] for x in open(queries_path, encoding="utf-8") if x.strip()][:n]
+    got: dict[str, list] = {}
+    lat: list[float] = []
+    started = {}
+
+    async def session():
+        t0 = time.perf_counter()
+        params = StdioServerParameters(command=sys.executable, args=["-m", "llmkit", "-q", "rag", "serve", idx],
+                                       env=dict(os.environ))
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            await s.call_tool("search", {"query": "warm up", "k": 10})
+            started["s"] = time.perf_counter() - t0
+            for q in qs:
+                t = time.perf_counter()
+                res = await s.call_tool("search", {"query": q, "k": 10})
+                lat.append(time.perf_counter() - t)
+                got[q] = [h["chunk_id"] for h in res.structured_content["hits"]]
+
+    anyio.run(session)
+    same = 0
+    for q in qs[:3]:
+        out = subprocess.run([sys.executable, "-m", "llmkit", "-q", "rag", "query", idx, q, "-k", "10", "--jsonl"],
+                             capture_output=True, text=True, check=True).stdout
+        same += [json.loads(x)["chunk_id"] for x in out.splitlines()] == got[q]
+    lat.sort()
+    print(json.dumps({"p50_ms": 1000 * statistics.median(lat), "p95_ms": 1000 * lat[int(0.95 * (len(lat) - 1))],
+                      "n": len(lat), "start_s": started["s"], "same_top10": same, "checked": min(3, len(qs))}))
+
+
+def watch_child(docs: str, work: str, n_docs: int, n_edits: int) -> None:
+    """`llmkit rag index IDX DIR --watch` over `n_docs` Markdown files (Cranfield abstracts): `n_edits`
+    edits one after another, each timed from the write to the first query (BM25, a word only the
+    edit has) that finds it through `rag serve`'s Searcher (which follows generations); then 200
+    edits in a burst, timed to the index holding exactly the last text of every file."""
+    import re
+    import subprocess
+
+    from llmkit.rag.index.reader import Index
+    from llmkit.rag.serve import Searcher
+
+    tree, idx = os.path.join(work, "watched"), os.path.join(work, "watch-idx")
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.rmtree(idx, ignore_errors=True)
+    os.makedirs(tree)
+    recs = [json.loads(x) for x in open(docs, encoding="utf-8") if x.strip()][:n_docs]
+    for i, r in enumerate(recs):
+        with open(os.path.join(tree, f"d{i}.md"), "w", encoding="utf-8") as f:
+            f.write(f"# {r.get('title') or r['id']}\n\n{r['text']}\n")
+    p = subprocess.Popen([sys.executable, "-m", "llmkit", "-q", "rag", "index", idx, tree, "--watch", "--json",
+                          "--no-tune"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    passes = []
+    threading.Thread(target=lambda: passes.extend(json.loads(x) for x in p.stdout), daemon=True).start()
+
+    def until(cond, what, limit=600.0):
+        t = time.time()
+        while not cond():
+            if p.poll() is not None or time.time() - t > limit:
+                raise SystemExit(f"watch child: no {what}")
+            time.sleep(0.02)
+
+    try:
+        until(lambda: passes, "first pass")
+        first_s = passes[0]["total_s"]
+        searcher = Searcher(idx)
+        edits, pass_s = [], []
+        for e in range(n_edits):
+            path = os.path.join(tree, f"d{e % len(recs)}.md")
+            token = f"zq{e}marker"
+            before = len(passes)
+            t = time.perf_counter()
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"\nEdit {e}: {token}.\n")
+            until(lambda: any(token in h["text"] for h in searcher.search(token, 1, "bm25")["hits"]), "edit")
+            edits.append(time.perf_counter() - t)
+            until(lambda: len(passes) > before, "pass record")
+            pass_s.append(passes[-1]["total_s"])
+        final = {}
+        t = time.perf_counter()
+        for n in range(200):
+            path = os.path.join(tree, f"burst{n % 25}.md")
+            text = f"# Burst {n % 25}\n\nBurst edit {n}: bq{n}z.\n"
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            final[path] = f"bq{n}z"
+
+        def settled():
+            ix = Index(idx)
+            try:
+                rows = ix.rows.tolist()
+                got = ix.con.execute(f"SELECT d.path, c.text FROM chunks c JOIN docs d ON d.id = c.doc_id WHERE "
+                                     f"c.id IN ({','.join('?' * len(rows))}) AND d.path LIKE '%burst%'", rows).fetchall()
+            finally:
+                ix.close()
+            return len(got) == len(final) and all(re.findall(r"bq\d+z", txt) == [final[pth]] for pth, txt in got)
+
+        until(settled, "settled burst")
+        burst_s = time.perf_counter() - t
+        searcher.close()
+    finally:
+        p.send_signal(2)
+        p.wait(timeout=120)
+    print(json.dumps({"edit_p50_s": statistics.median(edits), "edit_max_s": max(edits), "pass_p50_s":
+                      statistics.median(pass_s), "first_pass_s": first_s, "burst_s": burst_s, "n_docs": len(recs),
+                      "n_edits": len(edits), "exit": p.returncode}))
+
+
 def child(argv):
     what = argv[0]
     if what == "bm25":
@@ -175,6 +292,10 @@ def child(argv):
         hybrid_child(argv[1], int(argv[2]), int(argv[3]))
     elif what == "throughput":
         throughput_child(argv[1], argv[2], argv[3], int(argv[4]))
+    elif what == "mcp":
+        mcp_child(argv[1], argv[2], int(argv[3]))
+    elif what == "watch":
+        watch_child(argv[1], argv[2], int(argv[3]), int(argv[4]))
     else:
         raise SystemExit(f"unknown child {what}")
 
@@ -363,7 +484,40 @@ def cranfield_rows(cfg) -> list[Row]:
     from rag_models import model_rows  # GGUF / ONNX / torch on the same weights, re-ranking, Chinese
 
     rows += model_rows(cfg, work, src, os.path.join(work, "queries.jsonl"), os.path.join(work, "qrels.txt"))
+    rows += serve_rows(cfg, work, idx, w["--mode hybrid --runtime onnx"], qc[0])
+    rows += watch_rows(cfg, work, src)
     return rows
+
+
+def serve_rows(cfg, work: str, idx: str, fresh, fresh_cmd: Cmd) -> list[Row]:
+    """`rag serve`: a warm MCP `search` call vs a fresh `rag query` process on the same index."""
+    n_docs = sum(1 for _ in open(os.path.join(work, "docs-small.jsonl" if cfg.smoke else "docs.jsonl")))
+    m = Cmd("MCP search (stdio client)", [PY, ME, "mcp", idx, os.path.join(work, "queries.jsonl"),
+                                          cfg.pick(225, 100, 10)])
+    runs = compare([m], cfg, warmup=False, min_runs=cfg.pick(3, 2, 1), fast_runs=cfg.pick(3, 2, 1))
+    p50, p95 = field_stat(runs[m.label], "p50_ms"), field_stat(runs[m.label], "p95_ms")
+    rep = runs[m.label][-1].report
+    return [Row("rag-mcp-search", f"`rag serve` over stdio: a warm `search` call (hybrid, k 10) through the MCP SDK's "
+                f"client, {n_docs}-document Cranfield index, {rep['n']} Cranfield queries per run",
+                f"fresh `rag query` process (hybrid) {fresh.fmt()}", f"p50 {p50.fmt('ms', 1)}; p95 {p95.fmt('ms', 1)}",
+                speed(fresh.median, p50.median / 1000, "a fresh process"),
+                f"top 10 equal to `rag query --jsonl`'s: {rep['same_top10']}/{rep['checked']}; server start + first "
+                f"call {rep['start_s']:.1f} s", cmds_of(fresh_cmd, m))]
+
+
+def watch_rows(cfg, work: str, docs: str) -> list[Row]:
+    """`rag index --watch`: one edit -> the first query that finds it; a 200-edit burst -> settled."""
+    n_docs, n_edits = cfg.pick(1400, 300, 20), cfg.pick(20, 10, 3)
+    c = Cmd("rag index --watch", [PY, ME, "watch", docs, cfg.tmp("watch"), n_docs, n_edits])
+    rep = run_once(c).report
+    return [Row("rag-watch-edit", f"`rag index --watch` over {rep['n_docs']} Markdown files (Cranfield abstracts): "
+                "an edit appended to one file until a query (BM25, through `rag serve`'s generation-following "
+                f"Searcher) finds it; {rep['n_edits']} edits one after another", "goal: 3 s",
+                f"p50 {rep['edit_p50_s']:.2f} s, max {rep['edit_max_s']:.2f} s (the pass alone: p50 "
+                f"{rep['pass_p50_s']:.2f} s)", "–", f"first pass {rep['first_pass_s']:.1f} s", cmds_of(c)),
+            Row("rag-watch-burst", f"`rag index --watch`: 200 edits to 25 new files in a burst, until the index holds "
+                f"exactly the last text of each ({rep['n_docs']} other files)", "–", f"{rep['burst_s']:.2f} s", "–",
+                "every file once, its last text (checked); Ctrl-C exit " + str(rep["exit"]), cmds_of(c))]
 
 
 def rows(cfg):
