@@ -140,3 +140,22 @@ def test_ask_global_new_and_old_spelling(gidx, tmp_path):
     notes = [line for line in old.stderr.splitlines() if "deprecated" in line]
     assert len(notes) == 1 and "rag ask-global" in notes[0]
     assert run_cli(["rag", "ask-global", "--help"]).exit_code == 0
+
+
+def test_answer_and_ask_global_take_the_query_options(gidx, tmp_path):
+    """rag answer's sources are what rag query returns for the same options (graph, depth, RRF k)."""
+    pytest.importorskip("llama_cpp")
+    from ggufmake import write_tiny_llama
+
+    _, idx = gidx
+    model = write_tiny_llama(tmp_path / "tiny.gguf", seed=3, n_ctx=4096)
+    flags = ["--graph", "--depth", "50", "--rrf-k", "30", "--runtime", "onnx", "-k", "3"]
+    q = "parallel port device driver"
+    r = run_cli(["rag", "answer", str(idx), q, "--llm", str(model), "-n", "4", "--json", *flags])
+    assert r.exit_code == 0, r.stderr
+    sources = [s["chunk_id"] for s in json.loads(r.stdout)["sources"]]
+    r = run_cli(["rag", "query", str(idx), q, "--jsonl", *flags])
+    assert sources == [json.loads(x)["chunk_id"] for x in r.stdout.splitlines()]
+    r = run_cli(["rag", "ask-global", str(idx), q, "--llm", str(model), "-n", "4", "--graph", "--depth", "50",
+                 "--rrf-k", "30", "--runtime", "onnx", "-k", "1"])
+    assert r.exit_code == 0 and "Topics:" in r.stdout, r.stderr

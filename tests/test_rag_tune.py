@@ -94,7 +94,7 @@ def test_tune_with_judged_queries_finds_the_useful_retriever(corpus):
 def test_stored_choice_is_used_overridden_kept_and_reset(corpus, tmp_path):
     root, idx = corpus
     before = (idx / "manifest.json").read_bytes()
-    r = run_cli(["rag", "tune", str(idx), "--pseudo-queries", "60", "--no-expand"])
+    r = run_cli(["rag", "tune", str(idx), "--pseudo-queries", "60", "--no-expand", "--runtime", "onnx"])
     assert r.exit_code == 0, r.stderr
     assert "chosen:" in r.stdout and "held-out half" in r.stdout
     m = json.loads((idx / "manifest.json").read_text())
