@@ -19,7 +19,7 @@ llmkit rag query "$work/idx" "how does the scheduler pick the next task" --filte
   | python3 -c 'import json,sys; [print(h["score"], h["text"][:70].replace("\n"," ")) for h in map(json.loads, sys.stdin)]'
 
 # 2. the same documents embedded on a (local) Ray cluster: the same vectors as a local run
-llmkit rag index "$work/idx-ray" "$work/docs.jsonl" --ray --ray-workers 2
+llmkit rag index "$work/idx-ray" "$work/docs.jsonl" --ray local,workers=2
 
 # 3. a batch across two llama-servers, resumable
 server=$(PYTHON=python3 bash scripts/build_llama_server.sh | tail -1)

@@ -114,7 +114,7 @@ MUTATIONS = [
     M("gpu-gb-budget", "kv simulate -m --gpu-gb turns GPU memory minus the weights into tokens", "llmkit/kv/plan.py",
       "return int(budget_bytes // p.kv_bytes_per_token)", "return int(budget_bytes // (2 * p.kv_bytes_per_token))",
       ("tests/test_kv_simulate.py::test_budget_from_model_bytes_and_gpu_memory",)),
-    M("include-inverted", "rag index --include keeps only matching files", "llmkit/rag/read/files.py",
+    M("include-inverted", "rag index --glob keeps only matching files", "llmkit/rag/read/files.py",
       "if opts.include and not any(", "if opts.include and any(",
       ("tests/test_rag_index_options.py::test_include_exclude_and_meta",)),
     # the guards themselves
