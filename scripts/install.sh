@@ -38,7 +38,7 @@ fi
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check)
 case ",$extras," in
-  *,all,*|*,adapt,*|*,rag,*|*,dev,*)
+  *,all,*|*,adapt,*|*,dev,*)
     # PyTorch's CPU index first: the package index's Linux torch pulls several GB of CUDA libraries.
     # Where that index is unreachable, pip falls back to the configured index at once (--retries 0).
     "${pip[@]}" -q --retries 0 --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" ;;

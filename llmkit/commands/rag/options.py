@@ -135,8 +135,8 @@ def _embed(model, embed_precision, runtime, query_prompt, passage_prompt, ray_sp
 
 
 embed_options = bundle("embed", [
-    click.option("--model", help="Embedding model: a local sentence-transformers directory (default: packaged "
-                 "all-MiniLM-L6-v2)."),
+    click.option("-m", "--model", help="Embedding model: a sentence-transformers directory or an embedding GGUF run "
+                 "by llama.cpp (default: the packaged all-MiniLM-L6-v2)."),
     click.option("--embed-precision", type=click.Choice(["fp32", "int8"]), default=None,
                  help="Embedding precision, fixed when the index is created (default fp32): int8 indexes ~2x faster "
                       "at a small loss (ONNX Runtime dynamic int8, per-channel weights)."),

@@ -44,7 +44,8 @@ STEPS = [
     click.option("--hyde", is_flag=True, help="Embed the query with an LLM-written hypothetical answer (needs --llm)."),
     click.option("--llm", "llm_path", help="Local GGUF model for --rewrite/--subqueries/--hyde/answer "
                  "(default: LLMKIT_MODEL or the packaged SmolLM2)."),
-    click.option("--rerank", help="Re-rank the top candidates: cross-encoder:DIR or llm:MODEL.gguf."),
+    click.option("--rerank", help="Re-rank the top candidates: a cross-encoder FILE.gguf (llama.cpp), "
+                 "cross-encoder:DIR (needs sentence-transformers) or llm:MODEL.gguf."),
     click.option("--rerank-depth", default=20, show_default=True, type=int),
 ]
 EMBED = [
