@@ -182,10 +182,19 @@ SAME_AS_BEFORE = {("wordpiece", 800): "16727fe8ab3aa3c4", ("wordpiece", 3000): "
                   ("unigram", 800): "d13364d15355a73e", ("unigram", 3000): "f07bd41c06c443c8"}
 
 
+@pytest.mark.parametrize("path", ["python", "compiled"])
 @pytest.mark.parametrize("algo,size", list(SAME_AS_BEFORE))
-def test_wordpiece_and_unigram_train_as_before(algo, size, kernel_small):
+def test_wordpiece_and_unigram_train_as_before(algo, size, path, kernel_small, monkeypatch):
+    """Both paths: the Python loops and the compiled kernels (counting, WordPiece's merge loop, with
+    pools small enough that they grow on the way)."""
     import hashlib
 
+    if path == "compiled":
+        monkeypatch.setenv("LLMKIT_JIT", "1")
+        monkeypatch.setattr("llmkit.tokenize.wordpiece_native.EXTRA_PAIRS", 0)
+        monkeypatch.setattr("llmkit.tokenize.wordpiece_native.TEXT_PER_TOKEN", 0)
+    else:
+        monkeypatch.setenv("LLMKIT_NO_JIT", "1")
     tok = train(iter_lines([str(kernel_small)]), algo, size)
     model = json.dumps(tok.to_hf()["model"], ensure_ascii=False, sort_keys=True)
     assert hashlib.sha256(model.encode()).hexdigest()[:16] == SAME_AS_BEFORE[(algo, size)]

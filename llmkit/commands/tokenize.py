@@ -66,12 +66,25 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, outp
     with progress_bar(f"training {algo}") as bar:
         tok = train(iter_lines(paths), algo, vocab_size, min_frequency=min_frequency,
                     special_tokens=list(specials) if specials else None, lowercase=lowercase,
-                    progress=bar, trace=trace_fn)
+                    progress=bar, trace=trace_fn, work_bytes=_size_of(paths))
     if output:
         tok.save(output)
         out.info(f"{algo}: {tok.vocab_size} tokens -> {output}")
     else:
         out.data(json.dumps(tok.to_hf(), ensure_ascii=False))
+
+
+def _size_of(paths: list[str]) -> int:
+    """Bytes in the input files (what decides whether compiling the kernels pays)."""
+    import os
+
+    total = 0
+    for p in paths:
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    return total
 
 
 def _trace_text(algo: str, s: dict) -> str:

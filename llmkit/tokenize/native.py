@@ -1,4 +1,4 @@
-"""Loading the compiled BPE kernels (`_bpe_kernels`) without paying numba's start-up on every run.
+"""Loading the compiled tokenizer kernels (`_bpe_kernels`, `_train_kernels`) without paying numba's start-up on every run.
 
 The kernels are numba `cfunc`s that allocate nothing. The first use compiles them (numba, a few
 seconds), links their machine code into one shared library in numba's cache directory and loads
@@ -44,11 +44,18 @@ _ARGTYPES = {
                      C.c_void_p,
                      C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_int64],
     "format_ids": [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_int64],
+    "count_words": [C.c_void_p, C.c_int64, C.c_int64, C.c_int64, C.c_int64, C.c_void_p, C.c_void_p, C.c_void_p,
+                    C.c_int64, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p],
+    "rehash_words": [C.c_void_p, C.c_int64, C.c_void_p, C.c_int64],
+    "wp_init": [C.c_void_p] * 33 + [C.c_int64],
+    "wp_run": [C.c_void_p] * 33 + [C.c_int64],
+    "rehash_pairs": [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p, C.c_int64],
 }
+MODULES = ("_bpe_kernels", "_train_kernels")
 
 
 class Kernels:
-    """The four kernels as ctypes functions (ctypes releases the GIL while they run)."""
+    """The kernels as ctypes functions (ctypes releases the GIL while they run)."""
 
     def __init__(self, addresses: dict[str, int], keep=None, source: str = ""):
         self._keep = keep  # the library or the numba objects the addresses point into
@@ -70,7 +77,7 @@ def cache_dir() -> Path:
 def _key() -> str:
     """Names the library: the kernels' source, this Python and this machine's architecture (a CRC,
     not a cryptographic hash, because loading must stay cheap)."""
-    src = (_HERE / "_bpe_kernels.py").read_bytes()
+    src = b"".join((_HERE / f"{m}.py").read_bytes() for m in MODULES)
     where = f"{sys.version}|{os.uname().machine if hasattr(os, 'uname') else ''}|{sys.platform}".encode()
     return f"{zlib.crc32(src):08x}{zlib.crc32(where):08x}{len(src):x}"
 
@@ -82,12 +89,12 @@ def kernels(work_bytes: int = 0) -> Kernels | None:
     """The compiled kernels, or None: no numba, LLMKIT_NO_JIT=1, compiling failed, or they are not
     compiled yet and `work_bytes` of text would not repay compiling them (LLMKIT_JIT=1 always does)."""
     global _KERNELS, _FAILED
-    if _KERNELS is not None or _FAILED:
-        return _KERNELS
     from llmkit import config
 
     if config.flag("LLMKIT_NO_JIT"):
         return None
+    if _KERNELS is not None or _FAILED:
+        return _KERNELS
     with _LOCK:
         if _KERNELS is None and not _FAILED:
             _KERNELS = _load_library()
@@ -101,7 +108,7 @@ def kernels(work_bytes: int = 0) -> Kernels | None:
 
 
 def _load_library() -> Kernels | None:
-    base = cache_dir() / f"tokenize-bpe-{_key()}"
+    base = cache_dir() / f"tokenize-kernels-{_key()}"
     so, names = base.with_suffix(".so"), base.with_suffix(".json")
     if not (so.exists() and names.exists()):
         return None
@@ -117,18 +124,19 @@ def _compile() -> Kernels | None:
     """Compile with numba; link a library for the next processes when a linker is at hand."""
     os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir()))
     try:
-        from llmkit.tokenize import _bpe_kernels as kb
+        from llmkit.tokenize import _bpe_kernels, _train_kernels
     except ImportError:
         return None
-    _link(kb)
+    kernels = {**_bpe_kernels.KERNELS, **_train_kernels.KERNELS}
+    _link(kernels)
     lib = _load_library()
     if lib is not None:
         return lib
-    return Kernels({k: f.address for k, f in kb.KERNELS.items()}, kb, "numba")
+    return Kernels({k: f.address for k, f in kernels.items()}, kernels, "numba")
 
 
-def _link(kb) -> None:
-    """Write tokenize-bpe-<key>.so (and its symbol table) into the cache, removing the libraries of
+def _link(kernels: dict) -> None:
+    """Write tokenize-kernels-<key>.so (and its symbol table) into the cache, removing the libraries of
     older kernel sources; silently skip on failure (no linker: numba runs the kernels)."""
     import subprocess
     import tempfile
@@ -140,13 +148,13 @@ def _link(kb) -> None:
         tm = target.create_target_machine(reloc="pic", codemodel="default", opt=3)
         module = ll.parse_assembly(_STUBS)
         names = {}
-        for name, f in kb.KERNELS.items():
+        for name, f in kernels.items():
             native_name, code = _machine_module(f)
             module.link_in(ll.parse_bitcode(code))
             names[name] = native_name
         d = cache_dir()
         d.mkdir(parents=True, exist_ok=True)
-        base = d / f"tokenize-bpe-{_key()}"
+        base = d / f"tokenize-kernels-{_key()}"
         with tempfile.TemporaryDirectory(dir=d) as tmp:
             obj = Path(tmp) / "k.o"
             obj.write_bytes(tm.emit_object(module))
@@ -157,7 +165,7 @@ def _link(kb) -> None:
             table.write_text(json.dumps(names))
             os.replace(so, base.with_suffix(".so"))
             os.replace(table, base.with_suffix(".json"))
-        for old in d.glob("tokenize-bpe-*"):
+        for old in [*d.glob("tokenize-kernels-*"), *d.glob("tokenize-bpe-*")]:
             if not old.name.startswith(base.name):
                 old.unlink(missing_ok=True)
     except (OSError, subprocess.SubprocessError, RuntimeError):
@@ -178,35 +186,51 @@ def _machine_module(f) -> tuple[str, bytes]:
 
 # -- the Unicode class table --------------------------------------------------------------------------
 _CLASSES: bytes | None = None
+_BERT_CLASSES: bytes | None = None
 
 
 def class_table() -> bytes:
     """One byte per code point: 1 letter (\\p{L}), 2 number (\\p{N}), 4 whitespace (\\s), as the `regex`
     module that the Python pre-tokenizers use defines them; cached beside the kernels."""
     global _CLASSES
-    if _CLASSES is not None:
-        return _CLASSES
+    if _CLASSES is None:
+        _CLASSES = _table("classes", ((1, r"\p{L}"), (2, r"\p{N}"), (4, r"\s")))
+    return _CLASSES
+
+
+def bert_class_table() -> bytes:
+    """One byte per code point for BERT's normalizer and pre-tokenizer (pretok's own patterns):
+    1 whitespace, 2 dropped (control, unassigned), 4 CJK ideograph, 8 punctuation."""
+    global _BERT_CLASSES
+    if _BERT_CLASSES is None:
+        from llmkit.tokenize import pretok
+
+        _BERT_CLASSES = _table("bert", ((1, pretok._WS_PAT), (2, pretok._CONTROL_PAT), (4, pretok._CJK_PAT),
+                                        (8, f"[{pretok._PUNCT}]")))
+    return _BERT_CLASSES
+
+
+def _table(name: str, bits) -> bytes:
+    """A code point -> class bits table from `regex` patterns, read from the cache when there."""
     import regex
 
-    path = cache_dir() / f"tokenize-classes-{regex.__version__}-{sys.version_info[0]}{sys.version_info[1]}.bin"
+    path = cache_dir() / f"tokenize-{name}-{regex.__version__}-{sys.version_info[0]}{sys.version_info[1]}.bin"
     try:
         data = path.read_bytes()
         if len(data) == 0x110000:
-            _CLASSES = data
             return data
     except OSError:
         pass
     every = "".join(map(chr, range(0x110000)))
     table = bytearray(0x110000)
-    for bit, pat in ((1, r"\p{L}"), (2, r"\p{N}"), (4, r"\s")):
+    for bit, pat in bits:
         for m in regex.finditer(pat, every):
             table[m.start()] |= bit
-    _CLASSES = bytes(table)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         from llmkit.io import atomic_write_bytes
 
-        atomic_write_bytes(str(path), _CLASSES)
+        atomic_write_bytes(str(path), bytes(table))
     except (OSError, ImportError):
         pass
-    return _CLASSES
+    return bytes(table)

@@ -187,12 +187,7 @@ def split_metaspace(text: str, prepend: bool = True) -> list[str]:
     text = text.replace(" ", SPACE_MARK)
     if prepend and not text.startswith(SPACE_MARK):
         text = SPACE_MARK + text
-    words = []
-    start = 0
-    for i in range(1, len(text)):
-        if text[i] == SPACE_MARK:
-            words.append(text[start:i])
-            start = i
-    if text:
-        words.append(text[start:])
+    parts = text.split(SPACE_MARK)
+    words = [parts[0]] if parts[0] else []
+    words.extend([SPACE_MARK + p for p in parts[1:]])
     return words

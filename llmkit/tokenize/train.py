@@ -20,14 +20,30 @@ ALGORITHMS = ("bpe", "wordpiece", "unigram")
 DEFAULT_SPECIALS = {"bpe": [], "wordpiece": ["[UNK]"], "unigram": ["<unk>"]}
 
 
-def count_words(lines: Iterable[str], algorithm: str, special_tokens: Iterable[str] = (), lowercase: bool = False) -> Counter:
-    """Pre-tokenize every line the way the algorithm's tokenizer will, and count the words.
+def count_words(lines: Iterable[str], algorithm: str, special_tokens: Iterable[str] = (), lowercase: bool = False,
+                work_bytes: int = 0) -> Counter:
+    """Pre-tokenize every line the way the algorithm's tokenizer will, and count the words (in the
+    order they first appear); the compiled kernels do it when they serve the algorithm (see
+    `counting`; `work_bytes` decides whether compiling them pays).
 
     >>> dict(count_words(["the cat the"], "bpe"))
     {'the': 1, 'Ġcat': 1, 'Ġthe': 1}
     """
+    from llmkit.tokenize.counting import count_compiled
+
     specials = [s for s in special_tokens if s]
     splitter = regex.compile("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True))) if specials else None
+    if algorithm not in ALGORITHMS:
+        raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
+    if not any("\n" in s for s in specials):
+        counted = count_compiled(lines, algorithm, splitter, lowercase, work_bytes)
+        if counted is not None:
+            return counted
+    return count_words_python(lines, algorithm, splitter, lowercase)
+
+
+def count_words_python(lines: Iterable[str], algorithm: str, splitter, lowercase: bool) -> Counter:
+    """count_words without the kernels, line by line."""
     raw: Counter = Counter()
     if algorithm == "bpe":
         findall = pretok.compile_pattern(pretok.GPT2_PATTERN).findall
@@ -65,8 +81,9 @@ def train(
     lowercase: bool = False,
     progress: Progress | None = None,
     trace: Trace | None = None,
+    work_bytes: int = 0,
 ) -> Tokenizer:
-    """Train a tokenizer of `algorithm` on text lines."""
+    """Train a tokenizer of `algorithm` on text lines (`work_bytes`: their size, when known)."""
     if algorithm not in ALGORITHMS:
         raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
     if vocab_size < 1:
@@ -81,7 +98,7 @@ def train(
                 seen_text = True
             yield line
 
-    counts = count_words(watched(lines), algorithm, specials, lowercase)
+    counts = count_words(watched(lines), algorithm, specials, lowercase, work_bytes)
     if not counts or not seen_text:
         raise BadInput("the corpus is empty (no words after pre-tokenization). Pass a non-empty text corpus.")
     if algorithm == "bpe":
@@ -96,7 +113,7 @@ def train(
         if unk not in specials:
             specials = [unk] + specials
         r = train_wordpiece(counts, vocab_size, min_frequency=min_frequency, special_tokens=specials,
-                            progress=progress, trace=trace)
+                            progress=progress, trace=trace, work_bytes=work_bytes)
         vocab = {t: i for i, t in enumerate(r.vocab)}
         model = WordPiece(vocab, unk_token=unk, lowercase=lowercase)
         added = [AddedToken(s, vocab[s]) for s in r.special_tokens]

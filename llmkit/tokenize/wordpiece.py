@@ -33,8 +33,10 @@ def train_wordpiece(
     progress: Progress | None = None,
     trace: Trace | None = None,
     trace_top: int = 5,
+    work_bytes: int = 0,
 ) -> WordPieceTrainResult:
-    """Learn a WordPiece vocabulary from {word: count}.
+    """Learn a WordPiece vocabulary from {word: count}; the compiled loop (`wordpiece_native`) runs
+    it when the kernels are available and no trace is asked for (`work_bytes`: see native.kernels).
 
     Ties in score go to the pair seen first in the corpus (word order, then position in the word),
     the rule of the HF course's reference implementation; the result is deterministic.
@@ -56,6 +58,12 @@ def train_wordpiece(
         if w:
             words.append([vocab.ids[w[0]]] + [vocab.ids[prefix + ch] for ch in w[1:]])
             counts.append(c)
+    if trace is None:
+        from llmkit.tokenize import wordpiece_native
+
+        tokens = wordpiece_native.train(vocab, words, counts, vocab_size, prefix, min_frequency, progress, work_bytes)
+        if tokens is not None:
+            return WordPieceTrainResult(vocab=tokens, special_tokens=specials)
     WordPieceMerges(vocab, words, counts, prefix, min_frequency, trace_top).run(vocab_size, progress, trace)
     return WordPieceTrainResult(vocab=vocab.tokens, special_tokens=specials)
 

@@ -1,0 +1,139 @@
+"""WordPiece training through the compiled merge loop (`_train_kernels.wp_init` / `wp_run`).
+
+The same vocabulary as `wordpiece.WordPieceMerges`, from flat arrays instead of dicts of tuples:
+`train(...)` returns the token list, or None when the kernels are not available (the caller then
+runs the Python loop). A pool that fills up is grown between merges and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import array
+
+from llmkit.tokenize import native
+from llmkit.tokenize.pieces import Progress, Vocab
+
+I32, I64, F64 = "i", "q", "d"
+ST_VOCAB, ST_PAIRS, ST_WN, ST_ON, ST_HEAP, ST_MERGES, ST_TEXT = range(7)
+CAP_P, CAP_PH, CAP_WN, CAP_ON, CAP_TEXT, CAP_TT, CAP_V, CAP_W, CAP_PREFIX, CAP_MINF, CAP_N = range(11)
+MORE, DONE, FULL_PAIRS, FULL_TEXT = 0, 1, 2, 3
+STEPS = 256  # merges per call: progress and Ctrl-C between calls
+EXTRA_PAIRS = 1024  # room for pairs beyond one per symbol before the pools grow
+TEXT_PER_TOKEN = 16  # room for the new tokens' text (code points per token) before it grows
+
+
+def _pow2(n: int) -> int:
+    p = 16
+    while p < n:
+        p <<= 1
+    return p
+
+
+def _zeros(code: str, n: int) -> array.array:
+    return array.array(code, bytes(array.array(code).itemsize * n))
+
+
+def _minus_ones(code: str, n: int) -> array.array:
+    return array.array(code, [-1]) * n
+
+
+class _Buffers:
+    """Every array of the loop, in the kernels' argument order."""
+
+    PAIR = (("pa", I32, 0), ("pb", I32, 0), ("pc", I64, 0), ("fsw", I32, 0), ("fsi", I32, 0), ("psc", F64, 0),
+            ("hpos", I32, -1), ("pflag", I32, 0), ("whead", I32, -1), ("heap", I32, 0), ("tlist", I32, 0),
+            ("tstamp", I32, 0))
+
+    def __init__(self, vocab: Vocab, words: list[list[int]], counts: list[int], vocab_size: int, prefix: str,
+                 min_frequency: int):
+        n_sym = sum(map(len, words))
+        W, V = len(words), max(vocab_size, len(vocab))
+        self.sym = array.array(I32, [t for w in words for t in w])
+        self.woff = array.array(I64, [0]) * (W + 1)
+        total = 0
+        for i, w in enumerate(words):
+            total += len(w)
+            self.woff[i + 1] = total
+        self.wlen = array.array(I32, map(len, words))
+        self.wcnt = array.array(I64, counts)
+        texts = [[ord(c) for c in t] for t in vocab.tokens]
+        self.tcp = array.array(I32, [c for t in texts for c in t])
+        self.tcp.extend(_zeros(I32, TEXT_PER_TOKEN * V + 16))
+        self.toff = _zeros(I64, V + 1)
+        total = 0
+        for i, t in enumerate(texts):
+            total += len(t)
+            self.toff[i + 1] = total
+        self.ttab = _minus_ones(I32, _pow2(2 * V + 2))
+        self.freq = _zeros(I64, V)
+        cap_p = n_sym + EXTRA_PAIRS
+        for name, code, fill in self.PAIR:
+            setattr(self, name, _minus_ones(code, cap_p) if fill == -1 else _zeros(code, cap_p))
+        self.pkey = _minus_ones(I64, _pow2(2 * cap_p))
+        self.pidx = _zeros(I32, len(self.pkey))
+        self.wn_word, self.wn_next = _zeros(I32, cap_p), _zeros(I32, cap_p)
+        self.ohead = _minus_ones(I32, V)
+        self.on_pair, self.on_next = _zeros(I32, 2 * cap_p), _zeros(I32, 2 * cap_p)
+        self.wlist, self.wstamp = _zeros(I32, W), _zeros(I32, W)
+        self.merges = _zeros(I32, 3 * V)
+        self.st = _zeros(I64, 9)
+        self.st[ST_VOCAB] = len(vocab)
+        self.st[ST_TEXT] = total
+        self.caps = _zeros(I64, 11)
+        c = self.caps
+        c[CAP_P], c[CAP_PH], c[CAP_WN], c[CAP_ON] = cap_p, len(self.pkey), cap_p, 2 * cap_p
+        c[CAP_TEXT], c[CAP_TT], c[CAP_V], c[CAP_W] = len(self.tcp), len(self.ttab), V, W
+        c[CAP_PREFIX], c[CAP_MINF], c[CAP_N] = len(prefix), min_frequency, len(self.sym)
+        self.prefix = array.array(I32, [ord(ch) for ch in prefix] or [0])
+
+    def args(self) -> list[int]:
+        names = ["sym", "woff", "wlen", "wcnt", "tcp", "toff", "ttab", "freq", "pa", "pb", "pc", "fsw", "fsi", "psc",
+                 "hpos", "pflag", "pkey", "pidx", "whead", "wn_word", "wn_next", "ohead", "on_pair", "on_next", "heap",
+                 "wlist", "wstamp", "tlist", "tstamp", "merges", "st", "caps", "prefix"]
+        return [getattr(self, n).buffer_info()[0] for n in names]
+
+    def grow_pairs(self) -> None:
+        """Twice the room for pairs and both list pools; the pair table is rebuilt by the kernel."""
+        old = self.caps[CAP_P]
+        for name, code, fill in self.PAIR:
+            getattr(self, name).extend(_minus_ones(code, old) if fill == -1 else _zeros(code, old))
+        for name in ("wn_word", "wn_next"):
+            getattr(self, name).extend(_zeros(I32, self.caps[CAP_WN]))
+        for name in ("on_pair", "on_next"):
+            getattr(self, name).extend(_zeros(I32, self.caps[CAP_ON]))
+        self.caps[CAP_P], self.caps[CAP_WN], self.caps[CAP_ON] = 2 * old, 2 * self.caps[CAP_WN], 2 * self.caps[CAP_ON]
+        self.pkey = _minus_ones(I64, _pow2(4 * old))
+        self.pidx = _zeros(I32, len(self.pkey))
+        self.caps[CAP_PH] = len(self.pkey)
+
+    def grow_text(self) -> None:
+        self.tcp.extend(_zeros(I32, len(self.tcp)))
+        self.caps[CAP_TEXT] = len(self.tcp)
+
+    def tokens(self) -> list[str]:
+        text = self.tcp.tobytes().decode("utf-32-le", "surrogatepass")
+        off = self.toff
+        return [text[off[i]:off[i + 1]] for i in range(self.st[ST_VOCAB])]
+
+
+def train(vocab: Vocab, words: list[list[int]], counts: list[int], vocab_size: int, prefix: str, min_frequency: int,
+          progress: Progress | None, work_bytes: int) -> list[str] | None:
+    """The trained vocabulary (tokens in id order), or None without the kernels."""
+    k = native.kernels(work_bytes)
+    if k is None or not words:
+        return None
+    b = _Buffers(vocab, words, counts, vocab_size, prefix, min_frequency)
+    if k.wp_init(*b.args(), 0) != MORE:
+        return None  # the initial pairs outgrew their room (cannot happen: room is one per symbol)
+    total = max(1, vocab_size - len(vocab))
+    while True:
+        r = k.wp_run(*b.args(), STEPS)
+        if r == FULL_PAIRS:
+            b.grow_pairs()
+            k.rehash_pairs(b.pa.buffer_info()[0], b.pb.buffer_info()[0], b.st[ST_PAIRS], b.pkey.buffer_info()[0],
+                           b.pidx.buffer_info()[0], b.caps[CAP_PH])
+        elif r == FULL_TEXT:
+            b.grow_text()
+        if progress is not None:
+            progress(min(total, b.st[ST_VOCAB] - len(vocab)), total, "merges")
+        if r == DONE:
+            return b.tokens()
