@@ -99,6 +99,7 @@ def encoder(impl: str, path: str):
     from llmkit.tokenize import load
 
     tok = load(path)
+    tok.encode_batch(["loading: the compiled tables are built on first use"])
     if threads == 1:
         return tok.encode_batch
     from llmkit.tokenize.stream import in_order

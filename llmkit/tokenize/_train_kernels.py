@@ -392,23 +392,12 @@ def _joined(a, b, tcp, toff, ttab, ttmask, prefix, plen, st):
     return t
 
 
-@cfunc(WP_SIG, error_model="numpy", cache=True)
-def wp_init(sym_p, woff_p, wlen_p, wcnt_p, tcp_p, toff_p, ttab_p, freq_p, pa_p, pb_p, pc_p, fsw_p, fsi_p, psc_p,
-            hpos_p, pflag_p, pkey_p, pidx_p, whead_p, wn_word_p, wn_next_p, ohead_p, on_pair_p, on_next_p,
-            heap_p, wlist_p, wstamp_p, tlist_p, tstamp_p, merges_p, st_p, caps_p, prefix_p, steps):
+@njit
+def _init(caps, st, sym, woff, wlen, wcnt, tcp, toff, ttab, freq, pa, pb, pc, fsw, fsi, psc, hpos, pflag, pkey, pidx,
+          whead, wn_word, wn_next, ohead, on_pair, on_next, heap):
     """Count every word's pairs in corpus order (a pair is first seen where it first occurs), fill the
     tokens' text table and the heap; the tables must be empty (-1) and the counts zero."""
-    caps = carray(caps_p, 11)
-    cp, W, V = caps[CAP_P], caps[CAP_W], caps[CAP_V]
-    st = carray(st_p, 9)
-    sym, woff, wlen, wcnt = carray(sym_p, caps[CAP_N]), carray(woff_p, W + 1), carray(wlen_p, W), carray(wcnt_p, W)
-    tcp, toff, ttab, freq = carray(tcp_p, caps[CAP_TEXT]), carray(toff_p, V + 1), carray(ttab_p, caps[CAP_TT]), carray(freq_p, V)
-    pa, pb, pc, fsw, fsi = carray(pa_p, cp), carray(pb_p, cp), carray(pc_p, cp), carray(fsw_p, cp), carray(fsi_p, cp)
-    psc, hpos, pflag = carray(psc_p, cp), carray(hpos_p, cp), carray(pflag_p, cp)
-    pkey, pidx, whead = carray(pkey_p, caps[CAP_PH]), carray(pidx_p, caps[CAP_PH]), carray(whead_p, cp)
-    wn_word, wn_next = carray(wn_word_p, caps[CAP_WN]), carray(wn_next_p, caps[CAP_WN])
-    ohead, on_pair, on_next = carray(ohead_p, V), carray(on_pair_p, caps[CAP_ON]), carray(on_next_p, caps[CAP_ON])
-    heap = carray(heap_p, cp)
+    cp, W = caps[CAP_P], caps[CAP_W]
     phmask, ttmask = caps[CAP_PH] - 1, caps[CAP_TT] - 1
     for t in range(st[ST_VOCAB]):  # the initial tokens' texts
         h = np_int(-3750763034362895579)
@@ -468,7 +457,8 @@ def wp_run(sym_p, woff_p, wlen_p, wcnt_p, tcp_p, toff_p, ttab_p, freq_p, pa_p, p
            hpos_p, pflag_p, pkey_p, pidx_p, whead_p, wn_word_p, wn_next_p, ohead_p, on_pair_p, on_next_p,
            heap_p, wlist_p, wstamp_p, tlist_p, tstamp_p, merges_p, st_p, caps_p, prefix_p, steps):
     """Up to `steps` merges: DONE (the vocabulary is full or no pair is left), MORE, or FULL_* before a
-    merge that would not fit (grow, then call again: nothing of that merge was done)."""
+    merge that would not fit (grow, then call again: nothing of that merge was done). steps < 0:
+    the first call, which counts the pairs and fills the heap (see _init)."""
     caps = carray(caps_p, 11)
     cp, W, V = caps[CAP_P], caps[CAP_W], caps[CAP_V]
     st = carray(st_p, 9)
@@ -482,6 +472,9 @@ def wp_run(sym_p, woff_p, wlen_p, wcnt_p, tcp_p, toff_p, ttab_p, freq_p, pa_p, p
     heap, wlist, wstamp = carray(heap_p, cp), carray(wlist_p, W), carray(wstamp_p, W)
     tlist, tstamp, merges = carray(tlist_p, cp), carray(tstamp_p, cp), carray(merges_p, 3 * V)
     prefix = carray(prefix_p, max(1, caps[CAP_PREFIX]))
+    if steps < 0:
+        return _init(caps, st, sym, woff, wlen, wcnt, tcp, toff, ttab, freq, pa, pb, pc, fsw, fsi, psc, hpos, pflag,
+                     pkey, pidx, whead, wn_word, wn_next, ohead, on_pair, on_next, heap)
     phmask, ttmask, thr = caps[CAP_PH] - 1, caps[CAP_TT] - 1, max(1, caps[CAP_MINF])
     for _ in range(steps):
         if st[ST_VOCAB] >= V or st[ST_HEAP] == 0:
@@ -556,5 +549,5 @@ def rehash_pairs(pa_p, pb_p, n, pkey_p, pidx_p, cap):
     return 0
 
 
-KERNELS = {"count_words": count_words, "rehash_words": rehash_words, "wp_init": wp_init, "wp_run": wp_run,
+KERNELS = {"count_words": count_words, "rehash_words": rehash_words, "wp_run": wp_run,
            "rehash_pairs": rehash_pairs}

@@ -47,7 +47,6 @@ _ARGTYPES = {
     "count_words": [C.c_void_p, C.c_int64, C.c_int64, C.c_int64, C.c_int64, C.c_void_p, C.c_void_p, C.c_void_p,
                     C.c_int64, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p],
     "rehash_words": [C.c_void_p, C.c_int64, C.c_void_p, C.c_int64],
-    "wp_init": [C.c_void_p] * 33 + [C.c_int64],
     "wp_run": [C.c_void_p] * 33 + [C.c_int64],
     "rehash_pairs": [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p, C.c_int64],
 }
@@ -82,7 +81,7 @@ def _key() -> str:
     return f"{zlib.crc32(src):08x}{zlib.crc32(where):08x}{len(src):x}"
 
 
-COMPILE_AT_BYTES = 16 << 20  # compiling (~10 s) pays off from about this much text to encode
+COMPILE_AT_BYTES = 16 << 20  # from about this much text, compiling pays off (docs/design/tokenizers.md)
 
 
 def kernels(work_bytes: int = 0) -> Kernels | None:

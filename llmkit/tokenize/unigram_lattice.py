@@ -72,7 +72,7 @@ class Lattice:
             ee.append(start + np.int32(L))
             ep.append(pid_sorted[k[hit]].astype(np.int32))
             del k, hit
-        # int32 edge arrays: a 1M-piece seed on 10 MB of text has tens of millions of edges
+        # int32 edge arrays: the edges (every seed piece at every position) are the largest structure
         self.es = np.concatenate(es) if es else np.zeros(0, dtype=np.int32)
         del es
         self.ee = np.concatenate(ee) if ee else np.zeros(0, dtype=np.int32)

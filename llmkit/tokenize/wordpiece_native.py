@@ -1,4 +1,4 @@
-"""WordPiece training through the compiled merge loop (`_train_kernels.wp_init` / `wp_run`).
+"""WordPiece training through the compiled merge loop (`_train_kernels.wp_run`).
 
 The same vocabulary as `wordpiece.WordPieceMerges`, from flat arrays instead of dicts of tuples:
 `train(...)` returns the token list, or None when the kernels are not available (the caller then
@@ -122,7 +122,7 @@ def train(vocab: Vocab, words: list[list[int]], counts: list[int], vocab_size: i
     if k is None or not words:
         return None
     b = _Buffers(vocab, words, counts, vocab_size, prefix, min_frequency)
-    if k.wp_init(*b.args(), 0) != MORE:
+    if k.wp_run(*b.args(), -1) != MORE:
         return None  # the initial pairs outgrew their room (cannot happen: room is one per symbol)
     total = max(1, vocab_size - len(vocab))
     while True:
