@@ -35,16 +35,16 @@ VARIABLES = {v.name: v for v in [
     _V("LLMKIT_MODEL", None, "GGUF model for `generate`, `constrain`, `kv` and the LLM steps of `rag` when none is "
        "given (default: the packaged SmolLM2-135M-Instruct)", "path"),
     _V("LLMKIT_DEBUG", False, "show tracebacks of errors", "flag"),
-    _V("LLMKIT_NO_JIT", False, "never use the compiled (numba) quantizer kernels; the numpy ones write the same "
-       "bytes", "flag"),
-    _V("LLMKIT_JIT", False, "always use the compiled quantizer kernels, even for files too small to repay their "
-       "loading (LLMKIT_NO_JIT wins)", "flag"),
+    _V("LLMKIT_NO_JIT", False, "never use the compiled (numba) quantizer and tokenizer kernels; the Python/numpy "
+       "paths give the same bytes, ids and vocabularies", "flag"),
+    _V("LLMKIT_JIT", False, "always use the compiled kernels, even for inputs too small to repay compiling or "
+       "loading them (LLMKIT_NO_JIT wins)", "flag"),
     _V("LLMKIT_LLAMA_BIN", None, "directory holding llama.cpp's llama-server, llama-quantize, llama-perplexity and "
        "llama-imatrix (default: the ones installed with llama-cpp-python, else the cache)", "path"),
     # bounds on untrusted input (llmkit.io); each may end in K, M or G
     _V("LLMKIT_MAX_JSON_DEPTH", 256, "levels of JSON nesting", "size"),
     _V("LLMKIT_MAX_JSON_BYTES", 2 << 30, "bytes in one JSON or JSONL file", "size"),
-    _V("LLMKIT_MAX_LINE_BYTES", 64 << 20, "bytes in one JSONL line", "size"),
+    _V("LLMKIT_MAX_LINE_BYTES", 64 << 20, "bytes in one JSONL line, or one input line of `tokenize encode`", "size"),
     _V("LLMKIT_MAX_UNZIPPED_BYTES", 256 << 20, "bytes unpacked from one archive (.docx, .epub)", "size"),
     _V("LLMKIT_MAX_ZIP_ENTRIES", 20000, "entries in one archive (.docx, .epub)", "size"),
     _V("LLMKIT_MAX_FILE_BYTES", 32 << 20, "bytes in one document to index (PDF excepted)", "size"),

@@ -10,8 +10,8 @@ from conftest import run_cli, run_subprocess
 
 COMMANDS = [[], ["tokenize"], ["tokenize", "train"], ["tokenize", "encode"], ["tokenize", "decode"],
             ["tokenize", "inspect"], ["tokenize", "stats"], ["generate"], ["kv"], ["kv", "plan"], ["kv", "save"],
-            ["kv", "restore"], ["kv", "ls"], ["kv", "show"], ["kv", "erase"], ["kv", "simulate"], ["gguf"], ["gguf", "inspect"],
-            ["rag"], ["rag", "index"], ["rag", "query"], ["rag", "answer"], ["rag", "eval"], ["rag", "cranfield"], ["rag", "info"], ["rag", "tune"], ["rag", "tune-reset"], ["rag", "ask-global"], ["rag", "adapt"],
+            ["kv", "restore"], ["kv", "ls"], ["kv", "show"], ["kv", "erase"], ["kv", "simulate"], ["gguf"], ["gguf", "inspect"], ["gguf", "convert"],
+            ["rag"], ["rag", "index"], ["rag", "query"], ["rag", "answer"], ["rag", "eval"], ["rag", "cranfield"], ["rag", "info"], ["rag", "serve"], ["rag", "tune"], ["rag", "tune-reset"], ["rag", "ask-global"], ["rag", "adapt"],
             ["quant"], ["quant", "quantize"], ["quant", "imatrix"], ["quant", "compare"], ["quant", "ppl"], ["quant", "inspect"], ["doctor"], ["constrain"], ["server"], ["server", "generate"], ["server", "batch"]]
 
 
@@ -85,6 +85,8 @@ def test_encode_jsonl_has_ids_and_tokens(tok_path):
     r = run_cli(["tokenize", "encode", "-m", str(tok_path), "--jsonl", "hug the bug"])
     rec = json.loads(r.stdout)
     assert rec["text"] == "hug the bug" and len(rec["ids"]) == len(rec["tokens"]) > 0
+    t = run_cli(["tokenize", "encode", "-m", str(tok_path), "--tokens", "hug the bug"])
+    assert t.exit_code == 0 and t.stdout.split() == rec["tokens"]  # --tokens: the same pieces, space-separated
 
 
 def test_train_from_stdin_with_trace_jsonl(tmp_path):
