@@ -8,9 +8,9 @@ is built (or on the first query whose export is missing); afterwards queries imp
    sequence length, lower-casing, pooling modes, Dense layers, Normalize, prompts) from the live
    modules, so the spec is exactly what its `encode` uses;
 2. export the transformer with eager attention (`torch.onnx.export`), then fuse it with onnxruntime's
-   transformer optimizer (attention, skip-LayerNorm, GELU: measured 35 vs 21-30 passages/s unfused);
+   transformer optimizer (attention, skip-LayerNorm, GELU), which runs faster than the plain graph;
 3. int8: dynamic quantization of the fused graph's MatMuls with per-channel weights (per-tensor
-   weights lost far more: min cosine 0.88 vs 0.97 on Cranfield; attention stays fp32, see below);
+   weights lose far more accuracy; attention stays fp32, see below);
 4. check the fp32 export against sentence-transformers on a few texts before publishing it.
 
 The directory is built beside the cache entry and renamed into place under a lock, so concurrent
@@ -229,7 +229,7 @@ def torch_export(model_path: str, key: str, out: Path, precision: str, progress=
 
 def _save_external(model, dst: Path) -> None:
     """Save with the weights in `dst.data` beside the graph: ONNX Runtime then maps them instead of
-    parsing them out of the protobuf (session start 0.12 s -> 0.03 s for MiniLM, measured)."""
+    parsing them out of the protobuf, which makes a session start several times faster."""
     import onnx
 
     from llmkit.io import new_file_mode
@@ -272,9 +272,8 @@ def _quantize_int8(src: Path, out: Path) -> None:
     scratch.mkdir()
     try:
         dst = scratch / "model-int8.onnx"
-        # MatMuls only (FFN and output projections); the fused attention (QKV + softmax) stays fp32:
-        # on Cranfield full int8 ran 2.45x torch but lost 0.002-0.007 dense nDCG@10 (min cosine
-        # 0.974), MatMul-only int8 ran 2.1x torch with no loss (0.3599 vs 0.3598; min cosine 0.984).
+        # MatMuls only (FFN and output projections); the fused attention (QKV + softmax) stays fp32,
+        # since quantizing it too lost retrieval quality for little speed (docs/design/rag-models.md).
         # Its "consider pre-processing" advice goes to the root logger, which is the application's
         # to configure (the CLI shows records of level ERROR and above only).
         quantize_dynamic(str(src), str(dst), op_types_to_quantize=["MatMul"], per_channel=True,
