@@ -6,14 +6,8 @@
 #   or under ~4 bits per weight); default text: the tokenizer test fixture (first half calibrates,
 #   second half evaluates).
 set -euo pipefail
-model=${1:-$(python3 -c 'from llmkit.llama.runtime import default_model_path as d; print(d())')}
-text=${2:-}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-if [ -z "$text" ]; then
-  python3 -c 'import gzip,sys; sys.stdout.write(gzip.open("tests/fixtures/kernel-docs.txt.gz","rt").read()[:300000])' > "$work/all.txt"
-  text="$work/all.txt"
-fi
+chars=300000
+source "$(dirname "$0")/_defaults.sh"
 cat > "$work/show.py" <<'PY'
 import json, sys
 for r in map(json.loads, sys.stdin):

@@ -5,14 +5,8 @@
 #   default model: the packaged SmolLM2-135M-Instruct (already Q4_1, so it is re-quantized here;
 #   start from an F16/BF16/F32 GGUF for real use); default text: the tokenizer test fixture.
 set -euo pipefail
-model=${1:-$(python3 -c 'from llmkit.llama.runtime import default_model_path as d; print(d())')}
-text=${2:-}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-if [ -z "$text" ]; then
-  python3 -c 'import gzip,sys; sys.stdout.write(gzip.open("tests/fixtures/kernel-docs.txt.gz","rt").read()[:200000])' > "$work/calib.txt"
-  text="$work/calib.txt"
-fi
+chars=200000
+source "$(dirname "$0")/_defaults.sh"
 requant=()
 case "$(llmkit gguf inspect "$model" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"].get("general.file_type", 0))')" in
   0|1|32) ;;                 # F32 / F16 / BF16: quantize directly

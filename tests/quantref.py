@@ -121,3 +121,22 @@ def setup(tmp_path_factory, kernel_small):
                  "--chunks", "6"])
     assert r.exit_code == 0, r.stderr
     return d, base, imx, legacy_copy(imx, d / "imatrix.dat")
+
+
+def awkward_rows(n: int, rng) -> "np.ndarray":
+    """(n, 512) float32 normal rows, 5 % zeros, whose first seven rows hold what quantizers get wrong:
+    all zeros, negative zeros, tiny and subnormal scales, a scale whose reciprocal overflows (C's cast of
+    an infinite level; MXFP4's exponent wraps), a scale beyond fp16, and exact halves (roundf's ties)."""
+    import numpy as np
+
+    x = rng.standard_normal((n, 512)).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = 0.0
+    x[0] = 0.0
+    x[1, :256] = -0.0
+    x[2] *= np.float32(1e-30)
+    x[3] *= np.float32(1e-38)
+    x[4] = np.float32(1e-42) * np.sign(x[4])
+    x[5] *= np.float32(3e4)
+    x[6] = np.round(x[6] * 4) / 4
+    return x
+

@@ -13,7 +13,7 @@ import pytest
 from conftest import run_cli
 from ggufmake import write_tiny_llama
 from imatrixmake import write_imatrix_dat
-from quantref import binary_refuses, dry_run_types, listed_file_types, same_file_as_binary
+from quantref import awkward_rows, binary_refuses, dry_run_types, listed_file_types, same_file_as_binary
 
 pytest.importorskip("llama_cpp")
 
@@ -37,15 +37,7 @@ def edge_rows(seed=0) -> np.ndarray:
     """(40, 512) float32: zeros of both signs, exact halves of the block max (roundf's ties), tiny and
     subnormal scales, scales beyond fp16, runs summing differently in another order."""
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((40, 512)).astype(np.float32)
-    x[rng.random(x.shape) < 0.05] = 0.0
-    x[0] = 0.0
-    x[1, :256] = -0.0
-    x[2] *= np.float32(1e-30)
-    x[3] *= np.float32(1e-38)
-    x[4] = np.float32(1e-42) * np.sign(x[4])  # 1/d overflows: the C cast of an infinite level
-    x[5] *= np.float32(3e4)
-    x[6] = np.round(x[6] * 4) / 4
+    x = awkward_rows(40, rng)
     x[7, ::64] = 1.0  # every other weight at exactly half (and minus half) the block's max
     x[7, 1::64] = -1.0
     x[7] = np.where(np.arange(512) % 64 > 1, np.float32(0.5) * np.sign(x[7]), x[7])

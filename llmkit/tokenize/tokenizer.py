@@ -110,15 +110,7 @@ class Tokenizer:
     def _encode(self, text: str) -> list[int]:
         if self._split is None:
             return self.model.encode(text)
-        out: list[int] = []
-        for k, part in enumerate(self._split.split(text)):
-            if not part:
-                continue
-            if k % 2 == 1:
-                out.append(self._added_by_content[part])
-            else:
-                out.extend(self.model.encode(part))
-        return out
+        return self._encode_batch_added([text], lambda pieces: [self.model.encode(p) for p in pieces])[0]
 
     def tokens(self, ids: list[int]) -> list[str]:
         return [self.id_to_token(i) for i in ids]
