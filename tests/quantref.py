@@ -123,7 +123,7 @@ def setup(tmp_path_factory, kernel_small):
     return d, base, imx, legacy_copy(imx, d / "imatrix.dat")
 
 
-def awkward_rows(n: int, rng) -> "np.ndarray":
+def awkward_rows(n: int, rng):
     """(n, 512) float32 normal rows, 5 % zeros, whose first seven rows hold what quantizers get wrong:
     all zeros, negative zeros, tiny and subnormal scales, a scale whose reciprocal overflows (C's cast of
     an infinite level; MXFP4's exponent wraps), a scale beyond fp16, and exact halves (roundf's ties)."""
@@ -139,4 +139,20 @@ def awkward_rows(n: int, rng) -> "np.ndarray":
     x[5] *= np.float32(3e4)
     x[6] = np.round(x[6] * 4) / 4
     return x
+
+
+def assert_blocks_equal_ggml(f, x, ours, imatrix=None) -> None:
+    """`ours` (format f's blocks of the float32 rows x) equals ggml's quantizer, row by row, and decodes
+    bit for bit as ggml's dequantizer does."""
+    import numpy as np
+
+    from llmkit.quant.formats import ggml_lib
+
+    ref = ggml_lib.quantize(f.type_id, x, imatrix) if imatrix is not None else ggml_lib.quantize(f.type_id, x)
+    bad = np.flatnonzero((ours != ref).any(axis=1))
+    assert not len(bad), f"{f.name}: rows {bad.tolist()} differ from ggml"
+    with np.errstate(all="ignore"):
+        back = f.dequantize(ours.reshape(-1), x.size)
+    theirs = ggml_lib.dequantize(f.type_id, ours.reshape(-1), x.size)
+    assert np.array_equal(back.view(np.uint32), theirs.view(np.uint32))
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import run_cli
 from ggufmake import write_tiny_llama
 from imatrixmake import write_imatrix_dat
-from quantref import awkward_rows, binary_refuses, dry_run_types, listed_file_types, same_file_as_binary
+from quantref import assert_blocks_equal_ggml, awkward_rows, binary_refuses, dry_run_types, listed_file_types, same_file_as_binary
 
 pytest.importorskip("llama_cpp")
 
@@ -56,13 +56,7 @@ def test_blocks_equal_ggml(name):
     for imx in (None, np.linspace(0.1, 3, 512, dtype=np.float32)):
         with np.errstate(over="ignore"):
             ours = f.quantize(x, imx)
-        ref = ggml_lib.quantize(f.type_id, x, imx)
-        bad = np.flatnonzero((ours != ref).any(axis=1))
-        assert not len(bad), f"{name}: rows {bad.tolist()} differ from ggml"
-    with np.errstate(all="ignore"):
-        back = f.dequantize(ours.reshape(-1), x.size)
-    theirs = ggml_lib.dequantize(f.type_id, ours.reshape(-1), x.size)
-    assert np.array_equal(back.view(np.uint32), theirs.view(np.uint32))
+        assert_blocks_equal_ggml(f, x, ours, imx)
     y = x[8:20].copy()
     y[0, 3], y[1, 70], y[2, 0], y[3, :64] = np.nan, np.inf, -np.inf, 0.0
     y[3, 9] = np.nan  # the only non-zero of its block: C's max skips a NaN, d = 0

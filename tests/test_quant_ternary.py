@@ -13,7 +13,7 @@ import pytest
 from conftest import run_cli
 from ggufmake import write_tiny_llama
 from imatrixmake import write_imatrix_dat
-from quantref import awkward_rows, binary_outcome, binary_quantize, same_file_as_binary
+from quantref import assert_blocks_equal_ggml, awkward_rows, binary_outcome, binary_quantize, same_file_as_binary
 
 pytest.importorskip("llama_cpp")
 
@@ -47,13 +47,7 @@ def test_blocks_equal_ggml(name, jit, monkeypatch):
     x = hard_rows()
     with np.errstate(over="ignore"):  # row 5's TQ scales overflow fp16, as in C (llama.cpp then refuses the row)
         ours = f.quantize(x)
-    ref = ggml_lib.quantize(f.type_id, x)
-    bad = np.flatnonzero((ours != ref).any(axis=1))
-    assert not len(bad), f"{name}: rows {bad.tolist()} differ from ggml"
-    with np.errstate(all="ignore"):
-        back = f.dequantize(ours.reshape(-1), x.size)
-    theirs = ggml_lib.dequantize(f.type_id, ours.reshape(-1), x.size)
-    assert np.array_equal(back.view(np.uint32), theirs.view(np.uint32))
+    assert_blocks_equal_ggml(f, x, ours)
 
 
 def test_fp4_table_is_ggmls():

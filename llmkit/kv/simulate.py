@@ -166,14 +166,7 @@ class Sequence:
     reserved: int = 0
 
 
-@dataclass
-class _Usage:
-    """Tokens of the budget in each state at one step."""
-
-    used: int = 0
-    reserved: int = 0
-    internal: int = 0
-    external: int = 0
+_STATES = ("used", "reserved", "internal", "external")  # tokens of the budget in each state at one step
 
 
 class _PagedMemory:
@@ -232,13 +225,14 @@ class _PagedMemory:
                 del self.refcount[k]
                 self.free += 1
 
-    def usage(self, running: list[Sequence], pending: list) -> _Usage:
-        u = _Usage(used=len(self.refcount) * self.block)
+    def usage(self, running: list[Sequence], pending: list) -> dict[str, int]:
+        u = dict.fromkeys(_STATES, 0)
+        u["used"] = len(self.refcount) * self.block
         for seq in running:
             r = seq.req
             private_tokens = r.prompt - len(self.prefix_blocks(r)) * self.block + seq.generated * r.n
-            u.used += private_tokens
-            u.internal += seq.blocks * self.block - private_tokens
+            u["used"] += private_tokens
+            u["internal"] += seq.blocks * self.block - private_tokens
         return u
 
 
@@ -267,17 +261,17 @@ class _ReservedMemory:
     def release(self, seq: Sequence) -> None:
         self.space.free(seq.req.id)
 
-    def usage(self, running: list[Sequence], pending: list) -> _Usage:
-        u = _Usage()
+    def usage(self, running: list[Sequence], pending: list) -> dict[str, int]:
+        u = dict.fromkeys(_STATES, 0)
         for seq in running:
             r = seq.req
             cur, final = r.prompt + seq.generated * r.n, (r.prompt + r.output) * r.n
-            u.used += cur
-            u.reserved += final - cur
-            u.internal += seq.reserved - final
+            u["used"] += cur
+            u["reserved"] += final - cur
+            u["internal"] += seq.reserved - final
         if pending:
             need = self.reservation(pending[0].req)
-            u.external = sum(h for h in self.space.holes() if h < need)
+            u["external"] = sum(h for h in self.space.holes() if h < need)
         return u
 
 
@@ -383,13 +377,13 @@ class _Run:
         u = self.memory.usage(self.running, self.pending)
         n_run = len(self.running)
         self.peak = max(self.peak, n_run)
-        for k, v in (("used", u.used), ("reserved", u.reserved), ("internal", u.internal), ("external", u.external),
-                     ("batch", n_run)):
-            self.acc[k] += v
+        for k in _STATES:
+            self.acc[k] += u[k]
+        self.acc["batch"] += n_run
         if self.steps % 10 == 0:
             self.series["t"].append(self.t)
-            for k, v in (("used", u.used), ("reserved", u.reserved), ("internal", u.internal), ("external", u.external)):
-                self.series[k].append(v / self.cfg.budget_tokens)
+            for k in _STATES:
+                self.series[k].append(u[k] / self.cfg.budget_tokens)
             self.series["batch"].append(n_run)
         self.steps += 1
         self.t += self.cfg.step_seconds

@@ -8,6 +8,10 @@ from dataclasses import asdict, dataclass, field
 BATCH_CHARS = 1 << 20
 
 
+def _ratio(a: int, b: int) -> float:
+    return a / b if b else 0.0
+
+
 @dataclass
 class TokenStats:
     tokenizer: str
@@ -20,21 +24,10 @@ class TokenStats:
     unknown: int
     lines: int = field(default=0)
 
-    @property
-    def tokens_per_word(self) -> float:
-        return self.tokens / self.words if self.words else 0.0
-
-    @property
-    def tokens_per_char(self) -> float:
-        return self.tokens / self.chars if self.chars else 0.0
-
-    @property
-    def bytes_per_token(self) -> float:
-        return self.bytes / self.tokens if self.tokens else 0.0
-
-    @property
-    def unknown_rate(self) -> float:
-        return self.unknown / self.tokens if self.tokens else 0.0
+    tokens_per_word = property(lambda s: _ratio(s.tokens, s.words))
+    tokens_per_char = property(lambda s: _ratio(s.tokens, s.chars))
+    bytes_per_token = property(lambda s: _ratio(s.bytes, s.tokens))
+    unknown_rate = property(lambda s: _ratio(s.unknown, s.tokens))
 
     def to_dict(self) -> dict:
         d = asdict(self)
