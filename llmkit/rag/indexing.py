@@ -128,6 +128,7 @@ def watch(directory: str, inputs: list[str], opts: IndexOptions, on_event: Calla
         report, tuned = index_pass(directory, inputs, opts, progress=progress, on_wait=on_wait)
         last = report
         on_event(WatchEvent("pass", report=report, tuned=tuned, seconds=time.perf_counter() - t0))
+        rescan = False
         while stop is None or not stop.is_set():
             targets = watched.targets()
             for changes in watchfiles.watch(*targets, watch_filter=None, debounce=debounce_ms, step=50,
@@ -137,9 +138,15 @@ def watch(directory: str, inputs: list[str], opts: IndexOptions, on_event: Calla
                 for note in notes:
                     on_event(note)
                 paths = sorted({p for _, p in changes if watched.matters(p)})
-                if paths or notes:
+                if rescan:
+                    # the new watch is live now; what changed while no watch was on is found by reading
+                    # every file once (unchanged content is left as it is)
+                    rescan = False
+                    last = _pass(directory, watched, opts, None, on_event, t0, progress, on_wait) or last
+                elif paths or notes:
                     last = _pass(directory, watched, opts, paths, on_event, t0, progress, on_wait) or last
                 if watched.targets() != targets:
+                    rescan = True
                     break  # an input left or came back: watch its new nearest directory
     except KeyboardInterrupt:
         pass
@@ -148,15 +155,17 @@ def watch(directory: str, inputs: list[str], opts: IndexOptions, on_event: Calla
 
 def _pass(directory, watched: _Inputs, opts, paths, on_event, t0, progress, on_wait):
     """One pass for a batch of changed paths: files named in it (or under a directory named in it)
-    are read again; the rest are walked, not read."""
-    prefixes = tuple(p + os.sep for p in paths)
+    are read again; the rest are walked, not read. With `paths` None every file is read again."""
+    changed = None
+    if paths is not None:
+        prefixes = tuple(p + os.sep for p in paths)
+        set_paths = set(paths)
 
-    def changed(path: str) -> bool:
-        return path in set_paths or path.startswith(prefixes)
+        def changed(path: str) -> bool:
+            return path in set_paths or path.startswith(prefixes)
 
-    set_paths = set(paths)
     present = watched.present()
     report, tuned = index_pass(directory, present, opts, progress=progress, on_wait=on_wait,
                                changed=changed, vanished=watched.vanished())
-    on_event(WatchEvent("pass", report=report, tuned=tuned, paths=paths, seconds=time.perf_counter() - t0))
+    on_event(WatchEvent("pass", report=report, tuned=tuned, paths=paths or [], seconds=time.perf_counter() - t0))
     return report
