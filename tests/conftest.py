@@ -120,18 +120,24 @@ def llmkit_env(**extra: str) -> dict:
     return {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), **extra}
 
 
+def llmkit_argv(*args) -> list[str]:
+    """The command line of `llmkit ARGS` as a process, for a caller that starts it itself (an MCP client)."""
+    return [sys.executable, "-m", "llmkit", *map(str, args)]
+
+
 def run_subprocess(args, input: bytes | str | None = None, timeout=60, env: dict | None = None,
-                   text: bool = False) -> subprocess.CompletedProcess:
-    """Run `llmkit ARGS` as a whole process to completion (output captured; bytes unless `text`)."""
-    return subprocess.run([sys.executable, "-m", "llmkit", *map(str, args)], input=input, capture_output=True,
-                          timeout=timeout, env=llmkit_env(**(env or {})), text=text)
+                   text: bool = False, **run) -> subprocess.CompletedProcess:
+    """Run `llmkit ARGS` as a whole process to completion (output captured; bytes unless `text`; `env`
+    added to `llmkit_env()`; `run` passed on to subprocess.run, e.g. stdin or cwd)."""
+    return subprocess.run(llmkit_argv(*args), input=input, capture_output=True, timeout=timeout,
+                          env=llmkit_env(**(env or {})), text=text, **run)
 
 
 def start_subprocess(args, env: dict | None = None, **popen) -> subprocess.Popen:
     """Start `llmkit ARGS` as a whole process (stdout and stderr piped unless `popen` says otherwise)."""
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.PIPE)
-    return subprocess.Popen([sys.executable, "-m", "llmkit", *map(str, args)], env=llmkit_env(**(env or {})), **popen)
+    return subprocess.Popen(llmkit_argv(*args), env=llmkit_env(**(env or {})), **popen)
 
 
 @pytest.fixture(scope="session")

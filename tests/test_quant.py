@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
+from ggufbad import MALFORMED
 from ggufmake import write_tiny_llama
 from quantref import binary_outcome, binary_quantize
-from test_gguf_reader import MALFORMED
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

@@ -8,7 +8,6 @@ Bounded: GENERATIONS re-index runs, READERS processes of at most QUERIES queries
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
 
+from conftest import run_subprocess, start_subprocess  # noqa: E402
 from queryloop import DOCS, QUERY, ROOT, check_readers, hits_of, marker, start_readers, write_corpus  # noqa: E402
 
 GENERATIONS = 2
@@ -26,18 +26,12 @@ READERS = 2
 QUERIES = 8
 
 
-def _env(**extra) -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+def _cli(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+    return run_subprocess(args, timeout=300, env=env, text=True)
 
 
-def _cli(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmkit", *args], capture_output=True, text=True, timeout=300,
-                          env=env or _env())
-
-
-def _start(*args, env=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "llmkit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env or _env())
+def _start(*args) -> subprocess.Popen:
+    return start_subprocess(args, text=True)
 
 
 def _write_corpus(d: Path, gen: int) -> None:
@@ -126,7 +120,7 @@ def test_a_store_held_too_long_is_refused_in_one_line(tmp_path):
     holder = subprocess.Popen([sys.executable, "-W", "ignore", "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        env = _env(LLMKIT_STORE_WAIT_SECONDS="1")
+        env = {"LLMKIT_STORE_WAIT_SECONDS": "1"}
         r = _cli("rag", "index", str(idx), str(tmp_path / "b"), env=env)
         assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert f"stayed in use by process {holder.pid} for 1 s" in r.stderr and "LLMKIT_STORE_WAIT_SECONDS" in r.stderr

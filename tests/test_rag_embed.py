@@ -3,19 +3,16 @@ on tiny models with every pooling mode, Dense heads and prompts; int8; indexes s
 runtime; no torch/transformers/sentence-transformers on the query path; damaged caches rebuilt."""
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import llmkit_env, run_cli, run_subprocess
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("sentence_transformers")
-ROOT = Path(__file__).parent.parent
 HEAVY = ("torch", "transformers", "sentence_transformers")
 
 
@@ -95,7 +92,7 @@ def _heavy_after(args, env=None):
             f"try:\n    main({args!r})\nexcept SystemExit as e:\n    code = e.code\n"
             f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules], 'EXIT', code, file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                       env=llmkit_env(**(env or {})))
     return p
 
 
@@ -169,14 +166,12 @@ def test_damaged_and_stale_exports_are_rebuilt(small_index):
     d = export_path(model_key(resolve_model(None)))
     (d / "model-fp32.onnx").write_bytes(b"garbage")
     _LOADED.clear()
-    p = subprocess.run([sys.executable, "-m", "llmkit", "rag", "query", str(idx), "memory", "--mode", "dense", "-k", "1"],
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = run_subprocess(["rag", "query", idx, "memory", "--mode", "dense", "-k", "1"], timeout=300, text=True)
     assert p.returncode == 0 and "docs.jsonl#p" in p.stdout, p.stderr
     spec = json.loads((d / "spec.json").read_text())
     spec["version"] = 999
     (d / "spec.json").write_text(json.dumps(spec))
-    p = subprocess.run([sys.executable, "-m", "llmkit", "rag", "query", str(idx), "memory", "--mode", "dense", "-k", "1"],
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = run_subprocess(["rag", "query", idx, "memory", "--mode", "dense", "-k", "1"], timeout=300, text=True)
     assert p.returncode == 0 and "docs.jsonl#p" in p.stdout, p.stderr
     assert json.loads((d / "spec.json").read_text())["version"] == 1
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import llmkit_env, run_cli, run_subprocess
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
@@ -57,15 +57,15 @@ def corpus(tmp_path_factory, kernel_docs):
 
 
 def _blocked_env(tmp_path) -> dict:
+    """The child's env on top of llmkit_env's: the blocker first on the path (then the checkout), its own cache."""
     site = tmp_path / "blocker"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(BLOCKER)
-    return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "LLMKIT_CACHE": str(tmp_path / "cache")}
+    return {"PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "LLMKIT_CACHE": str(tmp_path / "cache")}
 
 
 def _llmkit(args, env, timeout=600):
-    return subprocess.run([sys.executable, "-m", "llmkit", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return run_subprocess(args, timeout=timeout, env=env, text=True)
 
 
 def _closure(dist: str, extras: set[str]) -> set[str]:
@@ -110,7 +110,8 @@ def test_everyday_path_without_torch(tmp_path, corpus, tiny):
 
     root, _ = corpus
     env = _blocked_env(tmp_path)
-    probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env)
+    probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True,
+                           env=llmkit_env(**env))
     assert probe.returncode != 0 and "blocked by the no-torch test" in probe.stderr  # the blocker works
     idx = tmp_path / "idx"
     r = _llmkit(["rag", "index", idx, root / "docs.jsonl", "--embed-precision", "int8"], env)

@@ -7,14 +7,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, start_subprocess
 from ragfixtures import tiny_gguf  # noqa: F401 - a pytest fixture
 
 pytest.importorskip("faiss")
@@ -204,9 +203,7 @@ def test_sigkill_mid_index_leaves_previous_index_usable(tmp_path, kernel_small):
     text = kernel_small.read_text()[:120_000]
     for i in range(12):
         (big / f"part{i}.txt").write_text(text[i * 10_000:(i + 1) * 10_000])
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    p = subprocess.Popen([sys.executable, "-m", "llmkit", "rag", "index", str(idx), str(big)], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = start_subprocess(["rag", "index", idx, big], stdout=subprocess.DEVNULL)
     deadline = time.time() + 120
     while not (idx / "gen-2").exists() and p.poll() is None and time.time() < deadline:
         time.sleep(0.02)  # gen-2 appears after the SQLite commit, before embedding and the manifest swap

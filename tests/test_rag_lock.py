@@ -2,7 +2,6 @@
 every document of every run ends up indexed and every collection listed; readers never block."""
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, start_subprocess
 
 ROOT = Path(__file__).parent.parent
 
@@ -22,9 +21,7 @@ def _docs(d: Path, tag: str, n: int = 3) -> None:
 
 
 def _index(idx, src, coll):
-    return subprocess.Popen([sys.executable, "-m", "llmkit", "rag", "index", str(idx), str(src), "--collection", coll],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return start_subprocess(["rag", "index", idx, src, "--collection", coll])
 
 
 @pytest.mark.parametrize("offset", [0.0, 0.4, 1.5])

@@ -4,20 +4,16 @@
 generation while one is being written, and turns bad arguments into tool errors."""
 
 import json
-import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import llmkit_argv, llmkit_env, run_cli, run_subprocess, start_subprocess
 from ragfixtures import kernel_paragraphs, tiny_gguf, write_jsonl  # noqa: F401 - tiny_gguf is a pytest fixture
 
 pytest.importorskip("mcp")
 anyio = pytest.importorskip("anyio")
 
-ROOT = Path(__file__).parent.parent
 QUERIES = ["how to mount a filesystem", "kernel memory pages", "submitting patches by email", "scheduler latency",
            "power management of devices"]
 
@@ -35,15 +31,11 @@ def served(kernel_docs, tmp_path_factory):
     return root, idx
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
 def _client(idx, *extra):
     from mcp import StdioServerParameters, stdio_client
 
-    return stdio_client(StdioServerParameters(command=sys.executable, args=["-m", "llmkit", "rag", "serve", str(idx),
-                                                                             *map(str, extra)], env=_env()))
+    command, *args = llmkit_argv("rag", "serve", idx, *extra)
+    return stdio_client(StdioServerParameters(command=command, args=args, env=llmkit_env()))
 
 
 def _run(fn, *args):
@@ -206,8 +198,7 @@ def test_streamable_http_on_a_local_port(served):
 
     _, idx = served
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llmkit", "rag", "serve", str(idx), "--port", str(port)],
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = start_subprocess(["rag", "serve", idx, "--port", port], stdout=subprocess.DEVNULL)
 
     async def session():
         deadline = time.time() + 120
@@ -235,7 +226,6 @@ def test_streamable_http_on_a_local_port(served):
 def test_serve_refuses_a_missing_index_in_one_line(tmp_path):
     import subprocess
 
-    p = subprocess.run([sys.executable, "-m", "llmkit", "rag", "serve", str(tmp_path / "nope")], env=_env(),
-                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    p = run_subprocess(["rag", "serve", tmp_path / "nope"], timeout=120, text=True, stdin=subprocess.DEVNULL)
     assert p.returncode == 1 and "does not exist" in p.stderr and "Traceback" not in p.stderr
     assert p.stdout == ""

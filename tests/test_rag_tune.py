@@ -3,19 +3,13 @@ corpus built so that one retriever is useless, the stored choice used by queries
 re-indexing keeps it, --reset drops it), bad input, and an interrupted tune leaving the index alone."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import run_cli
-
-ROOT = Path(__file__).parent.parent
+from conftest import run_cli, start_subprocess
 
 
 def test_choose_prefers_simple_within_noise_and_guards_with_heldout():
@@ -150,8 +144,7 @@ def test_bad_input(corpus, tmp_path):
 def test_interrupted_tune_leaves_the_index_alone(corpus):
     _, idx = corpus
     before = (idx / "manifest.json").read_bytes()
-    p = subprocess.Popen([sys.executable, "-m", "llmkit", "rag", "tune", str(idx), "--pseudo-queries", "150"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = start_subprocess(["rag", "tune", idx, "--pseudo-queries", "150"])
     time.sleep(3)
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=60)

@@ -4,22 +4,17 @@ writer lock still serialises writers; Ctrl-C ends with the last generation live;
 disappears is said once and the watcher keeps going."""
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, start_subprocess
 
 pytest.importorskip("watchfiles")
-
-ROOT = Path(__file__).parent.parent
 
 
 class Watcher:
@@ -27,10 +22,8 @@ class Watcher:
     stderr lines are collected as they come."""
 
     def __init__(self, idx, *inputs, extra=()):
-        self.proc = subprocess.Popen([sys.executable, "-m", "llmkit", "rag", "index", str(idx), *map(str, inputs),
-                                      "--watch", "--json", "--no-tune", *extra],
-                                     env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = start_subprocess(["rag", "index", idx, *inputs, "--watch", "--json", "--no-tune", *extra],
+                                     text=True)
         self.passes: list[dict] = []
         self.err: list[str] = []
         self._threads = [threading.Thread(target=self._read, args=(self.proc.stdout, self.passes, json.loads)),
