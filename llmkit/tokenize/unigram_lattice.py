@@ -47,14 +47,28 @@ def _string_hashes(strings: list[str]) -> np.ndarray:
 
 
 class Lattice:
-    """All words' segmentation lattices as flat numpy arrays (nodes = positions between chars)."""
+    """All words' segmentation lattices as flat numpy arrays (nodes = positions between chars; word w's
+    nodes are off[w] .. off[w] + len(w), the code-point offsets of the words joined with one separator)."""
 
-    def __init__(self, words: list[str], counts: np.ndarray, piece_id: dict[str, int], max_piece_length: int):
-        lens = np.array([len(w) for w in words], dtype=np.int64)
+    def __init__(self, lens: np.ndarray, counts: np.ndarray, es: np.ndarray, ee: np.ndarray, ep: np.ndarray):
+        """From the edges (start node, end node, piece id), in the order the expected counts add them up."""
         self.counts = counts
         self.off = np.concatenate([[0], np.cumsum(lens + 1)[:-1]]).astype(np.int64)
         self.ends = self.off + lens
-        self.n_nodes = int(self.ends[-1]) + 1 if len(words) else 0
+        self.n_nodes = int(self.ends[-1]) + 1 if len(lens) else 0
+        # int32 edge arrays: the edges (every seed piece at every position) are the largest structure
+        self.es, self.ee, self.ep = es, ee, ep
+        node_word_all = np.repeat(np.arange(len(lens), dtype=np.int32), lens + 1)
+        self.ew = node_word_all[self.es]
+        del node_word_all
+        self.node_word = np.repeat(np.arange(len(lens)), lens + 1)
+        self._index()
+
+    @classmethod
+    def from_pieces(cls, words: list[str], counts: np.ndarray, piece_id: dict[str, int],
+                    max_piece_length: int) -> "Lattice":
+        """The lattice of `words` over the pieces of `piece_id` (every occurrence found by hash)."""
+        lens = np.array([len(w) for w in words], dtype=np.int64)
         pieces = sorted(piece_id, key=piece_id.get)
         ph = _string_hashes(pieces)
         order = np.argsort(ph)
@@ -71,36 +85,44 @@ class Lattice:
             es.append(start)
             ee.append(start + np.int32(L))
             ep.append(pid_sorted[k[hit]].astype(np.int32))
-            del k, hit
-        # int32 edge arrays: the edges (every seed piece at every position) are the largest structure
-        self.es = np.concatenate(es) if es else np.zeros(0, dtype=np.int32)
-        del es
-        self.ee = np.concatenate(ee) if ee else np.zeros(0, dtype=np.int32)
-        del ee
-        self.ep = np.concatenate(ep) if ep else np.zeros(0, dtype=np.int32)
-        del ep
-        node_word_all = np.repeat(np.arange(len(words), dtype=np.int32), lens + 1)
-        self.ew = node_word_all[self.es]
-        del node_word_all
-        self.node_word = np.repeat(np.arange(len(words)), lens + 1)
-        self._index()
+        return cls(lens, counts, *(np.concatenate(a) if a else np.zeros(0, dtype=np.int32) for a in (es, ee, ep)))
 
     def keep(self, alive: np.ndarray) -> None:
-        """Drop the edges of pieces that are no longer in the vocabulary."""
+        """Drop the edges of pieces that are no longer in the vocabulary (the orders stay sorted)."""
         m = alive[self.ep]
+        new_id = np.cumsum(m, dtype=np.int32) - np.int32(1)
         self.es, self.ee, self.ep, self.ew = self.es[m], self.ee[m], self.ep[m], self.ew[m]
-        self._index()
+        self.fwd = new_id[self.fwd[m[self.fwd]]]
+        self.bwd = new_id[self.bwd[m[self.bwd]]]
+        del m, new_id
+        self._batch()
 
     def _index(self) -> None:
+        """The forward order (by local end, then end node, then start: ties keep the longest last
+        piece) and the backward order (by local start descending, then start node, then end)."""
         off = self.off.astype(np.int32)[self.ew]
         local_end = self.ee - off
         local_start = self.es - off
         del off
-        # forward order: by local end, then end node, then start (ties keep the longest last piece)
-        self.fwd = np.lexsort((self.es, self.ee, local_end)).astype(np.int32)
-        self.fwd_batches = _batches(local_end[self.fwd], self.ee[self.fwd])
-        self.bwd = np.lexsort((self.ee, self.es, -local_start)).astype(np.int32)
-        self.bwd_batches = _batches(-local_start[self.bwd], self.es[self.bwd])
+        # no two edges share both nodes, so one integer key per edge sorts them as the tuple would
+        span, n = (self.ee - self.es).astype(np.int64), np.int64(self.n_nodes)
+        top = np.int64(int(span.max()) + 1 if len(span) else 1)
+        key = (local_end.astype(np.int64) * n + self.ee) * top + (top - span)
+        del local_end
+        self.fwd = np.argsort(key).astype(np.int32)
+        key = ((local_start.max(initial=0) - local_start).astype(np.int64) * n + self.es) * top + span
+        del span, local_start
+        self.bwd = np.argsort(key).astype(np.int32)
+        del key
+        self._batch()
+
+    def _batch(self) -> None:
+        off = self.off.astype(np.int32)
+        fwd_end = self.ee[self.fwd]
+        self.fwd_batches = _batches(fwd_end - off[self.ew[self.fwd]], fwd_end)
+        del fwd_end
+        bwd_start = self.es[self.bwd]
+        self.bwd_batches = _batches(off[self.ew[self.bwd]] - bwd_start, bwd_start)
 
     def forward(self, logp: np.ndarray, mode: str = "sum"):
         """alpha over nodes (log-sum-exp or max); with mode='max' also the best incoming edge."""
