@@ -19,6 +19,7 @@ MORE, DONE, FULL_PAIRS, FULL_TEXT = 0, 1, 2, 3
 STEPS = 256  # merges per call: progress and Ctrl-C between calls
 EXTRA_PAIRS = 1024  # room for pairs beyond one per symbol before the pools grow
 TEXT_PER_TOKEN = 16  # room for the new tokens' text (code points per token) before it grows
+FIRST_PAIR_SHARE = 4  # the pair arrays start with room for one pair per this many symbols
 
 
 def _pow2(n: int) -> int:
@@ -44,7 +45,7 @@ class _Buffers:
             ("tstamp", I32, 0))
 
     def __init__(self, vocab: Vocab, words: list[list[int]], counts: list[int], vocab_size: int, prefix: str,
-                 min_frequency: int):
+                 min_frequency: int, pair_room: int):
         n_sym = sum(map(len, words))
         W, V = len(words), max(vocab_size, len(vocab))
         self.sym = array.array(I32, [t for w in words for t in w])
@@ -65,12 +66,12 @@ class _Buffers:
             self.toff[i + 1] = total
         self.ttab = _minus_ones(I32, _pow2(2 * V + 2))
         self.freq = _zeros(I64, V)
-        cap_p = n_sym + EXTRA_PAIRS
+        cap_p, cap_wn = pair_room + EXTRA_PAIRS, n_sym + EXTRA_PAIRS
         for name, code, fill in self.PAIR:
             setattr(self, name, _minus_ones(code, cap_p) if fill == -1 else _zeros(code, cap_p))
         self.pkey = _minus_ones(I64, _pow2(2 * cap_p))
         self.pidx = _zeros(I32, len(self.pkey))
-        self.wn_word, self.wn_next = _zeros(I32, cap_p), _zeros(I32, cap_p)
+        self.wn_word, self.wn_next = _zeros(I32, cap_wn), _zeros(I32, cap_wn)
         self.ohead = _minus_ones(I32, V)
         self.on_pair, self.on_next = _zeros(I32, 2 * cap_p), _zeros(I32, 2 * cap_p)
         self.wlist, self.wstamp = _zeros(I32, W), _zeros(I32, W)
@@ -80,7 +81,7 @@ class _Buffers:
         self.st[ST_TEXT] = total
         self.caps = _zeros(I64, 11)
         c = self.caps
-        c[CAP_P], c[CAP_PH], c[CAP_WN], c[CAP_ON] = cap_p, len(self.pkey), cap_p, 2 * cap_p
+        c[CAP_P], c[CAP_PH], c[CAP_WN], c[CAP_ON] = cap_p, len(self.pkey), cap_wn, 2 * cap_p
         c[CAP_TEXT], c[CAP_TT], c[CAP_V], c[CAP_W] = len(self.tcp), len(self.ttab), V, W
         c[CAP_PREFIX], c[CAP_MINF], c[CAP_N] = len(prefix), min_frequency, len(self.sym)
         self.prefix = array.array(I32, [ord(ch) for ch in prefix] or [0])
@@ -92,18 +93,27 @@ class _Buffers:
         return [getattr(self, n).buffer_info()[0] for n in names]
 
     def grow_pairs(self) -> None:
-        """Twice the room for pairs and both list pools; the pair table is rebuilt by the kernel."""
-        old = self.caps[CAP_P]
-        for name, code, fill in self.PAIR:
-            getattr(self, name).extend(_minus_ones(code, old) if fill == -1 else _zeros(code, old))
-        for name in ("wn_word", "wn_next"):
-            getattr(self, name).extend(_zeros(I32, self.caps[CAP_WN]))
-        for name in ("on_pair", "on_next"):
-            getattr(self, name).extend(_zeros(I32, self.caps[CAP_ON]))
-        self.caps[CAP_P], self.caps[CAP_WN], self.caps[CAP_ON] = 2 * old, 2 * self.caps[CAP_WN], 2 * self.caps[CAP_ON]
-        self.pkey = _minus_ones(I64, _pow2(4 * old))
-        self.pidx = _zeros(I32, len(self.pkey))
-        self.caps[CAP_PH] = len(self.pkey)
+        """Twice the room in the pools that are at least half full (the fullest one at least): the
+        pairs with their table (rebuilt by the kernel), the pair-to-words list, the token-to-pairs list."""
+        c, st = self.caps, self.st
+        fill = {"pairs": st[ST_PAIRS] / c[CAP_P], "wn": st[ST_WN] / c[CAP_WN], "on": st[ST_ON] / c[CAP_ON]}
+        grow = {k for k, f in fill.items() if f >= 0.5} | {max(fill, key=fill.get)}
+        if "pairs" in grow:
+            old = c[CAP_P]
+            for name, code, fill_value in self.PAIR:
+                getattr(self, name).extend(_minus_ones(code, old) if fill_value == -1 else _zeros(code, old))
+            c[CAP_P] = 2 * old
+            self.pkey = _minus_ones(I64, _pow2(4 * old))
+            self.pidx = _zeros(I32, len(self.pkey))
+            c[CAP_PH] = len(self.pkey)
+        if "wn" in grow:
+            for name in ("wn_word", "wn_next"):
+                getattr(self, name).extend(_zeros(I32, c[CAP_WN]))
+            c[CAP_WN] = 2 * c[CAP_WN]
+        if "on" in grow:
+            for name in ("on_pair", "on_next"):
+                getattr(self, name).extend(_zeros(I32, c[CAP_ON]))
+            c[CAP_ON] = 2 * c[CAP_ON]
 
     def grow_text(self) -> None:
         self.tcp.extend(_zeros(I32, len(self.tcp)))
@@ -121,9 +131,18 @@ def train(vocab: Vocab, words: list[list[int]], counts: list[int], vocab_size: i
     k = native.kernels(work_bytes)
     if k is None or not words:
         return None
-    b = _Buffers(vocab, words, counts, vocab_size, prefix, min_frequency)
-    if k.wp_run(*b.args(), -1) != MORE:
-        return None  # the initial pairs outgrew their room (cannot happen: room is one per symbol)
+    n_sym = sum(map(len, words))
+    # distinct pairs are usually far fewer than symbols: start with a quarter, and start again with
+    # twice the room when the corpus's pairs do not fit (counting them is the cheap part)
+    room = max(1, n_sym // FIRST_PAIR_SHARE)
+    while True:
+        b = _Buffers(vocab, words, counts, vocab_size, prefix, min_frequency, room)
+        r = k.wp_run(*b.args(), -1)
+        if r == MORE:
+            break
+        if r != FULL_PAIRS or room >= n_sym:
+            return None  # cannot happen: with one pair per symbol the initial pairs always fit
+        room = min(n_sym, 2 * room)
     total = max(1, vocab_size - len(vocab))
     while True:
         r = k.wp_run(*b.args(), STEPS)
