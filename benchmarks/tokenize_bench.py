@@ -32,7 +32,8 @@ from harness import PY, ROOT, Cmd, Row, cmds_of, compare, cpu, ratio, rss, speed
 
 ME = os.path.abspath(__file__)
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-JOBS = {"bpe8k": ("bpe", 8000), "bpe32k": ("bpe", 32000), "wp8k": ("wordpiece", 8000), "uni8k": ("unigram", 8000)}
+JOBS = {"bpe8k": ("bpe", 8000), "bpe32k": ("bpe", 32000), "wp8k": ("wordpiece", 8000), "wp32k": ("wordpiece", 32000),
+        "uni8k": ("unigram", 8000)}
 QWEN = os.path.join(ROOT, "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
 
 
@@ -232,6 +233,15 @@ def big_corpus(cfg, mb: float) -> tuple[str, str]:
     return path, f"{len(data) / 1e6:.1f} MB of {name}{rep}"
 
 
+def head_of(path: str, mb: float, d: str) -> str:
+    """The first `mb` MB of a text file, cut at a line end."""
+    data = open(path, "rb").read(int(mb * 1e6))
+    data = data[: data.rindex(b"\n") + 1]
+    out = os.path.join(d, f"head-{mb:g}mb.txt")
+    open(out, "wb").write(data)
+    return out
+
+
 def model_json(path: str) -> dict:
     m = json.load(open(path, encoding="utf-8"))["model"]
     merges = [tuple(x.split(" ")) if isinstance(x, str) else tuple(x) for x in m.get("merges", [])]
@@ -387,11 +397,16 @@ def rows(cfg):
     jobs = cfg.pick(list(JOBS), list(JOBS), ["bpe8k", "wp8k", "uni8k"])
     tok, setup = encode_tokenizer(cfg, corpus)
     out = train_rows(cfg, corpus, jobs) + encode_rows(cfg, corpus, tok, setup)
-    big, big_desc = big_corpus(cfg, cfg.pick(100, 20, 1))
+    big, big_desc = big_corpus(cfg, cfg.pick(100, 100, 1))
     out += encode_rows(cfg, big, tok, setup, tag="-big", threads=True)
     out += [adversarial_row(cfg, corpus, tok), vocab_row(cfg)]
-    out += train_rows(cfg, big, cfg.pick(["bpe8k"], ["bpe8k"], ["bpe8k"]), tag="-big")
-    setup_lines = [f"corpus: {desc}", f"large corpus (-big rows): {big_desc}",
+    out += train_rows(cfg, big, ["bpe8k", "wp8k"], tag="-big")
+    # Unigram's EM over a lattice of every seed piece takes minutes per 20 MB on both sides: its large
+    # row uses the first 20 MB of the same text
+    mid = head_of(big, cfg.pick(20, 20, 0.5), cfg.tmp("tokenize"))
+    out += train_rows(cfg, mid, ["uni8k"], tag="-20mb")
+    setup_lines = [f"corpus: {desc}", f"large corpus (-big rows): {big_desc}; the -20mb row: its first "
+                   f"{os.path.getsize(mid) / 1e6:.1f} MB",
                    "HF tokenizers single-threaded (RAYON_NUM_THREADS=1) except in the -t2 rows; tiktoken's Encoding "
                    "built from the HF BPE's vocabulary (ranks = HF ids) and GPT-2's pattern, since tiktoken cannot "
                    "download its files here; every encode row uses the HF BPE 8k trained on the first corpus",
