@@ -23,14 +23,14 @@ TENTH = F(0.1)
 @njit(inline="always", **OPTS)
 def nearest_int(v):
     """ggml's nearest_int: round half to even (exact for |v| < 2^22), by the same 1.5*2^23 addition
-    (no fastmath, so LLVM keeps (v + M) - M; a call to rintf per value was 3x slower)."""
+    (no fastmath, so LLVM keeps (v + M) - M; cheaper than a call to rintf per value)."""
     return int((v + MAGIC) - MAGIC)
 
 
 @njit(inline="always", **OPTS)
 def fp16_bits(f):
     """The half-precision bit pattern of float32 f, rounded to nearest even (as F16C's vcvtps2ph and
-    numpy), NaN -> 0x7E00; integer operations on f's bits, ~3x faster than frexp/rint in float64."""
+    numpy), NaN -> 0x7E00; integer operations on f's bits, cheaper than frexp/rint in float64."""
     u = int(np.float32(f).view(np.uint32))
     sign = (u >> 16) & 0x8000
     a = u & 0x7FFFFFFF
@@ -75,7 +75,7 @@ def put_half(out, i, off, f):
 
 
 # float32 bits of every half (numpy's conversion: exact, NaN payloads kept): F16 input is read
-# through it, 0.2 ns per weight against numpy astype's 1.2 (measured), the finiteness check included
+# through it, faster than numpy's astype, with the finiteness check on the way
 F16_BITS = np.arange(65536, dtype=np.uint16).view(np.float16).astype(F).view(np.uint32)
 
 
@@ -664,8 +664,8 @@ def make_qx_16x16(xi, W, nmax, L, scales, T):
     """make_qx_quants(16, nmax, ..., rmse_type=1, W) on each of the 16 sub-blocks of 16 of xi (256),
     W[i, j]: weight j of sub-block i; L[16 i + j] = level + nmax; scales[i] = its scale.
     The sub-blocks run side by side (lane b = sub-block b): each one's sums keep C's order, but 16
-    independent chains replace one 16-long dependent chain per candidate (Q6_K: 25 -> 8 ns per
-    weight, measured; same bytes as ggml). T: (4, 16, 16) float32 scratch."""
+    independent chains replace one 16-long dependent chain per candidate, which the CPU overlaps
+    (docs/design/quant-kernels.md). T: (4, 16, 16) float32 scratch."""
     XT, WT, VT = T[0], T[1], T[2]  # x, weights and their products, transposed: [j, b]
     MX, SX, S2, BEST, IS, SC = T[3, 0], T[3, 1], T[3, 2], T[3, 3], T[3, 4], T[3, 5]  # per sub-block
     for b in range(16):

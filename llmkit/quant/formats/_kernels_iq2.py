@@ -6,7 +6,7 @@ out (n_rows, row bytes) uint8. Imported only through iq2.kernels() (numba is slo
 
 One liberty, exact: iq2_find_best_neighbour's distance terms w * (scale * q - x)^2 take only 3
 values per coordinate (q = 1, 3, 5), so they are computed once per call and looked up per
-neighbour (1.7x faster for IQ2_XS, same floats in the same order)."""
+neighbour (faster, the same floats in the same order)."""
 
 from __future__ import annotations
 

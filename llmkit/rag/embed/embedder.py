@@ -1,9 +1,9 @@
 """Sentence embeddings: one interface, three engines.
 
 - `onnx` (default): ONNX Runtime + HF tokenizers over an export cached per model content
-  (`onnx_runtime.py`, made by `onnx_export.py`); fp32 matches sentence-transformers to ~1e-7, int8 is
-  ~2x faster to index.
-  Importing it takes ~0.2 s instead of sentence-transformers' ~6 s, so queries answer at shell speed.
+  (`onnx_runtime.py`, made by `onnx_export.py`); fp32 matches sentence-transformers' vectors, int8
+  indexes faster at a small cost in dense quality (docs/design/rag-models.md).
+  It imports no torch, so queries answer at shell speed.
 - `torch`: sentence-transformers itself (also what the export and fine-tuning use).
 - a GGUF file runs on llama.cpp whatever the runtime (`gguf_runtime.py`): pooling from the file, its
   prompts and sequence length when a converted file records them.

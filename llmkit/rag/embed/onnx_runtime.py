@@ -90,8 +90,8 @@ def _model_files(path: str) -> list[tuple[str, os.stat_result]]:
 
 def model_key(path: str) -> str:
     """sha256 (first 16 hex digits) of the model directory's files (names and bytes; ONNX/OpenVINO
-    copies and READMEs left out). Hashing ~90 MB costs ~0.2 s, so the result is memoised by the files'
-    (size, mtime, inode) in the cache: a query pays a few stat calls."""
+    copies and READMEs left out). Hashing the weights on every query would cost more than the query,
+    so the result is memoised by the files' (size, mtime, inode) in the cache: a query pays a few stat calls."""
     from llmkit.io import atomic_write_text
 
     files = _model_files(path)
@@ -213,7 +213,7 @@ class OnnxEncoder:
             opts.inter_op_num_threads = 1
             opts.log_severity_level = 3
             # no weight pre-packing: a query session then starts by mapping the weights instead of
-            # copying them all (first vector 0.04 -> 0.013 s); batch speed at 2 threads unchanged
+            # copying them all, and batch speed is the same (docs/design/rag-models.md)
             opts.add_session_config_entry("session.disable_prepacking", "1")
             self.session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
             self.dense = []
