@@ -424,6 +424,24 @@ def test_compiled_kernels_equal_the_numpy_definition(name, monkeypatch):
     del jit
 
 
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
+def test_numpy_plain_formats_equal_ggml_on_awkward_rows(name, monkeypatch):
+    """The numpy definitions alone (no kernels) on zero, -0, tiny and subnormal-scale blocks: a
+    subnormal scale's infinite reciprocal gives C's level 0, not a clamped 15."""
+    from quantref import assert_blocks_equal_ggml, awkward_rows
+
+    from llmkit.quant.formats import get_format
+
+    monkeypatch.setenv("LLMKIT_NO_JIT", "1")
+    fmt = get_format(name)
+    assert not fmt.compiled()
+    x = awkward_rows(32, np.random.default_rng(5))
+    x = np.delete(x, 5, axis=0)  # the row whose scale exceeds fp16: refused by both, not quantized
+    with np.errstate(all="ignore"):
+        ours = fmt.quantize(x)
+    assert_blocks_equal_ggml(fmt, x, ours)
+
+
 @pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
 def test_compiled_imatrix_kernels_equal_ggml(name, monkeypatch):
     """The numba kernels of the K-quants' imatrix paths (jit.run_weighted) give ggml_quantize_chunk's

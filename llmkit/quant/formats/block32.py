@@ -33,6 +33,18 @@ def row_sigma2(rows: np.ndarray) -> np.ndarray:
     return seq_sum(rows * rows) / F32(rows.shape[1])
 
 
+def _c_levels(xt: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """The levels as uint8, as C computes them. A subnormal scale has an infinite reciprocal, so every
+    weight of its block scales to +-inf or NaN; C converts those to an integer before any clamp, and
+    x86's conversion gives 0 (the "integer indefinite" value's low byte): the block's levels are all 0."""
+    with np.errstate(invalid="ignore"):
+        q = xt.astype(np.uint8)
+    bad = ~np.isfinite(inv)
+    if bad.any():
+        q[:, bad] = 0
+    return q
+
+
 class Block32(Format):
     """The level layout: 4-bit pairs at byte `qs_at`, for 5-bit types the high bits at `qh_at`."""
 
@@ -72,10 +84,11 @@ class Symmetric32(Block32):
     def quantize_blocks(self, x):
         xt = blocks_t(x)  # (32, n_blocks)
         d = abs_max_signed_t(xt) / F32(-self.nmax)
-        xt *= safe_inv(d)
+        inv = safe_inv(d)
+        xt *= inv
         xt += F32(self.nmax + 0.5)  # >= 0.5, so the cast truncates like C's (int8_t)
         np.minimum(xt, F32(2 * self.nmax - 1), out=xt)
-        return self._blocks(xt.astype(np.uint8), d)
+        return self._blocks(_c_levels(xt, inv), d)
 
     def quantize_weighted(self, rows, imatrix):
         x, w = block32_weights(rows, imatrix)
@@ -101,11 +114,12 @@ class WithMin32(Block32):
         mn, mx = first_min_t(xt), first_max_t(xt)
         d = (mx - mn) / F32(self.nmax)
         xt -= mn
-        xt *= safe_inv(d)
+        inv = safe_inv(d)
+        xt *= inv
         xt += F32(0.5)  # >= 0.5: the cast truncates
         if self.clamp:
             np.minimum(xt, F32(self.nmax), out=xt)
-        return self._blocks(xt.astype(np.uint8), d, mn)
+        return self._blocks(_c_levels(xt, inv), d, mn)
 
     def quantize_weighted(self, rows, imatrix):
         x, w = block32_weights(rows, imatrix)
