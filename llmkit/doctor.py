@@ -70,8 +70,27 @@ def check() -> Report:
     if _installed("llama-cpp-python"):
         r.checks += _check_llama()
     r.checks += _check_models()
+    if _installed("numba"):
+        r.checks += _check_kernels()
     r.checks += _check_caches()
     return r
+
+
+def _check_kernels() -> list[Check]:
+    """The linked kernel libraries (llmkit.native): small inputs use them without numba's start-up."""
+    from llmkit.quant.formats import native as quant_native
+    from llmkit.tokenize import native as tokenize_native
+
+    fix = f"{sys.executable} -m llmkit.native"
+    out = []
+    for name, loaded, what in (("tokenize", tokenize_native._load_library() is not None, "the compiled tokenizers"),
+                               ("quant", quant_native.library() is not None, "the plain quantizers and F16 reading")):
+        if loaded:
+            out.append(Check("kernels", name, "ok", f"{what}: linked library in {tokenize_native.cache_dir()}"))
+        else:
+            out.append(Check("kernels", name, "missing", f"{what}: not built yet (built on first large input; "
+                             "until then small inputs take the slower paths)", fix))
+    return out
 
 
 def _extras() -> dict[str, list[str]]:

@@ -101,5 +101,10 @@ case ",$extras," in
     "$venv/bin/python" -c 'from llmkit.llama import tools; raise SystemExit(0 if tools.missing() == [] else 1)' \
       || PYTHON="$venv/bin/python" bash "$root/scripts/build_llama_server.sh" >/dev/null ;;
 esac
+# The compiled tokenizer and plain-quantizer kernels, linked once into libraries that later runs load
+# without numba's start-up (seconds now instead of on a user's first small input).
+case ",$extras," in
+  *,all,*|*,quant,*|*,dev,*) "$venv/bin/python" -m llmkit.native || true ;;
+esac
 "$venv/bin/llmkit" doctor
 echo "Installed. Put $venv/bin on your PATH (or: source $venv/bin/activate), then try: llmkit generate \"Hello\""

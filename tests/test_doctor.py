@@ -20,6 +20,18 @@ def test_full_install_is_healthy_and_names_llama_cpp_and_its_tools():
     for extra in ("llama", "rag", "quant", "model", "dev"):
         assert checks["features", extra]["status"] == "ok"
     assert checks["models", "generation"]["status"] == "ok"
+    for lib in ("tokenize", "quant"):  # scripts/install.sh links them (python -m llmkit.native)
+        assert checks["kernels", lib]["status"] == "ok", checks["kernels", lib]
+
+
+def test_unbuilt_kernel_libraries_are_noted_with_the_command_that_builds_them(tmp_path, monkeypatch):
+    from llmkit.quant.formats import native
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "empty"))
+    monkeypatch.setattr(native, "_LOADED", None)
+    r = run_cli(["doctor"])
+    assert r.exit_code == 0  # slower small inputs, not a broken install
+    assert r.stdout.count("-m llmkit.native") == 2 and "not built yet" in r.stdout
 
 
 def test_text_report_lists_sections():

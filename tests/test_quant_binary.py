@@ -34,13 +34,15 @@ def metadata(path) -> dict:
                                        ("Q5_0", "gguf"), ("Q4_K_M", "dat"), ("Q6_K", "dat")])
 def test_same_file_as_the_llama_quantize_binary(setup, monkeypatch, ftype, imx):
     """Whole files, header and metadata included, with the compiled kernels forced on."""
-    from llmkit.quant.formats import jit
+    from llmkit.quant.formats import jit, native
 
     d, base, imx_gguf, imx_dat = setup
     monkeypatch.setenv("LLMKIT_JIT", "1")
-    seen, real, real_w = [], jit.run, jit.run_weighted
+    seen, real, real_w, real_n = [], jit.run, jit.run_weighted, native.run
     monkeypatch.setattr(jit, "run", lambda name, *a: seen.append(name) or real(name, *a))
     monkeypatch.setattr(jit, "run_weighted", lambda name, *a: seen.append(name) or real_w(name, *a))
+    # the plain formats' kernels run from the linked library when it is built (the same loops)
+    monkeypatch.setattr(native, "run", lambda name, *a: seen.append(name) or real_n(name, *a))
     path = {None: None, "gguf": imx_gguf, "dat": imx_dat}[imx]
     ref, ours = d / f"bin-{ftype}-{imx}.gguf", d / f"ours-{ftype}-{imx}.gguf"
     binary_quantize(base, ref, ftype, path)
@@ -69,15 +71,17 @@ def test_f16_base_through_the_compiled_conversion(setup, monkeypatch, tmp_path, 
     """An F16 model (as real ones come) is read through the compiled half -> float conversion when the
     kernels run: same file as llama-quantize; a NaN half is still refused (the conversion counts it,
     so the input needs no second pass)."""
-    from llmkit.quant.formats import jit
+    from llmkit.quant.formats import jit, native
 
     d, base, _, _ = setup
     f16 = d / "base-f16.gguf"
     if not f16.exists():
         assert run_cli(["quant", str(base),"--type", "F16", "-o", str(f16)]).exit_code == 0
     monkeypatch.setenv("LLMKIT_JIT", "1")
-    calls, real = [], jit.f16_rows
+    calls, real, real_n = [], jit.f16_rows, native.f16_rows
     monkeypatch.setattr(jit, "f16_rows", lambda raw, ne0: calls.append(ne0) or real(raw, ne0))
+    # with the linked library built, the same conversion runs from it
+    monkeypatch.setattr(native, "f16_rows", lambda raw, ne0, table: calls.append(ne0) or real_n(raw, ne0, table))
     ref, ours = tmp_path / "ref.gguf", tmp_path / "ours.gguf"
     binary_quantize(f16, ref, ftype)
     r = run_cli(["quant", str(f16),"--type", ftype, "-o", str(ours)])

@@ -11,28 +11,15 @@ their pure-Python path. docs/design/tokenizers.md says why (start-up against tik
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import sys
 import threading
-import zlib
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 _LOCK = threading.Lock()
 _KERNELS: object = None
 _FAILED = False
-# numba's cfunc wrapper reports exceptions through these helpers of numba's own runtime; the kernels
-# raise none, so inert definitions let the library load without numba.
-_STUBS = """
-define weak void @numba_gil_ensure(i8* %p) { ret void }
-define weak void @numba_gil_release(i8* %p) { ret void }
-define weak void @NRT_MemInfo_call_dtor(i8* %p) { ret void }
-define weak void @NRT_Free(i8* %p) { ret void }
-define weak i32 @numba_do_raise(i8* %p) { ret i32 0 }
-define weak i8* @numba_runtime_build_excinfo_struct(i8* %p, i8* %q) { ret i8* null }
-define weak i8* @numba_unpickle(i8* %p, i32 %n, i8* %h) { ret i8* null }
-"""
 C = ctypes
 _ARGTYPES = {
     "build_pairs": [C.c_void_p] * 3 + [C.c_int64, C.c_void_p, C.c_void_p, C.c_int64],
@@ -66,19 +53,16 @@ class Kernels:
 
 def cache_dir() -> Path:
     """numba's cache directory (NUMBA_CACHE_DIR, else llmkit's cache/numba)."""
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return Path(os.environ["NUMBA_CACHE_DIR"])
-    from llmkit.config import cache_dir as llmkit_cache
+    from llmkit import native as shared
 
-    return llmkit_cache("numba")
+    return shared.cache_dir()
 
 
 def _key() -> str:
-    """Names the library: the kernels' source, this Python and this machine's architecture (a CRC,
-    not a cryptographic hash, because loading must stay cheap)."""
-    src = b"".join((_HERE / f"{m}.py").read_bytes() for m in MODULES)
-    where = f"{sys.version}|{os.uname().machine if hasattr(os, 'uname') else ''}|{sys.platform}".encode()
-    return f"{zlib.crc32(src):08x}{zlib.crc32(where):08x}{len(src):x}"
+    """Names the library: the kernels' source, this Python and this machine's architecture."""
+    from llmkit import native as shared
+
+    return shared.source_key([_HERE / f"{m}.py" for m in MODULES])
 
 
 COMPILE_AT_BYTES = 16 << 20  # from about this much text, compiling pays off (docs/design/tokenizers.md)
@@ -107,16 +91,13 @@ def kernels(work_bytes: int = 0) -> Kernels | None:
 
 
 def _load_library() -> Kernels | None:
-    base = cache_dir() / f"tokenize-kernels-{_key()}"
-    so, names = base.with_suffix(".so"), base.with_suffix(".json")
-    if not (so.exists() and names.exists()):
+    from llmkit import native as shared
+
+    loaded = shared.load("tokenize-kernels", _key(), _ARGTYPES)
+    if loaded is None:
         return None
-    try:
-        lib = C.CDLL(str(so))
-        table = json.loads(names.read_text())
-        return Kernels({k: C.cast(lib[v], C.c_void_p).value for k, v in table.items()}, lib, "library")
-    except (OSError, ValueError, KeyError, AttributeError):
-        return None
+    lib, funcs = loaded
+    return Kernels({k: C.cast(f, C.c_void_p).value for k, f in funcs.items()}, (lib, funcs), "library")
 
 
 def _compile() -> Kernels | None:
@@ -134,53 +115,22 @@ def _compile() -> Kernels | None:
     return Kernels({k: f.address for k, f in kernels.items()}, kernels, "numba")
 
 
+def build() -> bool:
+    """Compile the kernels and link the library now, whatever the input size; False when no library
+    could be linked (no numba or no C compiler)."""
+    global _KERNELS, _FAILED
+    k = _compile()
+    with _LOCK:
+        _KERNELS, _FAILED = k, k is None
+    return k is not None and k.source == "library"
+
+
 def _link(kernels: dict) -> None:
-    """Write tokenize-kernels-<key>.so (and its symbol table) into the cache, removing the libraries of
-    older kernel sources; silently skip on failure (no linker: numba runs the kernels)."""
-    import subprocess
-    import tempfile
+    """Write tokenize-kernels-<key>.so into the cache (llmkit.native.link), removing older libraries;
+    silently skip on failure (no linker: numba runs the kernels)."""
+    from llmkit import native as shared
 
-    import llvmlite.binding as ll
-
-    try:
-        target = ll.Target.from_default_triple()
-        tm = target.create_target_machine(reloc="pic", codemodel="default", opt=3)
-        module = ll.parse_assembly(_STUBS)
-        names = {}
-        for name, f in kernels.items():
-            native_name, code = _machine_module(f)
-            module.link_in(ll.parse_bitcode(code))
-            names[name] = native_name
-        d = cache_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        base = d / f"tokenize-kernels-{_key()}"
-        with tempfile.TemporaryDirectory(dir=d) as tmp:
-            obj = Path(tmp) / "k.o"
-            obj.write_bytes(tm.emit_object(module))
-            so = Path(tmp) / "k.so"
-            cc = os.environ.get("CC") or "cc"
-            subprocess.run([cc, "-shared", "-o", str(so), str(obj)], check=True, capture_output=True, timeout=120)
-            table = Path(tmp) / "k.json"
-            table.write_text(json.dumps(names))
-            os.replace(so, base.with_suffix(".so"))
-            os.replace(table, base.with_suffix(".json"))
-        for old in [*d.glob("tokenize-kernels-*"), *d.glob("tokenize-bpe-*")]:
-            if not old.name.startswith(base.name):
-                old.unlink(missing_ok=True)
-    except (OSError, subprocess.SubprocessError, RuntimeError):
-        return
-
-
-def _machine_module(f) -> tuple[str, bytes]:
-    """(symbol, LLVM bitcode) of a cfunc's whole module; one that numba loaded from its cache holds
-    only machine code, so it is compiled again here without the cache."""
-    from numba import cfunc
-
-    module = f._library._final_module
-    if any(fn.name == f.native_name and not fn.is_declaration for fn in module.functions):
-        return f.native_name, module.as_bitcode()
-    fresh = cfunc(f._sig, error_model="numpy")(f._pyfunc)
-    return fresh.native_name, fresh._library._final_module.as_bitcode()
+    shared.link("tokenize-kernels", _key(), kernels, old_names=("tokenize-bpe",))
 
 
 # -- the Unicode class table --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 from llmkit.errors import BadInput
 from llmkit.gguf.tensors import read_tensor
 from llmkit.gguf.types import GGML_TYPES, TYPE_ID, block_size, type_size
-from llmkit.quant.formats import jit
+from llmkit.quant.formats import jit, native
 from llmkit.quant.formats.jit import DEFAULT, Kernels
 from llmkit.quant.formats.numerics import F32
 
@@ -61,15 +61,21 @@ class Format:
             else:
                 out = self.quantize_weighted(x, np.ascontiguousarray(imatrix, dtype=F32))
         elif self.compiled(kernels):
-            kernels.note_if_cold("_kernels", self.jit_kernel)
-            out = jit.run(self.jit_kernel, x, self.type_size, self.block)
+            if native.has(self.jit_kernel):
+                out = native.run(self.jit_kernel, x, self.type_size)
+            else:
+                kernels.note_if_cold("_kernels", self.jit_kernel)
+                out = jit.run(self.jit_kernel, x, self.type_size, self.block)
         else:
             out = self.quantize_blocks(x.reshape(-1, self.block))
         return out.reshape(n_rows, self.row_bytes(n))
 
     def compiled(self, kernels: Kernels = DEFAULT, weighted: bool = False) -> bool:
         """Does a compiled kernel (numba, same bytes, GIL released) run this format's path without an
-        imatrix (with one when `weighted`) in a run using `kernels`?"""
+        imatrix (with one when `weighted`) in a run using `kernels`? The linked library's kernels
+        (native.py) always do: they cost no start-up."""
+        if not weighted and self.jit_kernel and native.has(self.jit_kernel):
+            return True
         return bool(self.jit_kernel) and kernels.on() and (not weighted or self.weighted_compiled)
 
     def check(self, out: np.ndarray, name: str) -> None:

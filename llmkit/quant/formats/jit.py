@@ -82,8 +82,11 @@ DEFAULT = Kernels()  # a direct call outside a run: the kernels whenever numba i
 def for_run(plan_weights: list[tuple[int, object]], notice: Callable[[str], None] | None = None) -> Kernels:
     """A run's Kernels from [(weights, format)] of what it quantizes with a kernel of jit_kernel's
     module (without an imatrix, or with one where the format has a weighted_kernel): the kernels run
-    only when the time they save (SAVES_NS per weight) repays numba's start-up (START_UP_S)."""
-    saved = sum(n * f.jit_saves_ns for n, f in plan_weights if f.jit_kernel) * 1e-9
+    only when the time they save (SAVES_NS per weight) repays numba's start-up (START_UP_S); those of
+    the linked library (native.py) need no start-up and do not count."""
+    from llmkit.quant.formats import native
+
+    saved = sum(n * f.jit_saves_ns for n, f in plan_weights if f.jit_kernel and not native.has(f.jit_kernel)) * 1e-9
     return Kernels(use=saved >= START_UP_S, notice=notice)
 
 

@@ -3,14 +3,15 @@ input buffers they reuse, one job's quantize-and-validate, and an allocator sett
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from llmkit.errors import BadInput
+from llmkit.errors import BadFileFormat, BadInput
 from llmkit.gguf.reader import TensorInfo
 from llmkit.gguf.tensors import read_tensor, row_slab
-from llmkit.quant.formats import get_format, jit, to_f32
+from llmkit.quant.formats import get_format, jit, native, to_f32
 
 _MALLOC_TUNED = False
 
@@ -39,27 +40,29 @@ def tune_malloc() -> None:
 
 
 class Buffers:
-    """Reuses the input buffer of the last written tensor for the next read: a fresh buffer costs a page
-    fault per page (the kernel zeroes every page) before the read can fill it. Holds at most one free
-    buffer, so memory stays at what is in flight; tensors under 1 MB get plain new arrays."""
+    """Reuses the input buffers of written tensors for the next reads: a fresh buffer costs a page fault
+    per page (the kernel zeroes every page) before the read can fill it. Every buffer is allocated at
+    the largest tensor's size, so any spare fits any tensor; only the pages a read fills become
+    resident, so memory stays at what is in flight plus at most `KEEP` spares. Tensors under 1 MB get
+    plain new arrays."""
 
     MIN = 1 << 20
+    KEEP = 2
 
-    def __init__(self):
-        self.spare: np.ndarray | None = None
+    def __init__(self, largest: int):
+        self.largest = largest
+        self.spares: list[np.ndarray] = []
 
     def get(self, n: int) -> np.ndarray | None:
         if n < self.MIN:
             return None
-        b, self.spare = self.spare, None
-        if b is None or len(b) < n:
-            b = np.empty(n, np.uint8)  # a spare that is too small is dropped here
+        b = self.spares.pop() if self.spares else np.empty(max(n, self.largest), np.uint8)
         return b[:n]
 
     def put(self, view: np.ndarray | None) -> None:
-        if view is not None and isinstance(view.base, np.ndarray) and len(view) >= self.MIN:
-            if self.spare is None or len(view.base) > len(self.spare):
-                self.spare = view.base
+        if (view is not None and isinstance(view.base, np.ndarray) and len(view) >= self.MIN
+                and len(self.spares) < self.KEEP and len(view.base) >= self.largest):
+            self.spares.append(view.base)
 
 
 class Workers:
@@ -111,15 +114,43 @@ def rows_job(path: str, data_offset: int, rows: TensorInfo, fmt_name: str, w, ke
     return quantize_checked(get_format(fmt_name), to_f32(raw, rows), w, rows.name, False, kernels).tobytes()
 
 
+def read_rows_job(fd: int, data_offset: int, rows: TensorInfo, fmt, kernels: jit.Kernels) -> np.ndarray:
+    """Worker thread: read a slab of F32 or F16 rows (gguf.tensors.row_slab) with pread and quantize it
+    with the linked library's kernel, so that reading runs on every worker instead of in one reader
+    thread competing with them for the cores."""
+    raw = np.empty(rows.nbytes, np.uint8)
+    if os.preadv(fd, [raw], data_offset + rows.offset) != rows.nbytes:
+        raise BadFileFormat(f"tensor '{rows.name}' is cut short: the file ends inside its data.")
+    finite = False
+    if rows.type_name == "F16":
+        x, bad = native.f16_rows(raw, rows.shape[0], native.f16_table())
+        if bad:
+            check_finite(x, rows.name)
+        finite = True
+    else:
+        x = raw.view(np.float32).reshape(-1, rows.shape[0])
+    return quantize_checked(fmt, x, None, rows.name, finite, kernels)
+
+
+def reads_own_rows(fmt, t: TensorInfo, weighted: bool, measure: bool) -> bool:
+    """Does this tensor go through read_rows_job: F32 or F16 into a format of the linked library,
+    without an imatrix or an error report, where the OS has pread?"""
+    return (t.type_name in ("F32", "F16") and not weighted and not measure and hasattr(os, "preadv")
+            and bool(fmt.jit_kernel) and native.has(fmt.jit_kernel) and native.has("f16_to_f32"))
+
+
 def slab_job(fmt, raw: np.ndarray, t: TensorInfo, r0: int, r1: int, w, kernels: jit.Kernels) -> np.ndarray:
     """Worker thread: rows [r0, r1) of a tensor's raw bytes (not F32) converted to float32 here, then
     quantized. F16 goes through the compiled conversion when this run uses the kernels: it counts the
     Inf/NaN halves on the way, so the input needs no second pass for the check."""
     row = t.nbytes // t.n_rows
     part = raw[r0 * row:r1 * row]
-    if t.type_name == "F16" and kernels.on():
-        kernels.note_if_cold("_kernels", "f16_to_f32")
-        x, bad = jit.f16_rows(part, t.shape[0])
+    if t.type_name == "F16" and (native.has("f16_to_f32") or kernels.on()):
+        if native.has("f16_to_f32"):
+            x, bad = native.f16_rows(part, t.shape[0], native.f16_table())
+        else:
+            kernels.note_if_cold("_kernels", "f16_to_f32")
+            x, bad = jit.f16_rows(part, t.shape[0])
         if bad:
             check_finite(x, t.name)
         return quantize_checked(fmt, x, w, t.name, True, kernels)

@@ -30,7 +30,8 @@ from llmkit.quant.options import QuantOptions
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers, plan_tensors
 from llmkit.quant.quality.stats import error_stats
-from llmkit.quant.write.jobs import Buffers, Workers, check_finite, quantize_checked, rows_job, slab_job, tune_malloc
+from llmkit.quant.write.jobs import (
+    Buffers, Workers, check_finite, quantize_checked, read_rows_job, reads_own_rows, rows_job, slab_job, tune_malloc)
 
 READ_AHEAD = 32 << 20  # unwritten input bytes held in memory before the oldest tensor is awaited
 QNT_VERSION = 2
@@ -186,7 +187,7 @@ def _write(job: _Job, header: bytes) -> None:
     with open(job.src, "rb") as fin, atomic_file(job.dst) as fout:
         fout.write(header)
 
-        buffers = Buffers()
+        buffers = Buffers(max(t.nbytes for t, _ in job.plan))
 
         def emit(t, queued) -> None:
             parts, tr = queued.finish()
@@ -230,6 +231,12 @@ def _convert(fin, job: _Job, t, new: str, buffers: Buffers):
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
     fmt = get_format(new)
+    weighted = imatrix is not None and fmt.uses_imatrix and t.name in imatrix
+    if new != t.type_name and reads_own_rows(fmt, t, weighted, measure):
+        rows = max(1, (1 << 19) // t.shape[0])  # 2 MB of F32 per job: heap memory, reused job after job
+        jobs = [pool.threads.submit(read_rows_job, fin.fileno(), data_offset, row_slab(t, r0, min(rows, t.n_rows - r0)),
+                                    fmt, kernels) for r0 in range(0, t.n_rows, rows)]
+        return _Queued(jobs, lambda: ([j.result() for j in jobs], tr), None)
     procs = pool.processes(t.nbytes, _in_processes(fmt, t, imatrix, kernels))
     if new == t.type_name or measure or procs is None:
         raw = read_tensor(fin, t, data_offset, buffers.get(t.nbytes))
