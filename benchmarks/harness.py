@@ -116,6 +116,9 @@ GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 def run_once(cmd: Cmd, timeout: float = 3600) -> Run:
     """Run `cmd` as a child process; wall time measured here, peak RSS via GNU time (else wait4)."""
     env = {**os.environ, **BASE_ENV, **{k: str(v) for k, v in cmd.env.items()}}
+    # children keep Python's bytecode cache as an installed program does (a shell that sets
+    # PYTHONDONTWRITEBYTECODE would have every llmkit run compile its modules again)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     argv = [str(a) for a in cmd.argv]
     rss_file = None
     if GNU_TIME:

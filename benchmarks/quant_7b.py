@@ -59,6 +59,7 @@ def limited(cmd: Cmd, limit: float, err_path: str) -> tuple[str, float, float, s
     """Run `cmd` with a time limit, sampling its peak RSS (VmHWM): (how it ended, seconds, peak GiB,
     its stderr's last line, kept in `err_path`)."""
     env = {**os.environ, **BASE_ENV, **{k: str(v) for k, v in cmd.env.items()}}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as harness.run_once: an installed program's bytecode cache
     with open(err_path, "wb") as err:
         t0 = time.perf_counter()
         p = subprocess.Popen([str(a) for a in cmd.argv], stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT,
