@@ -296,17 +296,19 @@ def _vocab_lookup(t, s, e, tb, toff, vslot, vmask):
 
 
 # -- the merge loop ---------------------------------------------------------------------------------
+# A 4-ary min-heap: half the levels of a binary one, so a pop touches fewer cache lines of a large
+# heap (a long word holds one entry per position); the keys (rank, position) are unique up to equal
+# entries, so any min-heap pops them in the same order.
 @njit
 def _heap_push(heap, hs, v):
     k = hs
-    heap[k] = v
     while k > 0:
-        p = (k - 1) >> 1
+        p = (k - 1) >> 2
         if heap[p] <= v:
             break
         heap[k] = heap[p]
-        heap[p] = v
         k = p
+    heap[k] = v
     return hs + 1
 
 
@@ -317,15 +319,18 @@ def _heap_pop(heap, hs):
     v = heap[hs]
     k = 0
     while True:
-        c = 2 * k + 1
+        c = 4 * k + 1
         if c >= hs:
             break
-        if c + 1 < hs and heap[c + 1] < heap[c]:
-            c += 1
-        if heap[c] >= v:
+        m = c
+        end = min(c + 4, hs)
+        for q in range(c + 1, end):
+            if heap[q] < heap[m]:
+                m = q
+        if heap[m] >= v:
             break
-        heap[k] = heap[c]
-        k = c
+        heap[k] = heap[m]
+        k = m
     heap[k] = v
     return top, hs
 
@@ -333,7 +338,13 @@ def _heap_pop(heap, hs):
 @njit
 def _merge_word(t, s, e, byte_id, pkey, prank, pmask, new_of, sc, sprev, snext, slen, heap, out, o):
     """HF's BPE merge loop on the bytes t[s:e]; writes the ids at out[o:], returns the new o (or -1
-    when a byte has no token)."""
+    when a byte has no token).
+
+    The queue of (rank, position) entries is a FIFO beside a heap: an entry not smaller than the
+    FIFO's last goes to the FIFO in O(1), any other to the heap, and a pop takes the smaller of the
+    two fronts, so entries come out in the same order as from one heap. In a long word most entries
+    arrive in order (one rank after another, left to right), so it stays linear where a heap alone
+    pays log n per entry. heap: 2 x (3 n) slots, the heap's then the FIFO's."""
     n = e - s
     for k in range(n):
         i = byte_id[t[s + k]]
@@ -345,12 +356,23 @@ def _merge_word(t, s, e, byte_id, pkey, prank, pmask, new_of, sc, sprev, snext, 
         slen[k] = 1
     snext[n - 1] = -1
     hs = 0
+    f0 = heap.shape[0] // 2  # the FIFO's slots: heap[f0:]
+    fh = f0
+    ft = f0
     for k in range(n - 1):
         r = _pair_rank(pkey, prank, pmask, sc[k], sc[k + 1])
         if r >= 0:
-            hs = _heap_push(heap, hs, (r << 32) | k)
-    while hs > 0:
-        top, hs = _heap_pop(heap, hs)
+            heap[ft] = (r << 32) | k  # ascending positions of any ranks: not always in order
+            if ft > f0 and heap[ft] < heap[ft - 1]:
+                hs = _heap_push(heap, hs, heap[ft])
+            else:
+                ft += 1
+    while hs > 0 or fh < ft:
+        if fh < ft and (hs == 0 or heap[fh] <= heap[0]):
+            top = heap[fh]
+            fh += 1
+        else:
+            top, hs = _heap_pop(heap, hs)
         r = top >> 32
         pos = top & 0xFFFFFFFF
         if slen[pos] == 0:
@@ -370,12 +392,28 @@ def _merge_word(t, s, e, byte_id, pkey, prank, pmask, new_of, sc, sprev, snext, 
             sprev[nn] = pos
             r4 = _pair_rank(pkey, prank, pmask, sc[pos], sc[nn])
             if r4 >= 0:
-                hs = _heap_push(heap, hs, (r4 << 32) | pos)
+                v = (r4 << 32) | pos
+                if fh < ft and v < heap[ft - 1]:
+                    hs = _heap_push(heap, hs, v)
+                else:
+                    if fh == ft:
+                        fh = f0
+                        ft = f0
+                    heap[ft] = v
+                    ft += 1
         p = sprev[pos]
         if p >= 0:
             r3 = _pair_rank(pkey, prank, pmask, sc[p], sc[pos])
             if r3 >= 0:
-                hs = _heap_push(heap, hs, (r3 << 32) | p)
+                v = (r3 << 32) | p
+                if fh < ft and v < heap[ft - 1]:
+                    hs = _heap_push(heap, hs, v)
+                else:
+                    if fh == ft:
+                        fh = f0
+                        ft = f0
+                    heap[ft] = v
+                    ft += 1
     k = 0
     while k != -1:
         out[o] = sc[k]
@@ -441,7 +479,7 @@ ENC_SIG = T.int64(
     P8, P64, T.int64, P32, T.int64, T.int64,  # token bytes/offsets/count, vocab slots/cap, flags (kind, ignore_merges)
     P64, P64, T.int64, P8, T.int64, P32, T.int64,  # cache: hashes, meta, cap, key arena/cap, id arena/cap
     P64,  # state: [keys used, ids used, entries, scratch needed]
-    P32, P64, P32, P64, T.int64,  # scratch: symbols (4 x cap int32), heap (3 x cap), out ids, out line ends, cap
+    P32, P64, P32, P64, T.int64,  # scratch: symbols (4 x cap int32), queue (6 x cap), out ids, out line ends, cap
 )
 
 
@@ -465,7 +503,7 @@ def encode_lines(text_p, loff_p, n_lines, first, cls_p, byte_id_p, pkey_p, prank
     karena, varena = carray(ka_p, kcap), carray(va_p, vcap2)
     st = carray(st_p, 4)
     scratch = carray(scratch_p, 4 * scap)
-    heap = carray(heap_p, 3 * scap)
+    heap = carray(heap_p, 6 * scap)
     sc, sprev, snext, slen = scratch[:scap], scratch[scap:2 * scap], scratch[2 * scap:3 * scap], scratch[3 * scap:]
     lend = carray(lend_p, n_lines)
     out = carray(out_p, loff[n_lines] + 1)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import array
 import ctypes
+import gc
 import threading
+from contextlib import contextmanager
 from itertools import accumulate
 
 from llmkit.errors import BadInput
@@ -43,10 +45,34 @@ def _pow2(n: int) -> int:
 
 
 def _addr(buf) -> int:
-    """Address of a writable buffer (array.array or bytearray)."""
+    """Address of a writable buffer (array.array, bytearray or ctypes array)."""
     if isinstance(buf, array.array):
         return buf.buffer_info()[0]
+    if isinstance(buf, ctypes.Array):
+        return ctypes.addressof(buf)
     return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)) if len(buf) else 0
+
+
+_GC_LOCK = threading.Lock()
+_GC_HOLDS = [0, True]  # threads inside _no_gc, and whether the collector was on before the first
+
+
+@contextmanager
+def _no_gc():
+    """The cyclic collector off while a batch's lists are made: they hold only ints, so no cycle can
+    form, and the collections that half a million new lists set off cost several times their making."""
+    with _GC_LOCK:
+        if _GC_HOLDS[0] == 0:
+            _GC_HOLDS[1] = gc.isenabled()
+            gc.disable()
+        _GC_HOLDS[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_HOLDS[0] -= 1
+            if _GC_HOLDS[0] == 0 and _GC_HOLDS[1]:
+                gc.enable()
 
 
 def _zeros(code: str, n: int) -> array.array:
@@ -68,8 +94,10 @@ class _State:
 
     def grow(self, n: int) -> None:
         self.scap = _pow2(max(n, MIN_SCRATCH))
-        self.scratch = _zeros("i", 4 * self.scap)
-        self.heap = _zeros("q", 3 * self.scap)
+        # ctypes arrays come from calloc: a long word's tens of MB are mapped, not zeroed and copied
+        # up front, and the kernel touches only what it uses
+        self.scratch = (ctypes.c_int32 * (4 * self.scap))()
+        self.heap = (ctypes.c_int64 * (6 * self.scap))()  # the merge queue's heap and FIFO
 
 
 class NativeBPE:
@@ -165,9 +193,10 @@ class NativeBPE:
         flat = ids.tolist()
         out = []
         start = 0
-        for end in lend.tolist():
-            out.append(flat[start:end])
-            start = end
+        with _no_gc():
+            for end in lend.tolist():
+                out.append(flat[start:end])
+                start = end
         return out
 
     def format(self, ids: array.array, lend: array.array) -> bytes:
