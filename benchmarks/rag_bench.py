@@ -469,6 +469,7 @@ def cranfield_rows(cfg) -> list[Row]:
                         "–", f"{rep['chunks_indexed']} chunks, {rep['chunks_indexed'] / max(rep['embed_s'], 1e-9):.1f} "
                         f"chunks/s; nDCG@10 " + ", ".join(f"{k} {v:.4f}" for k, v in nd.items()), "–",
                         "one run (quality figure; chunks/s from the index report)", cmds_of(b, e)))
+    rows.append(index_process_row(cfg, work, src, {(rt, p): nd for rt, p, _, nd, _, _ in evals}))
     idx = os.path.join(work, "idx-onnx-fp32")
     q = "what similarity laws must be obeyed when constructing aeroelastic models of heated high speed aircraft"
     cases = [("hybrid", "onnx"), ("dense", "onnx"), ("bm25", "onnx"), ("hybrid", "torch")]
@@ -487,6 +488,26 @@ def cranfield_rows(cfg) -> list[Row]:
     rows += serve_rows(cfg, work, idx, w["--mode hybrid --runtime onnx"], qc[0])
     rows += watch_rows(cfg, work, src)
     return rows
+
+
+def index_process_row(cfg, work: str, docs: str, ndcg: dict) -> Row:
+    """The whole `rag index` command on Cranfield into an empty directory, alternating: the torch
+    runtime (sentence-transformers) against the default ONNX fp32 path and int8."""
+    sides = [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8")]
+    cmds = []
+    for rt, p in sides:
+        idx = os.path.join(work, f"proc-{rt}-{p}")
+        line = " ".join([PY, "-m", "llmkit", "-q", "rag", "index", idx, docs, "--runtime", rt, "--embed-precision", p])
+        cmds.append(Cmd(f"{rt} {p}", ["sh", "-c", f"rm -rf {idx} && exec {line}"]))
+    runs = compare(cmds, cfg, warmup=False, min_runs=cfg.pick(3, 3, 1), fast_runs=cfg.pick(3, 3, 1))
+    w = {c.label: walls(runs[c.label]) for c in cmds}
+    base = w["torch fp32"].median
+    nd = "; ".join(f"{rt} {p} dense {ndcg[(rt, p)]['dense']:.4f}" for rt, p in sides if (rt, p) in ndcg)
+    return Row("rag-index-process", "`rag index` of Cranfield into an empty directory, whole process, 2 threads",
+               f"--runtime torch {w['torch fp32'].fmt()}",
+               f"ONNX fp32 (default) {w['onnx fp32'].fmt()}; int8 {w['onnx int8'].fmt()}",
+               f"fp32 {speed(base, w['onnx fp32'].median, 'torch')}; int8 {speed(base, w['onnx int8'].median, 'torch')}",
+               f"nDCG@10 from the rag-cranfield rows: {nd}" if nd else "", cmds_of(*cmds))
 
 
 def serve_rows(cfg, work: str, idx: str, fresh, fresh_cmd: Cmd) -> list[Row]:
@@ -530,7 +551,7 @@ def rows(cfg):
     out.append(build_row(cfg, work, cfg.pick(300, 50, 10), 6))
     out += cranfield_rows(cfg)
     setup = [f"corpus: {desc}", "BM25 tokens: llmkit's tokenizer applied once in setup; every side gets the same "
-             "token lists", "Cranfield: ../shared/data/cranfield converted by `llmkit rag cranfield`",
+             "token lists", "Cranfield: ../shared/data/cranfield converted by scripts/cranfield.py",
              "faiss with 1 thread (NOTES.md: faster for single queries here)"]
     return "BM25 (rank-bm25, bm25s), dense, hybrid, indexing, Cranfield", setup, out
 
