@@ -25,6 +25,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import threading
@@ -222,8 +223,11 @@ def watch_child(docs: str, work: str, n_docs: int, n_edits: int) -> None:
     for i, r in enumerate(recs):
         with open(os.path.join(tree, f"d{i}.md"), "w", encoding="utf-8") as f:
             f.write(f"# {r.get('title') or r['id']}\n\n{r['text']}\n")
+    err = open(os.path.join(work, "watch.err"), "w")
+    # SIGINT at its default, as in a terminal: run.py started in the background inherits it ignored
     p = subprocess.Popen([sys.executable, "-m", "llmkit", "-q", "rag", "index", idx, tree, "--watch", "--json",
-                          "--no-tune"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                          "--no-tune"], stdout=subprocess.PIPE, stderr=err, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     passes = []
     threading.Thread(target=lambda: passes.extend(json.loads(x) for x in p.stdout), daemon=True).start()
 
@@ -231,7 +235,8 @@ def watch_child(docs: str, work: str, n_docs: int, n_edits: int) -> None:
         t = time.time()
         while not cond():
             if p.poll() is not None or time.time() - t > limit:
-                raise SystemExit(f"watch child: no {what}")
+                tail = open(os.path.join(work, "watch.err"), errors="replace").read()[-1500:]
+                raise SystemExit(f"watch child: no {what} (watcher exit {p.poll()}); its stderr ends:\n{tail}")
             time.sleep(0.02)
 
     try:
@@ -274,7 +279,13 @@ def watch_child(docs: str, work: str, n_docs: int, n_edits: int) -> None:
         searcher.close()
     finally:
         p.send_signal(2)
-        p.wait(timeout=120)
+        try:
+            p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            tail = open(os.path.join(work, "watch.err"), errors="replace").read()[-1500:]
+            raise SystemExit(f"watch child: the watcher ignored Ctrl-C for 120 s; its stderr ends:\n{tail}")
     print(json.dumps({"edit_p50_s": statistics.median(edits), "edit_max_s": max(edits), "pass_p50_s":
                       statistics.median(pass_s), "first_pass_s": first_s, "burst_s": burst_s, "n_docs": len(recs),
                       "n_edits": len(edits), "exit": p.returncode}))

@@ -22,8 +22,10 @@ class Watcher:
     stderr lines are collected as they come."""
 
     def __init__(self, idx, *inputs, extra=()):
+        # SIGINT back to its default: a suite started in the background by a non-interactive shell
+        # passes it on ignored, and Python then keeps ignoring it (as a user's terminal never would)
         self.proc = start_subprocess(["rag", "index", idx, *inputs, "--watch", "--json", "--no-tune", *extra],
-                                     text=True)
+                                     text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.passes: list[dict] = []
         self.err: list[str] = []
         self._threads = [threading.Thread(target=self._read, args=(self.proc.stdout, self.passes, json.loads)),
