@@ -3,7 +3,8 @@
 # evaluate on the Cranfield collection if it is available, answer with a local model.
 # Usage: examples/rag_pipeline.sh [CRANFIELD_DIR]   (default: ../shared/data/cranfield)
 set -euo pipefail
-cran=${1:-../shared/data/cranfield}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cran=${1:-$root/../shared/data/cranfield}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/notes" "$work/code"
@@ -27,7 +28,7 @@ llmkit rag index "$work/idx" "$work/notes" --collection notes --size 300 --overl
   | python3 -c 'import json,sys; r=json.load(sys.stdin); print("changed", r["docs_added"], "unchanged", r["docs_unchanged"], "embedded", r["embedded"])'
 llmkit rag answer "$work/idx" "How does the kernel hand out memory?" -k 2 -n 48 --mode bm25
 if [ -d "$cran" ]; then
-  python3 "$(dirname "$0")/../scripts/cranfield.py" "$cran" -o "$work/cran"
+  python3 "$root/scripts/cranfield.py" "$cran" -o "$work/cran"
   llmkit rag index "$work/cran-idx" "$work/cran/docs.jsonl"
   llmkit rag eval "$work/cran-idx" --queries "$work/cran/queries.jsonl" --qrels "$work/cran/qrels.txt" --config bm25 --config dense --config hybrid --limit 50
 fi

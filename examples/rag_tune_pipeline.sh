@@ -2,14 +2,16 @@
 # Let the data choose: index a judged collection with an entity graph, tune the fusion without labels,
 # compare before/after with the judged queries, follow entities through the graph, ask a question about
 # the whole corpus, and try adapting the embedding model to the corpus.
-# Usage: examples/rag_tune_pipeline.sh [CRANFIELD_DIR]   (default: ../shared/data/cranfield; ~15 min)
+# Usage: examples/rag_tune_pipeline.sh [CRANFIELD_DIR]   (default: ../shared/data/cranfield beside the
+# repository; ~15 min). Cranfield: docs/guides/rag.md says where to get it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-cran=${1:-../shared/data/cranfield}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cran=${1:-$root/../shared/data/cranfield}
+[ -d "$cran" ] || { echo "no Cranfield collection at $cran; pass its directory (docs/guides/rag.md)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-python3 "$(dirname "$0")/../scripts/cranfield.py" "$cran" -o "$work/cran"
+python3 "$root/scripts/cranfield.py" "$cran" -o "$work/cran"
 llmkit rag index "$work/idx" "$work/cran/docs.jsonl" --graph
 # before: the built-in fusion (RRF 1:1, k 60)
 llmkit rag eval "$work/idx" --queries "$work/cran/queries.jsonl" --qrels "$work/cran/qrels.txt" --config bm25 --config dense --config hybrid

@@ -5,10 +5,11 @@
 # Usage: examples/scale_pipeline.sh
 set -euo pipefail
 export HF_HUB_OFFLINE=1
+root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
-python3 -c 'import gzip; t=gzip.open("tests/fixtures/kernel-docs.txt.gz","rt").read()[:120000]
+python3 -c 'import gzip; t=gzip.open("'"$root"'/tests/fixtures/kernel-docs.txt.gz","rt").read()[:120000]
 import json
 for i, p in enumerate(x for x in t.split("\n\n") if len(x) > 200):
     print(json.dumps({"id": i, "text": p, "part": "a" if i % 2 else "b"}))' > "$work/docs.jsonl"
@@ -22,7 +23,7 @@ llmkit rag query "$work/idx" "how does the scheduler pick the next task" --filte
 llmkit rag index "$work/idx-ray" "$work/docs.jsonl" --ray local,workers=2
 
 # 3. a batch across two llama-servers, resumable
-server=$(PYTHON=python3 bash scripts/build_llama_server.sh | tail -1)
+server=$(PYTHON=python3 bash "$root/scripts/build_llama_server.sh" | tail -1)
 model=$(python3 -c 'from llmkit.llama.runtime import default_model_path as d; print(d())')
 urls=()
 for port in 18081 18082; do

@@ -136,7 +136,7 @@ def adapt_cmd(index_dir, out_dir, minutes, steps, epochs, batch_size, lr, pairs,
              f"{rep.decided_by} queries ({rep.heldout}): nDCG@10 base {rep.base_ndcg:.4f}, adapted {rep.adapted_ndcg:.4f}")
     if rep.decided_by == "pseudo":
         out.warn("promotion was decided on pseudo-queries, which did not predict real gains in our measurements "
-                 "(README); check with `llmkit rag eval` on judged queries, or pass --queries/--qrels.")
+                 "(docs/design/rag-evaluation.md); check with `llmkit rag eval` on judged queries, or pass --queries/--qrels.")
     if rep.promoted:
         out.data(f"promoted: {rep.model_dir}" + (f"; {index_dir} re-embedded with it" if rep.reembedded else
                                                    " (index left on its model: --no-promote)"))
