@@ -289,11 +289,12 @@ def machine() -> dict:
 
 
 def llama_bin(name: str) -> str | None:
-    """A llama.cpp tool built by scripts/build_llama_server.sh (~/.cache/llmkit/llama-server-*/NAME)."""
-    import glob
+    """A llama.cpp tool: where llmkit itself finds it (the binding's build, then the cache that
+    scripts/build_llama_server.sh fills), else None."""
+    from llmkit.llama import tools
 
-    found = sorted(glob.glob(os.path.expanduser(f"~/.cache/llmkit/llama-server-*/{name}")))
-    return found[-1] if found else None
+    found = tools.find(name)
+    return str(found) if found else None
 
 
 def versions() -> dict:

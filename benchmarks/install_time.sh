@@ -2,6 +2,7 @@
 # The README's install command (scripts/install.sh) timed on a fresh clone with empty caches (not a test).
 #
 #   bash benchmarks/install_time.sh            # clones this checkout's HEAD into a temp directory
+#   bash benchmarks/install_time.sh DIR        # ... into DIR, kept afterwards (run.py's area setup tests it)
 #
 # pip gets an empty cache (PIP_CACHE_DIR), so llama-cpp-python and its four tools are compiled from
 # source, and llmkit an empty cache (LLMKIT_CACHE). Packages still come from the configured index.
@@ -10,8 +11,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-git clone -q "$root" "$work/clone"
-cd "$work/clone"
+clone=${1:-$work/clone}
+git clone -q "$root" "$clone"
+cd "$clone"
 start=$(date +%s.%N)
 set +e
 PIP_CACHE_DIR="$work/pip-cache" LLMKIT_CACHE="$work/llmkit-cache" scripts/install.sh >"$work/install.log" 2>&1

@@ -38,11 +38,11 @@ def rows(cfg):
     base = [PY, "-m", "llmkit", "-q", "generate", "-m", model, "-n", 8, "--temp", 0, "-t", 1, "--json"]
     outs = {k: os.path.join(work, f"out-{k}.json") for k in ("nocache", "cached")}
     cold = Cmd("no cache", [*base, "-"], stdin=paths[2], stdout=outs["nocache"])
-    warm = Cmd("--slot-dir", [*base, "--prompt-cache", slots, "-"], stdin=paths[2], stdout=outs["cached"])
+    warm = Cmd("--prompt-cache", [*base, "--prompt-cache", slots, "-"], stdin=paths[2], stdout=outs["cached"])
     prime = Cmd("prime: question 1 into a fresh DIR (not timed)", [*base, "--prompt-cache", slots, "-"], stdin=paths[1],
                 stdout=os.devnull)
-    ttft: dict = {"no cache": [], "--slot-dir": []}
-    runs: dict = {"no cache": [], "--slot-dir": []}
+    ttft: dict = {"no cache": [], "--prompt-cache": []}
+    runs: dict = {"no cache": [], "--prompt-cache": []}
     for _ in range(3):  # alternating; each run's own --json stats read right after it
         for c, key in ((cold, "nocache"), (warm, "cached")):
             if c is warm:
@@ -52,7 +52,7 @@ def rows(cfg):
             runs[c.label].append(run_once(c))
             ttft[c.label].append(json.load(open(outs[key]))["stats"]["ttft_s"])
     a, b = walls(runs[cold.label]), walls(runs[warm.label])
-    ta, tb = Stat.of(ttft["no cache"]), Stat.of(ttft["--slot-dir"])
+    ta, tb = Stat.of(ttft["no cache"]), Stat.of(ttft["--prompt-cache"])
     ja, jb = json.load(open(outs["nocache"])), json.load(open(outs["cached"]))
     slot_files = glob.glob(os.path.join(slots, "**", "*"), recursive=True)
     slot_bytes = max((os.path.getsize(p) for p in slot_files if os.path.isfile(p)), default=0)
@@ -64,12 +64,12 @@ def rows(cfg):
     return "prefix cache across processes (generate --prompt-cache DIR)", [
         f"model: {model}; system prompt of {n_rules} rules ({ja['stats']['prompt_tokens']} prompt tokens with the "
         "question); 8 tokens generated, greedy, 1 thread"], [
-        Row("kv-slot-dir-ttft", "time to first token of question 2, in-process (`--json` stats)",
-            f"no cache {ta.fmt('ms', 0, 1000)}", f"--slot-dir {tb.fmt('ms', 0, 1000)}", speed(ta.median, tb.median, "no cache"),
+        Row("kv-prompt-cache-ttft", "time to first token of question 2, in-process (`--json` stats)",
+            f"no cache {ta.fmt('ms', 0, 1000)}", f"--prompt-cache {tb.fmt('ms', 0, 1000)}", speed(ta.median, tb.median, "no cache"),
             f"answers identical: {ja['text'] == jb['text']}; reused {cached} cached tokens" + kv_check,
             cmds_of(cold, prime, warm)),
-        Row("kv-slot-dir-process", "question 2, whole process (the --prompt-cache run also restores and saves its slot)",
-            f"no cache {a.fmt()}", f"--slot-dir {b.fmt()}", speed(a.median, b.median, "no cache"), "", cmds_of(cold, warm))]
+        Row("kv-prompt-cache-process", "question 2, whole process (the --prompt-cache run also restores and saves its slot)",
+            f"no cache {a.fmt()}", f"--prompt-cache {b.fmt()}", speed(a.median, b.median, "no cache"), "", cmds_of(cold, warm))]
 
 
 def plan_bytes_per_token(plan: dict) -> float:

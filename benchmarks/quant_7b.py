@@ -39,14 +39,6 @@ def child(argv):
         raise SystemExit(f"unknown child {argv[0]}")
 
 
-def tool(name: str) -> str:
-    """llama.cpp's binary: the install's (llmkit.llama.tools) or scripts/build_llama_server.sh's."""
-    from llmkit.llama import tools
-
-    found = tools.find(name)
-    return str(found) if found else llama_bin(name)
-
-
 def same_file(a: str, b: str) -> bool:
     return subprocess.run(["cmp", "-s", a, b]).returncode == 0
 
@@ -101,7 +93,7 @@ def rows(cfg):
 
     def pair(rid, what, ftype, imatrix=None):
         imx = ["--imatrix", imatrix] if imatrix else []
-        a = Cmd("llama-quantize", [tool("llama-quantize"), *imx, model, ref, ftype, "2"])
+        a = Cmd("llama-quantize", [llama_bin("llama-quantize"), *imx, model, ref, ftype, "2"])
         b = Cmd("llmkit", [*llmkit, model, "--type", ftype, *imx, "-o", ours, "-t", "2"])
         ra, rb = run_once(a, timeout=14400), run_once(b, timeout=14400)
         times[ftype] = ra.wall_s
@@ -121,7 +113,7 @@ def rows(cfg):
 
     chunks, n_ctx = cfg.pick(4, 4, 1), 256
     imx_ref, imx_ours = os.path.join(d, "imatrix-ref.gguf"), os.path.join(d, "imatrix-ours.gguf")
-    a = Cmd("llama-imatrix", [tool("llama-imatrix"), "-m", model, "-f", text, "-o", imx_ref, "-c", n_ctx, "-b", n_ctx,
+    a = Cmd("llama-imatrix", [llama_bin("llama-imatrix"), "-m", model, "-f", text, "-o", imx_ref, "-c", n_ctx, "-b", n_ctx,
                               "--chunks", chunks, "-t", "2", "--no-ppl"])
     b = Cmd("llmkit", [*llmkit, "imatrix", "-m", model, "--text", text, "-o", imx_ours, "-c", n_ctx,
                        "--chunks", chunks, "-t", "2"])

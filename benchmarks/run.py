@@ -1,7 +1,7 @@
 """Run the benchmarks and write benchmarks/RESULTS.md (not a test).
 
     python benchmarks/run.py                       # every area, full sizes
-    python benchmarks/run.py --quick               # every area but the quality ones, small inputs (~14 min on 2 cores)
+    python benchmarks/run.py --quick               # every area but the quality ones (about 90 min on 2 cores)
     python benchmarks/run.py --area quant --quick  # one area: only its section of RESULTS.md is replaced
     python benchmarks/run.py --smoke               # tiny inputs: proves the plumbing, figures mean nothing
 
@@ -10,7 +10,10 @@ median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag 
 rag-quality (llmkit's retrieval quality against the naive baseline; about 40 minutes with an
 empty vector cache), quant-quality (size budgets against llama.cpp's mixes on a real model,
 --quant-model/--quant-imatrix; about 45 minutes) and quant-gptq (GPTQ against llama.cpp's rounding,
-also --quant-calib; about 70 minutes): --quick leaves those three out, `--area NAME` runs them.
+also --quant-calib; about 70 minutes) and setup (the README's install and test commands on a fresh
+clone of HEAD, about 20 minutes): --quick leaves those four out, `--area NAME` runs them.
+quant_sections.py writes three more areas (quant-formats, quant-startup, quant-7b); this script
+keeps their sections when it rewrites the file.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ import harness  # noqa: E402
 
 AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench", "generate": "generate_bench",
          "kv": "kv_bench", "scale": "scale_bench", "rag-quality": "quality_bench",
-         "quant-quality": "quant_quality_bench", "quant-gptq": "gptq_bench"}
-# long quality runs: only with --area (or a full run), not in --quick
-NOT_QUICK = {"rag-quality", "quant-quality", "quant-gptq"}
+         "quant-quality": "quant_quality_bench", "quant-gptq": "gptq_bench", "setup": "setup_bench"}
+# long runs: only with --area (or a full run), not in --quick
+NOT_QUICK = {"rag-quality", "quant-quality", "quant-gptq", "setup"}
 QUALITY = {"rag-quality"}  # areas of quality figures only (no clock)
 BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
 
@@ -84,12 +87,12 @@ def merge(path: str, head: str, sections: dict[str, str], smoke: bool) -> str:
     if ("SMOKE RUN" in old) != smoke:
         old = ""
     kept = {}
-    for area in AREAS:
-        m = re.search(re.escape(BEGIN.format(area)) + r".*?" + re.escape(END.format(area)) + r"\n?", old, re.S)
-        if m:
-            kept[area] = m.group(0).rstrip("\n") + "\n"
+    # every section of the old file, this script's areas and those other scripts write (quant_sections.py)
+    for m in re.finditer(r"<!-- area:([\w.-]+) -->.*?<!-- /area:\1 -->\n?", old, re.S):
+        kept[m.group(1)] = m.group(0).rstrip("\n") + "\n"
     kept.update(sections)
-    return head + "\n" + "\n".join(kept[a] for a in AREAS if a in kept)
+    order = [a for a in AREAS if a in kept] + [a for a in kept if a not in AREAS]
+    return head + "\n" + "\n".join(kept[a] for a in order)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ store  faiss (the default store, the anchor) vs Milvus Lite on the same real Min
 ray    embedding passages/s: local ONNX (2 threads) vs Ray Data with 2 actors of 1 thread, same
        passages, each in its own child process (Ray's span includes actor start-up and model loads;
        ray.init reported apart).
-batch  llama-server with SmolLM2-135M: sequential requests (the anchor) vs `llmkit generate --batch`
+batch  llama-server with SmolLM2-135M: sequential requests (the anchor) vs `llmkit server batch`
        on a server with 1 and with 4 slots; each child starts its own server (not timed).
 """
 
@@ -252,21 +252,21 @@ def batch_rows(cfg, items: int, n_predict: int) -> list[Row]:
     from harness import llama_bin
 
     if not llama_bin("llama-server"):
-        return [Row.skipped("scale-batch", "generate --batch", "llama-server not built")]
+        return [Row.skipped("scale-batch", "server batch", "llama-server not built")]
     work = cfg.tmp("scale")
     with open(os.path.join(work, "batch.jsonl"), "w") as f:
         for i in range(items):
             f.write(json.dumps({"id": i, "prompt": f"Write a short note about topic number {i}: "}) + "\n")
     cmds = [Cmd("sequential, 1 slot", [PY, ME, "batch", "sequential", 1, work, n_predict]),
-            Cmd("--batch, 1 slot", [PY, ME, "batch", "cli", 1, work, n_predict]),
-            Cmd("--batch, 4 slots", [PY, ME, "batch", "cli", 4, work, n_predict])]
+            Cmd("server batch, 1 slot", [PY, ME, "batch", "cli", 1, work, n_predict]),
+            Cmd("server batch, 4 slots", [PY, ME, "batch", "cli", 4, work, n_predict])]
     runs = compare(cmds, cfg, warmup=False)
     s = {c.label: field_stat(runs[c.label], "tok_s") for c in cmds}
     base = s["sequential, 1 slot"]
     return [Row("scale-batch", f"{items} prompts × {n_predict} tokens, SmolLM2-135M, one llama-server (-t 2): tok/s "
                 "(server start-up not timed)", f"sequential requests {base.fmt('tok/s', 1)}",
-                f"--batch 1 slot {s['--batch, 1 slot'].fmt('tok/s', 1)}; 4 slots {s['--batch, 4 slots'].fmt('tok/s', 1)}",
-                f"4 slots {ratio(s['--batch, 4 slots'].median, base.median)} sequential", "", cmds_of(*cmds))]
+                f"server batch 1 slot {s['server batch, 1 slot'].fmt('tok/s', 1)}; 4 slots {s['server batch, 4 slots'].fmt('tok/s', 1)}",
+                f"4 slots {ratio(s['server batch, 4 slots'].median, base.median)} sequential", "", cmds_of(*cmds))]
 
 
 def rows(cfg):
@@ -276,7 +276,7 @@ def rows(cfg):
     return "Milvus Lite, Ray, llama-server batching", [
         "paragraphs of tests/fixtures/kernel-docs.txt.gz (150–1500 characters); store queries: first sentences of "
         "200 further paragraphs",
-        "batch: each client (a plain sequential HTTP loop, or `llmkit generate --batch`) is a whole process timed "
+        "batch: each client (a plain sequential HTTP loop, or `llmkit server batch`) is a whole process timed "
         "by the child that started the server"], out
 
 
