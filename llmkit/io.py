@@ -362,10 +362,50 @@ def read_text(path: str) -> str:
         raise BadInput(f"{name} is not valid UTF-8 (byte {e.start}). Convert it to UTF-8 first.") from None
 
 
+READ_BLOCK = 4 << 20
+
+
 def iter_lines(paths: Iterable[str]) -> Iterator[str]:
-    """Yield the lines of every input, keeping line endings (the unit HF tokenizers trains on)."""
+    """Yield the lines of every input, keeping line endings (the unit HF tokenizers trains on). Files
+    are read a block at a time, so a corpus of any size costs a few blocks of memory, not itself;
+    the checks are read_text's (binary files refused, invalid UTF-8 named with its byte offset)."""
     for path in paths:
-        yield from split_lines(read_text(path))
+        yield from _stream_lines(path)
+
+
+def _stream_lines(path: str) -> Iterator[str]:
+    name = "standard input" if path == "-" else f"'{path}'"
+    try:
+        f = sys.stdin.buffer if path == "-" else open(path, "rb")
+    except OSError as e:
+        raise BadInput(f"cannot read '{path}': {e.strerror}. Check the path and permissions.") from None
+    pos, rest, first = 0, b"", True
+    try:
+        while True:
+            try:
+                block = f.read(READ_BLOCK)
+            except OSError as e:
+                raise BadInput(f"cannot read {name}: {e.strerror}. Check the path and permissions.") from None
+            if first:
+                first = False
+                if looks_binary(block[:8192]):
+                    raise BadInput(f"{name} looks like a binary file, not UTF-8 text. Pass text files only.")
+            data = rest + block if rest else block
+            # whole lines only: a newline byte never sits inside a UTF-8 character, so each piece decodes alone
+            cut = len(data) if not block else data.rfind(b"\n") + 1
+            if cut:
+                try:
+                    text = data[:cut].decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise BadInput(f"{name} is not valid UTF-8 (byte {pos + e.start}). Convert it to UTF-8 first.") from None
+                pos += cut
+                yield from split_lines(text)
+            rest = data[cut:]
+            if not block:
+                return
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
 
 
 def split_lines(text: str) -> list[str]:

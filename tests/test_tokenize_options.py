@@ -53,3 +53,25 @@ def test_lowercase_is_written_into_the_file(kernel_small, tmp_path):
     assert lower.encode("KERNEL Memory Pages").ids == lower.encode("kernel memory pages").ids
     assert cased.encode("KERNEL Memory Pages").ids != cased.encode("kernel memory pages").ids
     assert not [t for t in lower.get_vocab() if any(c.isupper() for c in t) and not (t.startswith("[") and t.endswith("]"))]
+
+
+def test_the_corpus_is_read_in_blocks(kernel_small, tmp_path, monkeypatch):
+    """Training reads its input a block at a time: the same lines as reading the file whole (a
+    multi-byte character cut by a block edge, a last line without its newline), and a bad byte far
+    into the file named at its offset in the file, before anything is written."""
+    from llmkit import io
+
+    data = kernel_small.read_bytes() + "naïve café 中文 — x\n".encode() * 50 + b"no newline at the end"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(data)
+    whole = io.split_lines(data.decode("utf-8"))
+    for block in (7, 4096, 1 << 20):
+        monkeypatch.setattr(io, "READ_BLOCK", block)
+        assert list(io.iter_lines([str(corpus)])) == whole
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(data + b"\nx\xff\n")
+    monkeypatch.setattr(io, "READ_BLOCK", 4096)
+    out = tmp_path / "tok.json"
+    r = run_cli(["tokenize", "train", "--algo", "bpe", "--vocab-size", "300", "-o", str(out), str(bad)])
+    assert r.exit_code == 1 and f"not valid UTF-8 (byte {len(data) + 2})" in r.stderr, r.stderr
+    assert not out.exists()
