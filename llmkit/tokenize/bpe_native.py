@@ -31,9 +31,9 @@ KINDS = {
     _CONTRACTIONS_HF + _LLAMA3_TAIL: 3,
     _CONTRACTIONS_HF + _QWEN2_TAIL: 4,
 }
-CACHE_SLOTS = 1 << 17
-CACHE_KEY_BYTES = 1 << 21
-CACHE_IDS = 1 << 19
+CACHE_SLOTS = 1 << 20
+CACHE_KEY_BYTES = 1 << 24  # the kernel keeps key offsets in 24 bits
+CACHE_IDS = 1 << 22
 MIN_SCRATCH = 1 << 12
 
 
@@ -83,10 +83,11 @@ class _State:
     """One thread's word cache and scratch (the kernels write into them)."""
 
     def __init__(self):
-        self.chash = _zeros("q", CACHE_SLOTS)
-        self.cmeta = _zeros("q", CACHE_SLOTS)
-        self.karena = bytearray(CACHE_KEY_BYTES)
-        self.varena = _zeros("i", CACHE_IDS)
+        # calloc'd: a short input touches only the pages of the words it caches
+        self.chash = (ctypes.c_int64 * CACHE_SLOTS)()
+        self.cmeta = (ctypes.c_int64 * CACHE_SLOTS)()
+        self.karena = (ctypes.c_uint8 * CACHE_KEY_BYTES)()
+        self.varena = (ctypes.c_int32 * CACHE_IDS)()
         self.st = _zeros("q", 4)
         self.grow(MIN_SCRATCH)
         self.cache_args = (_addr(self.chash), _addr(self.cmeta), CACHE_SLOTS, _addr(self.karena), CACHE_KEY_BYTES,
@@ -190,12 +191,12 @@ class NativeBPE:
         offsets = array.array("q", [0])
         offsets.extend(accumulate(map(len, parts)))
         ids, lend = self.encode_joined(b"".join(parts), offsets)
-        flat = ids.tolist()
+        view = memoryview(ids)  # each line's list straight from the array, no list of all the ids between
         out = []
         start = 0
         with _no_gc():
             for end in lend.tolist():
-                out.append(flat[start:end])
+                out.append(view[start:end].tolist())
                 start = end
         return out
 
