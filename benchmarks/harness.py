@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BENCH = os.path.join(ROOT, "benchmarks")
 PY = sys.executable
-# single-threaded HF tokenizers / quiet OpenMP spinning on a shared 2-core machine (NOTES.md)
+# single-threaded HF tokenizers (NOTES.md); OpenMP keeps its default: each side chooses as users get it
 BASE_ENV = {"PYTHONPATH": ROOT, "RAYON_NUM_THREADS": "1", "RAYON_RS_NUM_CPUS": "1", "TOKENIZERS_PARALLELISM": "false",
-            "OMP_WAIT_POLICY": "passive", "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+            "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
 
 
 @dataclass

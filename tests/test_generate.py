@@ -311,3 +311,34 @@ def test_ctrl_c_inside_a_llama_callback_is_not_lost(monkeypatch):
     monkeypatch.setattr(common, "_INTERRUPTED", False)
     with pytest.raises(KeyboardInterrupt):  # outside a callback it raises at once, as before
         common._on_sigint(2, sys._getframe())
+
+
+@pytest.mark.parametrize("busy,policy", [(0.0, "unset"), (1.0, "PASSIVE")])
+def test_openmp_threads_spin_only_on_an_idle_machine(busy, policy):
+    """Waiting threads spin (OpenMP's default) when every thread has an idle core, and sleep
+    (PASSIVE) when the machine is already busy; a policy the user set is kept."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os; from llmkit.llama import runtime; "
+            f"runtime._busy_cores = lambda sample, seconds=0.05: {busy} * (os.cpu_count() or 1); "
+            "runtime.load_llama_cpp(); print(os.environ.get('OMP_WAIT_POLICY', 'unset'))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == policy
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ACTIVE"
+
+
+def test_default_threads_are_the_idle_cores(monkeypatch):
+    import os
+
+    from llmkit.llama import runtime
+
+    n = os.cpu_count() or 1
+    for busy, want in ((0.0, n), (n, 1), (0.6, max(1, n - 1) if n > 1 else 1)):
+        monkeypatch.setattr(runtime, "_IDLE", {})
+        monkeypatch.setattr(runtime, "_busy_cores", lambda sample, seconds=0.05, b=busy: b)
+        assert runtime.default_threads() == want

@@ -109,7 +109,7 @@ def _threads(threads: int | None, out: Output) -> int:
 
     cores = os.cpu_count() or 1
     if threads is None:
-        return default_threads()
+        return default_threads(sample=False)
     if threads > cores:
         out.info(f"Note: --threads {threads} is more than the {cores} cores; using {cores}.")
         return cores

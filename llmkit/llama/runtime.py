@@ -14,12 +14,13 @@ from llmkit.errors import BadFileFormat, BadInput, MissingDependency, OptionErro
 def load_llama_cpp():
     """Import llama-cpp-python (MissingDependency when it is not installed).
 
-    On 2 busy cores, llama.cpp's OpenMP threads spinning while waiting cost several times the work:
-    passive waiting is asked for (unless the environment says otherwise) before the first import,
-    because OpenMP reads the setting when the library loads.
+    OpenMP reads its wait policy when the library loads, so it is chosen here, unless the environment
+    sets it: threads that spin while waiting are fastest when each has a core of its own and
+    ruinous when a core is busy, so a machine already busy gets passive waiting (the threads sleep).
     """
-    if "llama_cpp" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "llama_cpp" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
+        if default_threads() < (os.cpu_count() or 1):
+            os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     try:
         import llama_cpp
     except ImportError:
@@ -27,17 +28,49 @@ def load_llama_cpp():
     return llama_cpp
 
 
-def default_threads() -> int:
-    """Threads for llama.cpp: the cores that are idle right now (cores minus the 1-minute load).
+_IDLE: dict[bool, int] = {}
+
+
+def default_threads(sample: bool = True) -> int:
+    """Threads for llama.cpp: the cores that are idle right now, at least one.
 
     A thread on a busy core slows every step down, so only the free cores are used
-    (docs/design/llama-runtime.md has the measurements)."""
-    n = os.cpu_count() or 1
+    (docs/design/llama-runtime.md has the measurements). Measured once per process; without
+    `sample`, from the load average alone (no 50 ms wait, for commands that start in milliseconds)."""
+    if sample not in _IDLE:
+        n = os.cpu_count() or 1
+        _IDLE[sample] = max(1, min(n, int(n - _busy_cores(sample) + 0.5)))
+    return _IDLE[sample]
+
+
+def _busy_cores(sample: bool, seconds: float = 0.05) -> float:
+    """Cores busy with other work now: /proc/stat sampled over `seconds` where there is one (the
+    1-minute load average lags a program that has just ended), else that load average."""
+    import time
+
+    if not sample:
+        try:
+            return os.getloadavg()[0]
+        except OSError:
+            return 0.0
+
+    def read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # all jiffies, idle + iowait
+
     try:
-        load = os.getloadavg()[0]
+        t0, i0 = read()
+        time.sleep(seconds)
+        t1, i1 = read()
+        if t1 > t0:
+            return (os.cpu_count() or 1) * (1 - (i1 - i0) / (t1 - t0))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0]
     except OSError:
-        load = 0.0
-    return max(1, min(n, int(n - load + 0.5)))
+        return 0.0
 
 
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
