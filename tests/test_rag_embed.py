@@ -39,6 +39,19 @@ def test_fp32_onnx_equals_sentence_transformers_on_real_text(paragraphs):
     assert onnx.unknown_share("國立臺灣大學位於臺北市") > 0.5 and onnx.unknown_share("memory pages") == 0
 
 
+def test_bulk_calls_switch_to_packed_weights_with_the_same_vectors(paragraphs):
+    from llmkit.rag.embed.embedder import load_embedder
+    from llmkit.rag.embed.onnx_runtime import BULK_TEXTS, OnnxEncoder
+
+    enc = OnnxEncoder(load_embedder(None, "onnx", "fp32").encoder.dir, "fp32")
+    few = enc.encode(paragraphs[:8])
+    assert not enc.packed  # a query keeps the session that maps the weights
+    texts = (paragraphs * (BULK_TEXTS // len(paragraphs) + 1))[:BULK_TEXTS]
+    many = enc.encode(texts)
+    assert enc.packed
+    assert np.abs(many[:8] - few).max() < 1e-5 and np.abs(many[:8] - enc.encode(paragraphs[:8])).max() < 1e-6
+
+
 def test_int8_is_close_to_fp32(paragraphs):
     from llmkit.rag.embed.embedder import load_embedder
 

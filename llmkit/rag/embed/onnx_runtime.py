@@ -31,6 +31,8 @@ from llmkit.errors import BadFileFormat, MissingDependency
 SPEC_FORMAT, SPEC_VERSION = "llmkit-embed-onnx", 1
 _SKIP_DIRS = {"onnx", "openvino", ".git", ".cache", "__pycache__"}
 _SKIP_SUFFIXES = (".onnx", ".md", ".gitattributes")
+# texts in one call from which a second, weight-packed session pays for building itself
+BULK_TEXTS = 256
 
 
 @dataclass
@@ -208,14 +210,10 @@ class OnnxEncoder:
         model = self.dir / f"model-{precision}.onnx"
         try:
             self.tokenizer = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = threads or os.cpu_count() or 1
-            opts.inter_op_num_threads = 1
-            opts.log_severity_level = 3
+            self.model_path, self.threads = model, threads or os.cpu_count() or 1
             # no weight pre-packing: a query session then starts by mapping the weights instead of
-            # copying them all, and batch speed is the same (docs/design/rag-models.md)
-            opts.add_session_config_entry("session.disable_prepacking", "1")
-            self.session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+            # copying them all (docs/design/rag-models.md); bulk embedding gets its own session
+            self.session, self.packed = self._session(prepack=False), False
             self.dense = []
             for d in self.spec.dense:
                 with np.load(self.dir / d["file"]) as z:
@@ -229,6 +227,24 @@ class OnnxEncoder:
         s = self.spec
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=s.max_seq_length, strategy="longest_first")
+
+    def _session(self, prepack: bool):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        if not prepack:
+            opts.add_session_config_entry("session.disable_prepacking", "1")
+        return ort.InferenceSession(str(self.model_path), opts, providers=["CPUExecutionProvider"])
+
+    def session_for(self, n_texts: int):
+        """The session for a call of n texts: many texts pay for copying the weights into packed
+        layouts once, since every batch after runs faster on them (docs/design/rag-models.md)."""
+        if n_texts >= BULK_TEXTS and not self.packed:
+            self.session, self.packed = self._session(prepack=True), True  # the mapped one is let go
+        return self.session
 
     @property
     def dim(self) -> int:
@@ -251,6 +267,7 @@ class OnnxEncoder:
         if prompt and not s.include_prompt:  # ST drops the prompt's tokens from pooling (not its final [SEP])
             prompt_len = len(self.tokenizer.encode(self._prepare([prompt])[0]).ids) - 1
         order = sorted(range(len(texts)), key=lambda i: len(encs[i].ids))
+        session = self.session_for(len(texts))
         done = 0
         for lo in range(0, len(order), batch_size):
             idx = order[lo:lo + batch_size]
@@ -264,7 +281,7 @@ class OnnxEncoder:
                 sl = slice(0, n) if s.padding_side == "right" else slice(width - n, width)
                 ids[row, sl], types[row, sl], mask[row, sl] = e.ids, e.type_ids, 1
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            tokens = self.session.run([self.output], {k: feeds[k] for k in self.inputs})[0]
+            tokens = session.run([self.output], {k: feeds[k] for k in self.inputs})[0]
             pmask = mask
             if prompt_len:
                 pmask = mask.copy()
