@@ -1,6 +1,7 @@
 """Generation and speculative decoding on real llama.cpp with tiny F32 models (pure functions: test_generate_pure.py)."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -330,6 +331,28 @@ def test_openmp_threads_spin_only_on_an_idle_machine(busy, policy):
     env["OMP_WAIT_POLICY"] = "ACTIVE"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ACTIVE"
+
+
+def test_busy_cores_leave_out_this_process(monkeypatch):
+    """Cores busy with other work: ticks neither idle nor this process's own (a BLAS pool of ours
+    spinning after numpy starts must not make llama.cpp wait passively)."""
+    import os
+
+    from llmkit.llama import runtime
+
+    n = os.cpu_count() or 1
+    for own, want in ((100 * n, 0.0), (50 * n, n / 2), (0, n)):
+        ticks = iter([(0, 0, 0), (100 * n, 0, own)])
+        monkeypatch.setattr(runtime, "_cpu_ticks", lambda: next(ticks))
+        assert runtime._busy_cores(True, seconds=0) == pytest.approx(want)
+    monkeypatch.undo()
+    if os.path.exists("/proc/stat"):  # the real counters: this process's ticks grow while it works
+        t0, i0, s0 = runtime._cpu_ticks()
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            pass
+        t1, i1, s1 = runtime._cpu_ticks()
+        assert t1 > t0 and i1 >= i0 and s1 - s0 >= 10
 
 
 def test_default_threads_are_the_idle_cores(monkeypatch):

@@ -54,23 +54,28 @@ def _busy_cores(sample: bool, seconds: float = 0.05) -> float:
         except OSError:
             return 0.0
 
-    def read():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # all jiffies, idle + iowait
-
     try:
-        t0, i0 = read()
+        t0, i0, s0 = _cpu_ticks()
         time.sleep(seconds)
-        t1, i1 = read()
+        t1, i1, s1 = _cpu_ticks()
         if t1 > t0:
-            return (os.cpu_count() or 1) * (1 - (i1 - i0) / (t1 - t0))
+            return max(0.0, (os.cpu_count() or 1) * (1 - (i1 - i0 + s1 - s0) / (t1 - t0)))
     except (OSError, ValueError, IndexError):
         pass
     try:
         return os.getloadavg()[0]
     except OSError:
         return 0.0
+
+
+def _cpu_ticks() -> tuple[int, int, int]:
+    """Clock ticks since boot: all CPUs, their idle (and I/O wait) part, and this process's share;
+    this process's own threads (a BLAS pool spinning after numpy starts) are not other work."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    with open("/proc/self/stat") as f:
+        own = f.read().rsplit(")", 1)[1].split()
+    return sum(v), v[3] + (v[4] if len(v) > 4 else 0), int(own[11]) + int(own[12])
 
 
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
