@@ -44,8 +44,10 @@ BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
 def section(area: str, title: str, setup: list[str], rows: list[harness.Row], took: float, load: tuple,
             cfg: harness.Config) -> str:
     """One area's Markdown: setup notes, the table, then every row's commands."""
+    m = harness.machine()
     out = [BEGIN.format(area), f"## {area}: {title}", "",
-           f"{cfg.mode} mode, {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; took "
+           f"{cfg.mode} mode, {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, "
+           f"{m['cpu']} ({m['cores']} cores); took "
            f"{took:.0f} s; load average before {load[0]}, after {load[1]} " + (
                "(quality figures: load changes none of them)." if area in QUALITY
                else "(figures taken under load are not valid)."),
@@ -74,7 +76,9 @@ def header(cfg: harness.Config) -> str:
               f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}. How figures are "
               "measured: [harness.py](harness.py) (whole processes, clock outside, alternating, median of >= 3 runs, "
               ">= 5 under a second, min–max in brackets).", "",
-              f"- machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}; Python {m['python']}",
+              f"- machine of this run: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}; Python "
+              f"{m['python']} (areas kept from earlier runs name their CPU in their own section when they were "
+              "written on 2026-12-03 or later)",
               "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
               "- `$WORK` in the commands is the run's work directory (inputs and outputs; `--keep` keeps it); "
               "each area's setup line says how its inputs were made", ""]
