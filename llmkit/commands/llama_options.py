@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 _MODEL = [
     click.option("-m", "--model", "model_path", help="GGUF model (default: LLMKIT_MODEL or the packaged SmolLM2-135M-Instruct)."),
     click.option("-c", "--ctx-size", "n_ctx", default=None, type=int, help="Context size in tokens (default: min(2048, training context))."),
-    click.option("-t", "--threads", type=int, help="CPU threads (default: the idle cores, i.e. cores minus the current load)."),
+    click.option("-t", "--threads", type=int, help="CPU threads (default: the cores idle right now, measured over 50 ms)."),
     click.option("--ctk", "cache_type_k", default="f16", show_default=True, help="KV cache type for K (f16, q8_0, q4_0, ...)."),
     click.option("--ctv", "cache_type_v", default="f16", show_default=True, help="KV cache type for V."),
     click.option("--flash-attn", is_flag=True),

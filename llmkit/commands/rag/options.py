@@ -138,7 +138,7 @@ embed_options = bundle("embed", [
     click.option("-m", "--model", help="Embedding model: a sentence-transformers directory or an embedding GGUF run "
                  "by llama.cpp (default: the packaged all-MiniLM-L6-v2)."),
     click.option("--embed-precision", type=click.Choice(["fp32", "int8"]), default=None,
-                 help="Embedding precision, fixed when the index is created (default fp32): int8 indexes ~2x faster "
+                 help="Embedding precision, fixed when the index is created (default fp32): int8 indexes ~1.4x faster "
                       "at a small loss (ONNX Runtime dynamic int8, per-channel weights)."),
     click.option("--runtime", type=click.Choice(RUNTIMES), default="onnx", show_default=True,
                  help="Embedding runtime: ONNX Runtime over a cached export of the model, or sentence-transformers."),
