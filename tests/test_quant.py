@@ -203,13 +203,15 @@ def test_non_finite_weights_refused(tmp_path, value):
 def test_bad_usage_and_requantize(models, tmp_path):
     d, m = models
     q4 = tmp_path / "q4.gguf"
-    assert run_cli(["quant", str(m["base"]), "--type", "Q4_0", "-o", str(q4)]).exit_code == 0
+    r = run_cli(["quant", str(m["base"]), "--type", "Q4_0", "-o", str(q4)])
+    assert r.exit_code == 0 and "x smaller" in r.stderr
     r = run_cli(["quant", str(q4),"--type", "Q8_0", "-o", str(tmp_path / "again.gguf")])
     assert r.exit_code == 1 and "already quantized" in r.stderr
     ref = tmp_path / "ref-re.gguf"
     binary_quantize(q4, ref, "Q8_0", extra=["--allow-requantize"])
     r = run_cli(["quant", str(q4),"--type", "Q8_0", "-o", str(tmp_path / "again.gguf"), "--allow-requantize"])
     assert r.exit_code == 0 and same_file(tmp_path / "again.gguf", ref)
+    assert "x larger" in r.stderr  # Q4_0 -> Q8_0 grows the file; it is not called "0.6x smaller"
     before = q4.read_bytes()
     r = run_cli(["quant", str(q4),"--type", "Q8_0", "-o", str(q4), "--allow-requantize"])
     assert r.exit_code == 1 and "output path is the input" in r.stderr and q4.read_bytes() == before

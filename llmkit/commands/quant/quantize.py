@@ -115,7 +115,7 @@ def _emit(run, src, dst, report: bool, as_json: bool) -> None:
             out.table(_allocation_table(alloc))
     d = rep.to_dict()
     out.info(f"{src}: {rep.bytes_in / 2**20:.2f} MiB -> {dst}: {rep.bytes_out / 2**20:.2f} MiB of tensors "
-             f"({rep.ratio:.2f}x smaller, {d['bpw']:.2f} bits/weight) in {rep.seconds:.2f} s"
+             f"({_size_change(rep.ratio)}, {d['bpw']:.2f} bits/weight) in {rep.seconds:.2f} s"
              + (f"; {rep.fallbacks} tensor(s) fell back to another type (row length)" if rep.fallbacks else ""))
 
 
@@ -184,3 +184,8 @@ def _parse_size(text: str) -> int:
     if value <= 0:
         raise click.BadParameter(f"{text!r} must be positive.", param_hint="--target-size")
     return int(value * mult)
+
+
+def _size_change(ratio: float) -> str:
+    """'2.50x smaller' or, when requantizing to a wider type, '1.48x larger' (ratio = bytes in / out)."""
+    return f"{ratio:.2f}x smaller" if ratio >= 1 else f"{1 / ratio:.2f}x larger"
