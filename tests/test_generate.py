@@ -348,11 +348,11 @@ def test_busy_cores_leave_out_this_process(monkeypatch):
     monkeypatch.undo()
     if os.path.exists("/proc/stat"):  # the real counters: this process's ticks grow while it works
         t0, i0, s0 = runtime._cpu_ticks()
-        end = time.perf_counter() + 0.3
-        while time.perf_counter() < end:
+        end = time.perf_counter() + 20  # a loaded CI machine may give this process little CPU
+        while runtime._cpu_ticks()[2] - s0 < 5 and time.perf_counter() < end:
             pass
         t1, i1, s1 = runtime._cpu_ticks()
-        assert t1 > t0 and i1 >= i0 and s1 - s0 >= 10
+        assert t1 > t0 and i1 >= i0 and s1 - s0 >= 5
 
 
 def test_default_threads_are_the_idle_cores(monkeypatch):
