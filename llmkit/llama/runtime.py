@@ -6,6 +6,7 @@ import glob
 import importlib.util
 import os
 import sys
+import time
 from dataclasses import dataclass
 
 from llmkit.errors import BadFileFormat, BadInput, MissingDependency, OptionError
@@ -46,22 +47,15 @@ def default_threads(sample: bool = True) -> int:
 def _busy_cores(sample: bool, seconds: float = 0.05) -> float:
     """Cores busy with other work now: /proc/stat sampled over `seconds` where there is one (the
     1-minute load average lags a program that has just ended), else that load average."""
-    import time
-
-    if not sample:
+    if sample:
         try:
-            return os.getloadavg()[0]
-        except OSError:
-            return 0.0
-
-    try:
-        t0, i0, s0 = _cpu_ticks()
-        time.sleep(seconds)
-        t1, i1, s1 = _cpu_ticks()
-        if t1 > t0:
-            return max(0.0, (os.cpu_count() or 1) * (1 - (i1 - i0 + s1 - s0) / (t1 - t0)))
-    except (OSError, ValueError, IndexError):
-        pass
+            t0, i0, s0 = _cpu_ticks()
+            time.sleep(seconds)
+            t1, i1, s1 = _cpu_ticks()
+            if t1 > t0:
+                return max(0.0, (os.cpu_count() or 1) * (1 - (i1 - i0 + s1 - s0) / (t1 - t0)))
+        except (OSError, ValueError, IndexError):
+            pass
     try:
         return os.getloadavg()[0]
     except OSError:

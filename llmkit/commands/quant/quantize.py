@@ -187,5 +187,6 @@ def _parse_size(text: str) -> int:
 
 
 def _size_change(ratio: float) -> str:
-    """'2.50x smaller' or, when requantizing to a wider type, '1.48x larger' (ratio = bytes in / out)."""
+    """The output's size against the input's (ratio = bytes in / out): requantizing to a wider type
+    makes the file larger, which "0.7x smaller" would hide."""
     return f"{ratio:.2f}x smaller" if ratio >= 1 else f"{1 / ratio:.2f}x larger"

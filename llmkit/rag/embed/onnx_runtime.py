@@ -212,7 +212,7 @@ class OnnxEncoder:
             self.tokenizer = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
             self.model_path, self.threads = model, threads or os.cpu_count() or 1
             # no weight pre-packing: a query session then starts by mapping the weights instead of
-            # copying them all (docs/design/rag-models.md); bulk embedding gets its own session
+            # copying them all (docs/design/rag-models.md); session_for swaps it for bulk embedding
             self.session, self.packed = self._session(prepack=False), False
             self.dense = []
             for d in self.spec.dense:
