@@ -16,7 +16,7 @@ git clone -q "$root" "$clone"
 cd "$clone"
 start=$(date +%s.%N)
 set +e
-PIP_CACHE_DIR="$work/pip-cache" LLMKIT_CACHE="$work/llmkit-cache" scripts/install.sh >"$work/install.log" 2>&1
+PIP_CACHE_DIR="$work/pip-cache" LLMKIT_CACHE="$work/llmkit-cache" bash scripts/install.sh >"$work/install.log" 2>&1
 rc=$?
 set -e
 end=$(date +%s.%N)
