@@ -44,7 +44,8 @@ def test_gptq_output_unchanged_by_the_passes(setup, monkeypatch):
     d, m, text = setup
     a, b = d / "a.gguf", d / "b.gguf"
     pipeline.quantize(str(m), str(a), QuantOptions("Q3_K_S", method="gptq", calib_text=text, n_ctx=128, chunks=4))
-    monkeypatch.setattr(hessians, "check_gptq_fits", lambda src, threads: (1, 1))  # the pipeline imports it per run
+    monkeypatch.setattr(hessians, "check_gptq_fits", lambda src, threads: (1, 1))  # the pipeline imports it per run:
+    # one layer per Hessian pass, one rounding job at a time
     pipeline.quantize(str(m), str(b), QuantOptions("Q3_K_S", method="gptq", calib_text=text, n_ctx=128, chunks=4))
     assert a.read_bytes() == b.read_bytes()
 
@@ -76,14 +77,17 @@ def _shape_only_model(path, n_embd, n_ff, n_layer, n_kv, vocab):
 def test_memory_estimate_from_shapes(tmp_path):
     """Qwen2.5-1.5B's shapes (F16, 3.1 GB): at most twice the file at peak, the Hessians in groups of
     a few layers; a tiny model's figures by hand."""
-    from llmkit.quant.calibration.hessians import OVERHEAD, gptq_memory, layer_bytes, matrix_inputs
+    from llmkit.quant.calibration.hessians import OVERHEAD, gptq_memory, layer_bytes, matrix_inputs, rounding_bytes
 
     q = _shape_only_model(tmp_path / "qwen-shapes.gguf", 1536, 8960, 28, 256, 151936)
     size = os.path.getsize(q)
     assert 3.0e9 < size < 3.2e9
-    least, group, workers = gptq_memory(str(q), threads=2)
+    least, group, jobs = gptq_memory(str(q), threads=2)
     assert least < 2 * size and 4 * 8960 ** 2 * 4 < group < size  # a few layers per pass, not all 28
-    assert workers == 1  # the inverse Hessian of ffn_down (8960 wide) in float64 leaves room for one worker
+    # the inverse Hessian of ffn_down (8960 wide) in float64 leaves room for one such job at a time, while
+    # two of the 1536-wide matrices round side by side
+    assert rounding_bytes(8960, 1536) <= jobs < 2 * rounding_bytes(8960, 1536)
+    assert 2 * rounding_bytes(1536, 8960) <= jobs
     per = layer_bytes(matrix_inputs(str(q)))[0]
     assert per == 4 * (4 * 1536 ** 2 + 2 * 1536 ** 2 + 8960 ** 2)
     assert least == max(size + per + 4 * 8960 ** 2 + OVERHEAD,
@@ -103,3 +107,45 @@ def test_gptq_that_cannot_fit_stops_before_it_starts(setup, monkeypatch, tmp_pat
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "GPTQ" in r.stderr and "GiB of memory" in r.stderr and "0.1 GiB is available" in r.stderr
     assert not out.exists() and not hess.exists()  # nothing collected, nothing written
+
+
+def test_streamed_groups_equal_saved_hessians_and_hold_one_group_on_disk(setup, monkeypatch):
+    """Without --hessian, each group of layers is collected, rounded and deleted before the next: the
+    same file as a run over saved Hessians, with at most one group's Hessian file on disk at a time."""
+    from llmkit.quant import pipeline
+    from llmkit.quant.calibration import hessians
+    from llmkit.quant.options import QuantOptions
+
+    d, m, text = setup
+    saved, streamed, h = d / "saved.gguf", d / "streamed.gguf", d / "h-saved.gguf"
+    opts = dict(method="gptq", calib_text=text, n_ctx=128, chunks=4)
+    pipeline.quantize(str(m), str(saved), QuantOptions("Q4_K_M", hessian_path=str(h), **opts))
+    seen, real = [], hessians.stream_hessians
+
+    def watched(*a, **k):
+        for path in real(*a, **k):
+            seen.append(sorted(p.name for p in __import__("pathlib").Path(path).parent.glob("hessians-*")))
+            yield path
+
+    monkeypatch.setattr(hessians, "stream_hessians", watched)
+    monkeypatch.setattr(hessians, "check_gptq_fits", lambda src, threads: (1, 1))  # one layer per group
+    pipeline.quantize(str(m), str(streamed), QuantOptions("Q4_K_M", **opts))
+    assert saved.read_bytes() == streamed.read_bytes()
+    assert seen == [["hessians-0.gguf"], ["hessians-1.gguf"], ["hessians-2.gguf"]]
+
+
+def test_gptq_without_disk_room_stops_before_it_writes(setup, monkeypatch, tmp_path):
+    import collections
+    import shutil
+
+    d, m, _ = setup
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 40, 1 << 40, 1 << 20))
+    out, hess = tmp_path / "g.gguf", tmp_path / "h.gguf"
+    for extra in ([], ["--hessian", str(hess)]):
+        r = run_cli(["quant", str(m), "--type", "Q4_K_M", "--method", "gptq", "--calib", str(d / "calib.txt"),
+                     "-c", "128", *extra, "-o", str(out)])
+        assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "of disk in" in r.stderr and "0.0 GiB is free" in r.stderr, r.stderr
+        assert ("--hessian" if extra else "TMPDIR") in r.stderr, r.stderr
+        assert not out.exists() and not hess.exists()

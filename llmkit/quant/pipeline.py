@@ -54,21 +54,24 @@ def quantize(src: str, dst: str, opts: QuantOptions) -> QuantRun:
     if opts.method == "rtn" and not opts.budgeted:  # llama.cpp's quantizer: nothing else to import or run
         return QuantRun(quantize_file(src, dst, opts=replace(opts, progress=_stages(opts.progress)("quantizing"))))
     from llmkit.quant.budget.allocate import RECIPE_KEY, allocate, file_type_for, recipe
-    from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians
-    from llmkit.quant.rounding.gptq import SHRINK, gptq_replacements
+    from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians, stream_hessians
+    from llmkit.quant.rounding.gptq import SHRINK, gptq_by_groups, gptq_bytes, gptq_replacements
 
     stage = _stages(opts.progress)
     kernels = Kernels(notice=opts.notice)
-    group_bytes = workers = None
+    group_bytes = jobs_memory = None
     if opts.method == "gptq":  # before anything runs: a run that cannot fit says so in one line
         if not opts.budgeted:
             _check_gptq_types(plan_types(src, opts.ftype, opts.pure, opts.imatrix is not None, opts.overrides, None),
                               opts.ftype)
-        group_bytes, workers = check_gptq_fits(src, opts.threads or os.cpu_count() or 1)
+        group_bytes, jobs_memory = check_gptq_fits(src, opts.threads or os.cpu_count() or 1)
     run = QuantRun(None, method=opts.method)
     with contextlib.ExitStack() as cleanup:
         hpath = opts.hessian_path
-        if opts.method == "gptq" and not opts.saved_hessians:
+        # Nothing to save and no budget to measure: each group of layers is collected, rounded and
+        # dropped in turn, so a 7B model's Hessians (~33 GB) never sit on disk together.
+        streamed = opts.method == "gptq" and not opts.saved_hessians and not hpath and not opts.budgeted
+        if opts.method == "gptq" and not opts.saved_hessians and not streamed:
             if not hpath:  # nowhere to keep them: a temporary folder, removed at the end of the run
                 hpath = os.path.join(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmkit-gptq-")),
                                      "hessians.gguf")
@@ -88,9 +91,19 @@ def quantize(src: str, dst: str, opts: QuantOptions) -> QuantRun:
         replacements = None
         if opts.method == "gptq":
             types = plan_types(src, ftype, opts.pure, opts.imatrix is not None, opts.overrides, assign)
-            replacements, run.damp_raised = gptq_replacements(
-                src, types, hpath, opts.imatrix, opts.damp, opts.refit, opts.threads, progress=stage("gptq"),
-                workers=workers, shrink=SHRINK if opts.shrink is None else opts.shrink)
+            shrink = SHRINK if opts.shrink is None else opts.shrink
+            if streamed:
+                folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmkit-gptq-"))
+                files = stream_hessians(src, opts.calib_text, folder, opts.n_ctx or 256, opts.chunks or 16,
+                                        opts.threads, progress=stage("hessians", "calibration"),
+                                        group_bytes=group_bytes, keep_free=gptq_bytes(src, types))
+                replacements, run.damp_raised = gptq_by_groups(
+                    src, types, files, os.path.join(folder, "rounded.bin"), opts.imatrix, opts.damp, opts.refit,
+                    opts.threads, progress=stage("gptq"), memory=jobs_memory, shrink=shrink)
+            else:
+                replacements, run.damp_raised = gptq_replacements(
+                    src, types, hpath, opts.imatrix, opts.damp, opts.refit, opts.threads, progress=stage("gptq"),
+                    memory=jobs_memory, shrink=shrink)
             run.gptq_matrices = len(replacements)
             run.gptq_skipped = _not_gptq(src, types)
             assign = types

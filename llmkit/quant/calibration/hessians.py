@@ -67,13 +67,19 @@ def layer_bytes(widths: dict[str, int]) -> dict[int, int]:
     return out
 
 
+def rounding_bytes(dim: int, rows: int) -> int:
+    """What rounding one matrix of `rows` x `dim` holds: its H mapped (float32), four float64 H-sized
+    matrices (three while inverting, U kept; LAPACK's copies) and the matrix in float64 with its
+    temporaries."""
+    return 4 * dim * dim + 4 * 8 * dim * dim + 24 * dim * rows
+
+
 def gptq_memory(src: str, threads: int, memory: int | None = None) -> tuple[int, int, int]:
     """(peak bytes a GPTQ run needs at least, bytes per group of layers its Hessian passes may hold,
-    GPTQ workers that fit), estimated from the model's shapes for a target peak `memory` (default: the
-    larger of twice the file's size and that least peak). Collecting: the model (mapped, resident
-    once read) + one group's H + one H of temporaries + OVERHEAD. Rounding: per worker one H mapped,
-    four float64 H-sized matrices (three while inverting, U kept; LAPACK's copies) and the matrix in
-    float64 with its temporaries, beside the parent holding the quantized bytes (<= half the file).
+    bytes the rounding jobs may hold together), estimated from the model's shapes for a target peak
+    `memory` (default: the larger of twice the file's size and that least peak). Collecting: the model
+    (mapped, resident once read) + one group's H + one H of temporaries + OVERHEAD. Rounding: each
+    running job's rounding_bytes, beside the parent holding the quantized bytes (<= half the file).
     How the estimate compares with measured peaks: docs/design/quant-gptq.md."""
     size = os.path.getsize(src)
     widths = matrix_inputs(src)
@@ -82,7 +88,7 @@ def gptq_memory(src: str, threads: int, memory: int | None = None) -> tuple[int,
     big = max(widths.values())
     per_layer = layer_bytes(widths)
     rows = {t.name: int(t.shape[1]) for t in read_gguf(src).tensors if t.name in widths}
-    worker = max(4 * d * d + 4 * 8 * d * d + 24 * d * rows[n] for n, d in widths.items())
+    worker = max(rounding_bytes(d, rows[n]) for n, d in widths.items())
     least = max(size + max(per_layer.values()) + 4 * big * big + OVERHEAD, OVERHEAD + size // 2 + worker)
     target = max(2 * size, least) if memory is None else memory
     if target < least:
@@ -91,22 +97,22 @@ def gptq_memory(src: str, threads: int, memory: int | None = None) -> tuple[int,
                           "round-to-nearest ({method} rtn).", path=f"'{src}'", need=least / 2**30,
                           allowed=target / 2**30)
     group = target - size - 4 * big * big - OVERHEAD
-    workers = max(1, min(threads, (target - OVERHEAD - size // 2) // worker))
-    return least, group, workers
+    return least, group, target - OVERHEAD - size // 2
 
 
 def check_gptq_fits(src: str, threads: int) -> tuple[int, int]:
-    """Before a GPTQ run starts: (bytes per Hessian group, workers), or an OptionError in one line when even
-    the least memory it needs is more than this machine has available."""
-    least, group, workers = gptq_memory(src, threads)
+    """Before a GPTQ run starts: (bytes per Hessian group, bytes the rounding jobs may hold together), or
+    an OptionError in one line when even the least memory it needs is more than this machine has
+    available."""
+    least, group, jobs = gptq_memory(src, threads)
     avail = available_memory()
     if avail is not None and least > avail:
         raise OptionError("GPTQ on {path} needs about {need:.1f} GiB of memory (estimated from its shapes), {avail:.1f} "
                           "GiB is available; free memory or use round-to-nearest ({method} rtn).", path=f"'{src}'",
                           need=least / 2**30, avail=avail / 2**30)
     if avail is not None and 2 * os.path.getsize(src) > avail:  # fit the passes to what there is
-        least, group, workers = gptq_memory(src, threads, max(least, avail))
-    return group, workers
+        least, group, jobs = gptq_memory(src, threads, max(least, avail))
+    return group, jobs
 
 
 def layer_groups(layout: dict[str, tuple[str, int]], budget: int) -> list[list[int]]:
@@ -128,21 +134,73 @@ def layer_groups(layout: dict[str, tuple[str, int]], budget: int) -> list[list[i
     return groups
 
 
+def hessian_layout(model_path: str, text: str, n_ctx: int = 512, threads=None) -> dict[str, tuple[str, int]]:
+    """{matrix: (the matrix whose H it shares, H's dimension)} from one short pass over the text."""
+    shapes, _, _ = collect_gram(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=1, layout_only=True)
+    if not shapes:
+        raise BadInput("no matrix inputs were seen while running the model; is it a transformer GGUF?")
+    first_of: dict[int, str] = {}
+    return {name: (first_of.setdefault(id(shapes[name]), name), int(shapes[name].shape[1])) for name in sorted(shapes)}
+
+
+def hessian_bytes(layout: dict[str, tuple[str, int]], layers=None) -> int:
+    """Bytes of the distinct float32 H of `layers` (default: all) as a Hessian file holds them."""
+    return sum(4 * d * d for name, (key, d) in layout.items()
+               if key == name and (layers is None or layer_of(name) in layers))
+
+
+def check_disk(folder: str, need: int, what: str, where: str = "TMPDIR") -> None:
+    """Refuse, before anything is written, a run whose files need more room than `folder`'s disk has
+    (`where`: what the user points at another disk)."""
+    import shutil
+
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise OptionError("{what} need about {need:.1f} GiB of disk in {folder}, {free:.1f} GiB is free; point "
+                          + where + " at a disk with room.", what=what, need=need / 2**30, folder=f"'{folder}'",
+                          free=free / 2**30)
+
+
 def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512, chunks: int = 0, threads=None,
                      progress=None, group_bytes: int | None = None) -> int:
     """Run the model over calibration text and save every matrix's H (the mean of x x^T over tokens),
     one pass per group of layers holding at most `group_bytes` of Hessians (default: all in one
     pass). Returns the number of passes."""
+    layout = hessian_layout(model_path, text, n_ctx, threads)
+    groups = layer_groups(layout, group_bytes if group_bytes is not None else 1 << 62)
+    check_disk(os.path.dirname(os.path.abspath(out_path)), hessian_bytes(layout), "GPTQ's Hessians",
+               "{hessian_path}")
+    _write_groups(model_path, text, out_path, layout, groups, n_ctx, chunks, threads, progress, 0, len(groups))
+    return len(groups)
+
+
+def stream_hessians(model_path: str, text: str, folder: str, n_ctx: int = 512, chunks: int = 0, threads=None,
+                    progress=None, group_bytes: int | None = None, keep_free: int = 0):
+    """The Hessians a group of layers at a time: yields the path of a file in `folder` holding one
+    group's H, to be used and deleted before the next is collected, so the disk holds one group at
+    most (groups are sized to the smaller of `group_bytes` and the folder's free space less `keep_free`)."""
+    import shutil
+
+    layout = hessian_layout(model_path, text, n_ctx, threads)
+    room = shutil.disk_usage(folder).free - keep_free - (1 << 20)
+    layer_most = max(hessian_bytes(layout, {layer}) for layer in {layer_of(k) for k, _ in layout.values()})
+    check_disk(folder, layer_most + keep_free, "GPTQ's Hessians of one layer and the rounded matrices")
+    groups = layer_groups(layout, min(room, group_bytes if group_bytes is not None else 1 << 62))
+    for gi, layers in enumerate(groups):
+        path = os.path.join(folder, f"hessians-{gi}.gguf")
+        _write_groups(model_path, text, path, layout, [layers], n_ctx, chunks, threads, progress, gi, len(groups))
+        yield path
+
+
+def _write_groups(model_path: str, text: str, out_path: str, layout: dict, groups: list[list[int]], n_ctx: int,
+                  chunks: int, threads, progress, first: int, total: int) -> None:
+    """One Hessian file of the matrices in `groups`' layers, one pass over the text per group
+    (progress counts passes `first`.. of `total`)."""
     from llmkit.io import atomic_file
 
-    shapes, _, _ = collect_gram(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=1, layout_only=True)
-    if not shapes:
-        raise BadInput("no matrix inputs were seen while running the model; is it a transformer GGUF?")
-    first_of: dict[int, str] = {}
-    layout = {name: (first_of.setdefault(id(shapes[name]), name), int(shapes[name].shape[1]))
-              for name in sorted(shapes)}
+    wanted_all = {layer for layers in groups for layer in layers}
+    layout = {n: v for n, v in layout.items() if layer_of(n) in wanted_all}
     keys = sorted({k for k, _ in layout.values()}, key=lambda k: (layer_of(k), k))
-    groups = layer_groups(layout, group_bytes if group_bytes is not None else 1 << 62)
 
     def header(n_chunks: int) -> tuple[bytes, list[int]]:
         kvs = [("general.type", "str", HESSIAN_FORMAT), ("llmkit.hessian.model", "str", os.path.basename(model_path)),
@@ -155,9 +213,9 @@ def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512
     n = 0
     with atomic_file(out_path) as f:
         f.write(head)
-        for gi, layers in enumerate(groups):
+        for gi, layers in enumerate(groups, first):
             wanted = set(layers)
-            step = None if progress is None else (lambda d, t, gi=gi: progress(gi * t + d, len(groups) * t))
+            step = None if progress is None else (lambda d, t, gi=gi: progress(gi * t + d, total * t))
             sums, counts, n = collect_gram(model_path, text, n_ctx=n_ctx, threads=threads, max_chunks=chunks,
                                            progress=step, only=lambda name: layer_of(name) in wanted)
             for k in keys:
@@ -176,4 +234,3 @@ def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512
         f.truncate(max(end, offsets[-1] + 4 * layout[keys[-1]][1] ** 2))
         f.seek(0)
         f.write(header(n)[0])  # the same length: only the chunk count (a u32) changes
-    return len(groups)

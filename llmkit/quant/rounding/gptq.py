@@ -17,7 +17,9 @@ Steps per matrix (the reference algorithm): dead columns (diag 0) zeroed; H shru
 diagonal (`shrink`, below) and dampened by `damp` x mean(diag H) (raised x10 until H is positive
 definite, and reported); U = the upper
 Cholesky factor of H^-1; for column c: q = nearest grid value of w_c, err = (w_c - q) / U[c, c],
-w_{c+1..} -= err * U[c, c+1..] inside the block, then one matrix product for the columns after it.
+w_{c+1..} -= err * U[c, c+1..] inside the block (column by column within SUB_BLOCK columns, a matrix
+product for the rest of the block: the same sums, grouped), then one matrix product for the columns
+after it.
 
 Shrinkage: H + shrink x diag(H). GPTQ moves each column's rounding error into the directions the
 calibration activations barely use, which a few thousand tokens of one kind of text estimate worst;
@@ -28,18 +30,20 @@ texts) keeps a gain on unseen text. Measurements: docs/design/quant-gptq.md.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.gguf.reader import TensorInfo, read_gguf
-from llmkit.quant.calibration.hessians import hessian_index
+from llmkit.gguf.types import tensor_bytes
+from llmkit.quant.calibration.hessians import hessian_index, rounding_bytes
 from llmkit.quant.formats import get_format, load_f32
 from llmkit.quant.formats.numerics import F32
 
 SUPPORTED = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0")
 SHRINK = 3.0  # H + SHRINK x diag(H): see the module's docstring
+SUB_BLOCK = 32  # columns updated one by one before a matrix product carries their error to the rest of a block
 
 
 # -- levels in and out of the block layouts ---------------------------------------------------------
@@ -139,27 +143,32 @@ def quantize_matrix(W: np.ndarray, H: np.ndarray, name: str, damp: float = 0.01,
     bpb = fmt.type_size
     out = np.empty((rows, cols // g, bpb), np.uint8)
     fixed = None if refit else fmt.quantize(W.astype(F32), imp).reshape(rows, cols // g, bpb)
+    maxl = MAX_LEVEL[name]
+    sub = min(g, SUB_BLOCK)
     for j, c0 in enumerate(range(0, cols, g)):
         c1 = c0 + g
         blk = fmt.quantize(W[:, c0:c1].astype(F32), imp[c0:c1]).reshape(rows, bpb) if refit else fixed[:, j]
         a, b0 = grid(name, blk)
-        a64, b64 = a.astype(np.float64), b0.astype(np.float64)
-        maxl = MAX_LEVEL[name]
-        L = np.empty((rows, g), np.int64)
-        E = np.empty((rows, g))
+        # the block's columns as contiguous rows: a column of the row-major W is strided
+        Wt, at, bt = W[:, c0:c1].T.copy(), a.T.astype(np.float64), b0.T.astype(np.float64)
+        Lt = np.empty((g, rows), np.int64)
+        Et = np.empty((g, rows))
         Ub = U[c0:c1, c0:c1]
-        for i in range(g):
-            w = W[:, c0 + i]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                lv = np.where(a64[:, i] != 0, np.rint((w - b64[:, i]) / a64[:, i]), 0)
-            lv = np.clip(lv, 0, maxl)
-            q = a64[:, i] * lv + b64[:, i]
-            err = (w - q) / Ub[i, i]
-            W[:, c0 + i + 1:c1] -= np.outer(err, Ub[i, i + 1:])
-            L[:, i], E[:, i] = lv, err
+        for s0 in range(0, g, sub):  # rank-1 updates inside `sub` columns, one product for the rest
+            s1 = s0 + sub
+            for i in range(s0, s1):
+                w, ai = Wt[i], at[i]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    lv = np.where(ai != 0, np.rint((w - bt[i]) / ai), 0)
+                lv = np.clip(lv, 0, maxl)
+                err = (w - (ai * lv + bt[i])) / Ub[i, i]
+                Wt[i + 1:s1] -= np.outer(Ub[i, i + 1:s1], err)
+                Lt[i], Et[i] = lv, err
+            if s1 < g:
+                Wt[s1:] -= Ub[s0:s1, s1:].T @ Et[s0:s1]
         if c1 < cols:
-            W[:, c1:] -= E @ U[c0:c1, c1:]
-        out[:, j] = set_levels(name, blk, L)
+            W[:, c1:] -= Et.T @ U[c0:c1, c1:]
+        out[:, j] = set_levels(name, blk, Lt.T)
     return out.reshape(rows, -1), lam
 
 
@@ -185,10 +194,12 @@ def _matrix_job(src: str, data_offset: int, t: TensorInfo, new: str, hpath: str,
 
 def gptq_replacements(src: str, types: dict[str, str], hessian_path: str, imatrix: dict | None = None,
                       damp: float = 0.01, refit: bool = True, threads=None, progress=None,
-                      workers: int | None = None, shrink: float = SHRINK) -> tuple[dict, dict]:
+                      memory: int | None = None, shrink: float = SHRINK, required: bool = True) -> tuple[dict, dict]:
     """GPTQ bytes for every 2-D matrix whose type GPTQ writes and whose H is known:
-    ({name: uint8 bytes}, {name: dampening used when it had to be raised}). `workers` processes
-    (default: `threads`; fewer where memory is short, see calibration.hessians.gptq_memory)."""
+    ({name: uint8 bytes}, {name: dampening used when it had to be raised}). Up to `threads` matrices
+    are rounded at once in worker processes, as many as fit `memory` bytes together (each job's need:
+    calibration.hessians.rounding_bytes; one job always runs). With `required`, a file none of whose
+    matrices GPTQ can round is an error."""
     g = read_gguf(src)
     hidx = hessian_index(hessian_path)
     jobs = []
@@ -202,19 +213,71 @@ def gptq_replacements(src: str, types: dict[str, str], hessian_path: str, imatri
                            "it belongs to another model.")
         imp = None if imatrix is None or t.name not in imatrix else np.asarray(imatrix[t.name], np.float32)
         jobs.append((src, g.data_offset, t, new, hessian_path, off, dim, damp, refit, imp, shrink))
-    if not jobs:
+    if not jobs and required:
         raise BadInput("no matrix of this model has both a GPTQ type (Q2_K..Q6_K, Q4_0) and a Hessian; "
                        "check the type and that the Hessians come from this model.")
     out, raised = {}, {}
-    workers = max(1, workers or threads or os.cpu_count() or 1)
-    with ProcessPoolExecutor(workers) as pool:
-        for i, (name, q, lam) in enumerate(pool.map(_matrix_job_star, jobs)):
-            out[name] = q
-            if lam > damp:
-                raised[name] = lam
-            if progress:
-                progress(i + 1, len(jobs), name)
+    if not jobs:
+        return out, raised
+    slots = max(1, threads or os.cpu_count() or 1)
+    cost = [rounding_bytes(j[6], int(j[2].shape[1])) for j in jobs]
+    with ProcessPoolExecutor(min(slots, len(jobs))) as pool:
+        running: dict = {}
+        nxt = 0
+        while nxt < len(jobs) or running:
+            # in order, while the next job fits beside the running ones (a big one waits, then runs alone)
+            while nxt < len(jobs) and len(running) < slots and (
+                    not running or memory is None or sum(running.values()) + cost[nxt] <= memory):
+                running[pool.submit(_matrix_job_star, jobs[nxt])] = cost[nxt]
+                nxt += 1
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                del running[f]
+                name, q, lam = f.result()
+                out[name] = q
+                if lam > damp:
+                    raised[name] = lam
+                if progress:
+                    progress(len(out), len(jobs), name)
     return out, raised
+
+
+def _gptq_targets(src: str, types: dict[str, str]) -> list[TensorInfo]:
+    """The matrices GPTQ rounds under `types`: 2-D blk.* matrices in a type it writes."""
+    return [t for t in read_gguf(src).tensors
+            if types.get(t.name) in SUPPORTED and len(t.shape) == 2 and t.name.startswith("blk.")]
+
+
+def gptq_bytes(src: str, types: dict[str, str]) -> int:
+    """Bytes of the matrices GPTQ rounds, in their new types (what gptq_by_groups spills to disk)."""
+    return sum(tensor_bytes(types[t.name], t.shape) for t in _gptq_targets(src, types))
+
+
+def gptq_by_groups(src: str, types: dict[str, str], hessian_files, spill_path: str, imatrix: dict | None = None,
+                   damp: float = 0.01, refit: bool = True, threads=None, progress=None, memory: int | None = None,
+                   shrink: float = SHRINK) -> tuple[dict, dict]:
+    """gptq_replacements over Hessian files that each hold a group of layers (an iterator, e.g.
+    calibration.hessians.stream_hessians), each file deleted once its matrices are rounded. The bytes are
+    appended to `spill_path` and handed back memory-mapped from it, so neither the disk nor memory holds
+    more than one group's Hessians and the rounded bytes cost no memory while later groups are collected."""
+    total = len(_gptq_targets(src, types))
+    where, raised, done = {}, {}, 0
+    with open(spill_path, "wb") as spill:
+        for path in hessian_files:
+            step = None if progress is None else (lambda i, n, name, base=done: progress(min(base + i, total), total, name))
+            out, more = gptq_replacements(src, types, path, imatrix, damp, refit, threads, step, memory, shrink,
+                                          required=False)
+            os.unlink(path)
+            for name, q in out.items():
+                where[name] = (spill.tell(), q.shape)
+                spill.write(memoryview(np.ascontiguousarray(q)).cast("B"))
+            raised.update(more)
+            done += len(out)
+    if not where:
+        raise BadInput("no matrix of this model has both a GPTQ type (Q2_K..Q6_K, Q4_0) and a Hessian; "
+                       "check the type and that the Hessians come from this model.")
+    return {name: np.memmap(spill_path, np.uint8, "r", offset=off, shape=shape)
+            for name, (off, shape) in where.items()}, raised
 
 
 def _matrix_job_star(args):
