@@ -10,18 +10,15 @@ each), clock outside both, peak RSS of the whole process (GNU time), 2 threads:
 - `q7b-<type>-imatrix`: IQ4_XS, IQ3_XXS, IQ2_M with llmkit's imatrix file on both sides.
 - `q7b-target-size`: --target-size of llama-quantize's Q4_K_M file with the imatrix, against
   llama-quantize's plain Q4_K_M time; check: the file fits.
-- `q7b-gptq`: GPTQ (Q4_K_M, Hessians from the same text) under a time limit: it refuses in its first
-  seconds with the memory it needs, completes, or is stopped at the limit (peak RSS so far).
+GPTQ on the same model is its own area, quant-7b-gptq (quant_7b_gptq.py): it takes over an hour.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
-import signal
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import BASE_ENV, PY, ROOT, Cmd, Row, cmds_of, llama_bin, run_once  # noqa: E402
@@ -47,33 +44,8 @@ def side(r) -> str:
     return f"{r.wall_s:.0f} s, {r.rss_mb / 1024:.2f} GiB peak RSS"
 
 
-def limited(cmd: Cmd, limit: float, err_path: str) -> tuple[str, float, float, str]:
-    """Run `cmd` with a time limit, sampling its peak RSS (VmHWM): (how it ended, seconds, peak GiB,
-    its stderr's last line, kept in `err_path`)."""
-    env = {**os.environ, **BASE_ENV, **{k: str(v) for k, v in cmd.env.items()}}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as harness.run_once: an installed program's bytecode cache
-    with open(err_path, "wb") as err:
-        t0 = time.perf_counter()
-        p = subprocess.Popen([str(a) for a in cmd.argv], stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT,
-                             start_new_session=True)
-        peak = 0
-        while p.poll() is None and time.perf_counter() - t0 < limit:
-            try:
-                with open(f"/proc/{p.pid}/status") as f:
-                    peak = max([peak] + [int(x.split()[1]) for x in f if x.startswith("VmHWM:")])
-            except OSError:
-                pass
-            time.sleep(1)
-        ended = "exit 0" if p.returncode == 0 else f"exit {p.returncode}" if p.returncode is not None else "stopped"
-        if p.returncode is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        wall = time.perf_counter() - t0
-    last = (open(err_path, errors="replace").read().strip().splitlines() or [""])[-1]
-    return ended, wall, peak / 2**20, last
-
-
-def rows(cfg):
+def model_and_text(cfg) -> tuple[str, str, int]:
+    """The Llama-3-8B-shaped model (written once into the work directory) and the calibration text."""
     d = cfg.work
     n_layer = cfg.pick(32, 32, 2)
     model = os.path.join(d, f"llama8b-shaped-{n_layer}l-f16.gguf")
@@ -82,6 +54,12 @@ def rows(cfg):
     text = os.path.join(d, "calib.txt")
     with gzip.open(os.path.join(ROOT, "tests", "fixtures", "kernel-docs.txt.gz"), "rt", encoding="utf-8") as f:
         open(text, "w", encoding="utf-8").write(f.read()[:200_000])
+    return model, text, n_layer
+
+
+def rows(cfg):
+    d = cfg.work
+    model, text, n_layer = model_and_text(cfg)
     ref, ours = os.path.join(d, "ref.gguf"), os.path.join(d, "ours.gguf")
     llmkit = [PY, "-m", "llmkit", "-q", "quant"]
     out, times = [], {}
@@ -138,14 +116,6 @@ def rows(cfg):
                    f"{rb.wall_s / times['Q4_K_M']:.2f}× llama-quantize's Q4_K_M time",
                    "fits the target" if fits else "OVER THE TARGET", cmds_of(b)))
 
-    limit = cfg.pick(1800, 900, 300)
-    b = Cmd("llmkit", [*llmkit, model, "--type", "Q4_K_M", "--method", "gptq", "--calib", text, "-c", n_ctx,
-                       "--chunks", chunks, "-o", ours, "-t", "2"])
-    ended, wall, peak, last = limited(b, limit, os.path.join(d, "gptq.err"))
-    clean()
-    out.append(Row("q7b-gptq", f"--method gptq to Q4_K_M, the {what}, H from {chunks} x {n_ctx} tokens, 2 threads, "
-                   f"stopped after {limit} s", "–", f"{ended} after {wall:.0f} s, {peak:.2f} GiB peak RSS", "–",
-                   last[:200], cmds_of(b)))
     setup = [f"model: {what}, tests/ggufmake.write_llama_shaped (random weights, gpt2 vocabulary padded to 128256)",
              "llama.cpp side: the binaries the install built (llmkit.llama.tools), 2 threads",
              "one run a side (each takes minutes); clock outside; peak RSS of the whole process"]

@@ -3,12 +3,14 @@
     python benchmarks/quant_sections.py --area quant-formats [--quick | --smoke]
     python benchmarks/quant_sections.py --area quant-startup [--quick | --smoke]
     python benchmarks/quant_sections.py --area quant-7b --model-dir /path/with/room [--quick | --smoke]
+    python benchmarks/quant_sections.py --area quant-7b-gptq --model-dir /path/with/room [--quick | --smoke]
 
 Each area module has run.py's shape (`rows(cfg)` -> title, setup lines, rows); the section is written
 as run.py writes one (run.section) and replaces that area's earlier section, or is appended. The areas:
 `quant-formats` (quant_formats.py: what each compiled kernel saves, numba's start-up, the error of the
 low-bit types), `quant-startup` (quant_startup.py: the whole command on a small model against
-llama.cpp's quantizer called in-process), `quant-7b` (quant_7b.py: a Llama-3-8B-shaped F16 model).
+llama.cpp's quantizer called in-process), `quant-7b` (quant_7b.py: a Llama-3-8B-shaped F16 model), `quant-7b-gptq` (quant_7b_gptq.py: GPTQ on that model,
+over an hour).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import run  # noqa: E402
 
-AREAS = {"quant-formats": "quant_formats", "quant-startup": "quant_startup", "quant-7b": "quant_7b"}
+AREAS = {"quant-formats": "quant_formats", "quant-startup": "quant_startup", "quant-7b": "quant_7b",
+         "quant-7b-gptq": "quant_7b_gptq"}
 
 
 def put_section(path: str, area: str, text: str) -> None:
@@ -45,7 +48,7 @@ def main() -> None:
     ap.add_argument("--area", action="append", choices=list(AREAS), required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="tiny inputs: the plumbing only, figures mean nothing")
-    ap.add_argument("--model-dir", default="", help="quant-7b: where to write the 15 GB model and its outputs")
+    ap.add_argument("--model-dir", default="", help="quant-7b, quant-7b-gptq: where to write the 15 GB model and its outputs")
     ap.add_argument("-o", "--output", default=os.path.join(harness.BENCH, "RESULTS.md"))
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
