@@ -52,6 +52,54 @@ def test_bulk_calls_switch_to_packed_weights_with_the_same_vectors(paragraphs):
     assert np.abs(many[:8] - few).max() < 1e-5 and np.abs(many[:8] - enc.encode(paragraphs[:8])).max() < 1e-5
 
 
+def test_bf16_bulk_calls_run_openvino_within_rounding_of_fp32(paragraphs):
+    """bf16: queries on ONNX Runtime's fp32 session (the same vectors), bulk calls on OpenVINO's bf16
+    products (within rounding of fp32; on a CPU without bf16 units OpenVINO computes fp32)."""
+    from llmkit.rag.embed.embedder import load_embedder
+    from llmkit.rag.embed.onnx_runtime import BULK_TEXTS, OnnxEncoder
+    from llmkit.rag.embed.openvino_runtime import OpenVinoSession, native_bf16
+
+    directory = load_embedder(None, "onnx", "fp32").encoder.dir
+    ref = OnnxEncoder(directory, "fp32").encode(paragraphs[:8])
+    enc = OnnxEncoder(directory, "bf16")
+    assert np.abs(enc.encode(paragraphs[:8]) - ref).max() < 1e-5 and not enc.packed
+    many = enc.encode((paragraphs * (BULK_TEXTS // len(paragraphs) + 1))[:BULK_TEXTS])
+    assert isinstance(enc.session, OpenVinoSession)
+    cos = (many[:8] * ref).sum(axis=1)
+    assert cos.min() > 0.999, cos
+    if native_bf16():
+        import openvino as ov
+
+        assert enc.session.compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.bf16
+        assert np.abs(many[:8] - ref).max() > 1e-6  # really bf16 products
+    assert any((directory / "openvino").iterdir())  # the compiled graph is cached for the next index
+
+
+def test_bf16_falls_back_to_onnx_runtime_when_openvino_cannot_compile(monkeypatch):
+    import onnxruntime as ort
+
+    from llmkit.rag.embed import openvino_runtime
+    from llmkit.rag.embed.embedder import load_embedder
+    from llmkit.rag.embed.onnx_runtime import BULK_TEXTS, OnnxEncoder
+
+    def refuse(*a, **k):
+        raise RuntimeError("Exception from src/inference: unsupported operation")
+
+    monkeypatch.setattr(openvino_runtime, "OpenVinoSession", refuse)
+    enc = OnnxEncoder(load_embedder(None, "onnx", "fp32").encoder.dir, "bf16")
+    assert isinstance(enc.session_for(BULK_TEXTS), ort.InferenceSession) and enc.packed
+
+
+def test_new_indexes_take_bf16_where_the_cpu_has_it(monkeypatch):
+    from llmkit.rag.embed import models, openvino_runtime
+
+    for native, want in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(openvino_runtime, "native_bf16", lambda native=native: native)
+        assert models.default_precision(None, "onnx") == want
+        assert models.default_precision(None, "torch") == "fp32"
+        assert models.default_precision("/m/embed.GGUF", "onnx") == "fp32"
+
+
 def test_int8_is_close_to_fp32(paragraphs):
     from llmkit.rag.embed.embedder import load_embedder
 
@@ -164,10 +212,27 @@ def test_int8_index_records_precision_and_refuses_mixing(small_index, tmp_path):
     assert json.loads((idx8 / "manifest.json").read_text())["embed_precision"] == "int8"
     hits = run_cli(["rag", "query", str(idx8), "memory allocation", "--mode", "dense", "-k", "3"])
     assert hits.exit_code == 0 and hits.stdout.count("docs.jsonl#p") == 3
+    have = json.loads((idx / "manifest.json").read_text())["embed_precision"]
     r = run_cli(["rag", "index", str(idx), str(docs), "--embed-precision", "int8"])
-    assert r.exit_code == 1 and "holds fp32 embeddings" in r.stderr
+    assert r.exit_code == 1 and f"holds {have} embeddings" in r.stderr
     r = run_cli(["rag", "index", str(idx8), str(docs), "--runtime", "torch"])
     assert r.exit_code == 0  # nothing new to embed; int8 with torch would be refused only when embedding
+
+
+def test_fp32_and_bf16_vectors_share_an_index(small_index, tmp_path):
+    """bf16 vectors differ from fp32 ones only by rounding: either may extend the other's index."""
+    _, _, docs = small_index
+    for first, then in (("fp32", "bf16"), ("bf16", "fp32")):
+        idx = tmp_path / f"idx-{first}"
+        r = run_cli(["rag", "index", str(idx), str(docs), "--embed-precision", first])
+        assert r.exit_code == 0, r.stderr
+        more = tmp_path / f"more-{first}.jsonl"
+        more.write_text(json.dumps({"id": "extra", "text": "Huge pages cut TLB misses for large mappings."}) + "\n")
+        r = run_cli(["rag", "index", str(idx), str(more), "--embed-precision", then])
+        assert r.exit_code == 0, r.stderr
+        assert json.loads((idx / "manifest.json").read_text())["embed_precision"] == first
+        hits = run_cli(["rag", "query", str(idx), "huge pages and the TLB", "--mode", "dense", "-k", "1", "--jsonl"])
+        assert hits.exit_code == 0 and json.loads(hits.stdout.splitlines()[0])["doc"].endswith("#extra"), hits.stdout
 
 
 def test_damaged_and_stale_exports_are_rebuilt(small_index):

@@ -137,9 +137,10 @@ def _embed(model, embed_precision, runtime, query_prompt, passage_prompt, ray_sp
 embed_options = bundle("embed", [
     click.option("-m", "--model", help="Embedding model: a sentence-transformers directory or an embedding GGUF run "
                  "by llama.cpp (default: the packaged all-MiniLM-L6-v2)."),
-    click.option("--embed-precision", type=click.Choice(["fp32", "int8"]), default=None,
-                 help="Embedding precision, fixed when the index is created (default fp32): int8 indexes ~1.4x faster "
-                      "at a small loss (ONNX Runtime dynamic int8, per-channel weights)."),
+    click.option("--embed-precision", type=click.Choice(["fp32", "bf16", "int8"]), default=None,
+                 help="Embedding precision, fixed when the index is created (default: bf16 where the CPU multiplies "
+                      "bf16 natively, e.g. Intel AMX, else fp32): bf16 embeds passages through OpenVINO within "
+                      "rounding of fp32; int8 indexes faster at a small loss (ONNX Runtime dynamic int8)."),
     click.option("--runtime", type=click.Choice(RUNTIMES), default="onnx", show_default=True,
                  help="Embedding runtime: ONNX Runtime over a cached export of the model, or sentence-transformers."),
     click.option("--query-prompt", default="", help="Instruction prefix for queries (e.g. 'query: ' for E5)."),

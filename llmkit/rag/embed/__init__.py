@@ -6,6 +6,7 @@
     onnx_runtime.py  ONNX Runtime + HF tokenizers over a cached export (no torch on the query path)
     onnx_build.py    the fused ONNX graph of a BERT-family model built from its safetensors (no torch)
     onnx_export.py   the export cache: built as above, else exported with torch (once per model)
+    openvino_runtime.py  bf16 indexing: the fp32 graph compiled by OpenVINO with bf16 products
     gguf_runtime.py  GGUF embedders and re-rankers through llama.cpp: what a file is, batching, pooling
     sbert.py         loading sentence-transformers models (torch runtime, export, fine-tuning)
     ray_embed.py     embedding on a Ray cluster with Ray Data

@@ -1,8 +1,9 @@
 """Sentence embeddings: one interface, three engines.
 
 - `onnx` (default): ONNX Runtime + HF tokenizers over an export cached per model content
-  (`onnx_runtime.py`, made by `onnx_export.py`); fp32 matches sentence-transformers' vectors, int8
-  indexes faster at a small cost in dense quality (docs/design/rag-models.md).
+  (`onnx_runtime.py`, made by `onnx_export.py`); fp32 matches sentence-transformers' vectors, bf16
+  embeds passages through OpenVINO's bf16 products (`openvino_runtime.py`) within rounding of them,
+  int8 indexes faster at a small cost in dense quality (docs/design/rag-models.md).
   It imports no torch, so queries answer at shell speed.
 - `torch`: sentence-transformers itself (also what the export and fine-tuning use).
 - a GGUF file runs on llama.cpp whatever the runtime (`gguf_runtime.py`): pooling from the file, its
@@ -20,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from llmkit.errors import BadFileFormat, BadInput
-from llmkit.rag.embed.models import DEFAULT_MODEL, RUNTIMES, check_precision, resolve_model
+from llmkit.rag.embed.models import DEFAULT_MODEL, MIXABLE, RUNTIMES, check_precision, resolve_model
 from llmkit.errors import OptionError
 
 _LOADED: dict = {}  # loaded models and ONNX sessions, one per process
@@ -93,11 +94,12 @@ class OnnxEmbedder(Embedder):
         if cached is None:
             from llmkit.rag.embed.onnx_export import ensure_export
 
-            directory = ensure_export(self.path, self.key, precision, progress=progress)
+            graph = "fp32" if precision == "bf16" else precision  # bf16 compiles the fp32 graph
+            directory = ensure_export(self.path, self.key, graph, progress=progress)
             try:
                 cached = OnnxEncoder(directory, precision, threads)
             except BadFileFormat:  # a damaged cache entry: export again rather than fail
-                directory = ensure_export(self.path, self.key, precision, rebuild=True, progress=progress)
+                directory = ensure_export(self.path, self.key, graph, rebuild=True, progress=progress)
                 cached = OnnxEncoder(directory, precision, threads)
             _LOADED[(self.key, precision, threads)] = cached
         self.encoder = cached
@@ -126,7 +128,7 @@ class TorchEmbedder(Embedder):
     def __init__(self, name=None, precision="fp32", query_prompt="", passage_prompt="", progress=None,
                  threads: int | None = None):
         super().__init__(name, precision, query_prompt, passage_prompt)
-        if precision != "fp32":
+        if precision not in MIXABLE:
             raise OptionError("the torch runtime embeds in fp32 only; use {runtime} onnx for int8.")
         from llmkit.rag.embed.sbert import load_sentence_transformer
 
@@ -168,7 +170,7 @@ class GgufEmbedder(Embedder):
     def __init__(self, name=None, precision="fp32", query_prompt="", passage_prompt="", progress=None,
                  threads: int | None = None):
         super().__init__(name, precision, query_prompt, passage_prompt)
-        if precision != "fp32":
+        if precision not in MIXABLE:
             raise OptionError("a GGUF embedder computes at its file's precision; drop {embed_precision} int8 (or "
                               "quantize the GGUF file instead).")
         from llmkit.rag.embed.gguf_runtime import LlamaEncoder, describe_embedder

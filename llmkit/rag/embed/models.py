@@ -17,7 +17,9 @@ from llmkit.errors import OptionError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (packaged)"
 RUNTIMES = ("onnx", "torch")
-PRECISIONS = ("fp32", "int8")
+PRECISIONS = ("fp32", "bf16", "int8")
+# fp32 and bf16 vectors differ only by rounding inside the products: one index may hold both
+MIXABLE = ("fp32", "bf16")
 
 
 @dataclass
@@ -26,7 +28,8 @@ class EmbedOptions:
 
     model: str | None = None  # a sentence-transformers directory or a GGUF file (None: the packaged MiniLM)
     runtime: str = "onnx"  # onnx | torch: how vectors are computed (fp32 vectors of both are interchangeable)
-    precision: str | None = None  # fp32 | int8, fixed when the index is created (None: the index's, else fp32)
+    precision: str | None = None  # fp32 | bf16 | int8, fixed when the index is created (None: the index's, else
+    # default_precision's)
     query_prompt: str = ""
     passage_prompt: str = ""
     ray: str | None = None  # embed new chunks on a Ray cluster ("auto", an address, or "local": start one)
@@ -63,6 +66,16 @@ def resolve_model(name: str | None) -> str:
                           "sentence-transformers model directory or an embedding GGUF (nothing is downloaded), or "
                           "omit {model} for the packaged all-MiniLM-L6-v2.", name=name)
     return os.path.abspath(name)
+
+
+def default_precision(model: str | None, runtime: str) -> str:
+    """A new index's precision: bf16 where OpenVINO multiplies bf16 natively on this CPU (the ONNX
+    runtime, not a GGUF file), else fp32."""
+    if runtime != "onnx" or (model and model.lower().endswith(".gguf")):
+        return "fp32"
+    from llmkit.rag.embed.openvino_runtime import native_bf16
+
+    return "bf16" if native_bf16() else "fp32"
 
 
 def check_precision(precision: str) -> None:

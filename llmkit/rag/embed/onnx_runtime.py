@@ -9,6 +9,7 @@ directory keyed by the model's content (`~/.cache/llmkit/embed/<sha256 prefix>/`
     model-fp32.onnx    the transformer, exported with eager attention and fused by onnxruntime's
                        transformer optimizer (attention, skip-LayerNorm, GELU)
     model-int8.onnx    the same graph, dynamically quantized to int8 with per-channel weights
+    openvino/          OpenVINO's compiled bf16 graphs (bf16 indexes, `openvino_runtime.py`)
     dense-N.npz        weights of Dense modules, applied in numpy after pooling
 
 This module only reads such a directory; pooling, Dense and normalisation are done in numpy exactly
@@ -207,7 +208,9 @@ class OnnxEncoder:
             raise MissingDependency("onnxruntime", "rag") from None
         self.dir = Path(directory)
         self.spec = Spec.load(self.dir / "spec.json")
-        model = self.dir / f"model-{precision}.onnx"
+        # bf16 runs the fp32 graph; only bulk calls multiply in bf16 (session_for)
+        self.bf16 = precision == "bf16"
+        model = self.dir / f"model-{'fp32' if self.bf16 else precision}.onnx"
         try:
             self.tokenizer = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
             self.model_path, self.threads = model, threads or os.cpu_count() or 1
@@ -241,9 +244,19 @@ class OnnxEncoder:
 
     def session_for(self, n_texts: int):
         """The session for a call of n texts: many texts pay for copying the weights into packed
-        layouts once, since every batch after runs faster on them (docs/design/rag-models.md)."""
+        layouts once, or at bf16 for compiling the graph with OpenVINO (where it is installed), since
+        every batch after runs faster (docs/design/rag-models.md)."""
         if n_texts >= BULK_TEXTS and not self.packed:
-            self.session, self.packed = self._session(prepack=True), True  # the mapped one is let go
+            from llmkit.rag.embed.openvino_runtime import OpenVinoSession, openvino_installed
+
+            session = None
+            if self.bf16 and openvino_installed():
+                try:
+                    session = OpenVinoSession(self.model_path, self.threads, self.dir / "openvino")
+                except RuntimeError:  # a graph OpenVINO cannot compile: fp32 on ONNX Runtime instead
+                    session = None
+            self.session = session or self._session(prepack=True)  # the mapped one is let go
+            self.packed = True
         return self.session
 
     @property

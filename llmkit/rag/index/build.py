@@ -31,7 +31,7 @@ from llmkit.errors import BadInput
 from llmkit.io import disk_error
 from llmkit.rag.chunk import dedupe, spans
 from llmkit.rag.chunk.sections import ChunkOptions, chunk_document, chunking_of
-from llmkit.rag.embed.models import EmbedOptions
+from llmkit.rag.embed.models import MIXABLE, EmbedOptions, default_precision
 from llmkit.errors import OptionError
 from llmkit.rag.index import db
 from llmkit.rag.index.analysis import ANALYSES
@@ -331,7 +331,7 @@ def _check_compatible(directory: str, m: dict, opts: IndexOptions) -> None:
         raise OptionError("this index analyses BM25 terms as {have}, not {want}; BM25 terms cannot be mixed. Use a "
                           "new index directory.", have=have_an, want=want_an)
     have_prec = m["embed_precision"]
-    if e.precision and e.precision != have_prec:
+    if e.precision and e.precision != have_prec and not {e.precision, have_prec} <= set(MIXABLE):
         raise BadInput(f"index '{directory}' holds {have_prec} embeddings; {e.precision} vectors cannot be "
                        "mixed into it. Use a new index directory.")
     if st.store is not None:
@@ -365,7 +365,8 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
         from llmkit.rag.embed.models import resolve_model
 
         model = resolve_model(model)
-    return new_manifest(model=model or "default", embed_precision=e.precision or "fp32", embed_runtime=e.runtime,
+    precision = e.precision or default_precision(model, e.runtime)
+    return new_manifest(model=model or "default", embed_precision=precision, embed_runtime=e.runtime,
                         query_prompt=e.query_prompt, passage_prompt=e.passage_prompt,
                         analysis=opts.store.analysis or "english", graph=opts.store.keeps_graph, store=spec)
 
