@@ -472,3 +472,18 @@ def test_compiled_imatrix_kernels_equal_ggml(name, monkeypatch):
         ours = fmt.quantize(x, qw)
         assert np.array_equal(ours, ggml_lib.quantize(fmt.type_id, x, qw).reshape(ours.shape)), (name, case)
     assert seen == [fmt.weighted_kernel] * 3
+
+
+def test_error_stats_a_slice_at_a_time_equal_the_whole_array(monkeypatch):
+    """The report's RMSE, max error and cosine are summed over slices (bounded memory on an 8B model's
+    embedding) and equal the whole-array figures."""
+    from llmkit.quant.quality import stats
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(10_001).astype(np.float32)
+    b = a + rng.standard_normal(a.size).astype(np.float32) * 0.05
+    A, B = a.astype(np.float64), b.astype(np.float64)
+    want = (np.sqrt(np.mean((A - B) ** 2)), np.abs(A - B).max(), A @ B / np.linalg.norm(A) / np.linalg.norm(B))
+    monkeypatch.setattr(stats, "STATS_SLICE", 1000)
+    np.testing.assert_allclose(stats.error_stats(a, b), want, rtol=1e-12)
+    assert stats.error_stats(a, a)[:2] == (0.0, 0.0)

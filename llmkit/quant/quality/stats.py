@@ -25,13 +25,22 @@ class TensorDiff:
         return asdict(self)
 
 
+STATS_SLICE = 1 << 22  # elements per slice: 32 MB per float64 temporary
+
+
 def error_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """(RMSE, max |a - b|, cosine similarity) of two weight arrays (in float64)."""
-    a, b = a.astype(np.float64).reshape(-1), b.astype(np.float64).reshape(-1)
-    d = a - b
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    cos = float(a @ b / (na * nb)) if na and nb else (1.0 if na == nb else 0.0)
-    return float(np.sqrt(np.mean(d * d))), float(np.abs(d).max()) if len(d) else 0.0, cos
+    """(RMSE, max |a - b|, cosine similarity) of two weight arrays (in float64), a slice at a time: whole
+    float64 copies of an 8B model's embedding would take ~16 GB."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    sq = dot = aa = bb = top = 0.0
+    for i in range(0, len(a), STATS_SLICE):
+        x, y = a[i:i + STATS_SLICE].astype(np.float64), b[i:i + STATS_SLICE].astype(np.float64)
+        d = x - y
+        sq, dot, aa, bb = sq + float(d @ d), dot + float(x @ y), aa + float(x @ x), bb + float(y @ y)
+        top = max(top, float(np.abs(d).max()))
+    na, nb = np.sqrt(aa), np.sqrt(bb)
+    cos = float(dot / (na * nb)) if na and nb else (1.0 if na == nb else 0.0)
+    return float(np.sqrt(sq / len(a))) if len(a) else 0.0, top, cos
 
 
 def compare(path_a: str, path_b: str) -> list[TensorDiff]:
