@@ -100,6 +100,13 @@ def test_new_indexes_take_bf16_where_the_cpu_has_it(monkeypatch):
         assert models.default_precision("/m/embed.GGUF", "onnx") == "fp32"
 
 
+def test_a_cpu_without_amx_keeps_fp32(monkeypatch):
+    from llmkit.rag.embed import openvino_runtime
+
+    monkeypatch.setattr(openvino_runtime, "_cpu_flags", lambda default: {"avx2", "avx512f", "avx512_bf16"})
+    assert openvino_runtime.native_bf16() is False
+
+
 def test_int8_is_close_to_fp32(paragraphs):
     from llmkit.rag.embed.embedder import load_embedder
 
