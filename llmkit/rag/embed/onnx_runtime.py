@@ -216,7 +216,7 @@ class OnnxEncoder:
             self.model_path, self.threads = model, threads or os.cpu_count() or 1
             # no weight pre-packing: a query session then starts by mapping the weights instead of
             # copying them all (docs/design/rag-models.md); session_for swaps it for bulk embedding
-            self.session, self.packed = self._session(prepack=False), False
+            self.session, self.packed, self.bulk = self._session(prepack=False), False, None
             self.dense = []
             for d in self.spec.dense:
                 with np.load(self.dir / d["file"]) as z:
@@ -249,15 +249,16 @@ class OnnxEncoder:
         if n_texts >= BULK_TEXTS and not self.packed:
             from llmkit.rag.embed.openvino_runtime import OpenVinoSession, openvino_installed
 
-            session = None
             if self.bf16 and openvino_installed():
                 try:
-                    session = OpenVinoSession(self.model_path, self.threads, self.dir / "openvino")
+                    self.bulk = OpenVinoSession(self.model_path, self.threads, self.dir / "openvino")
                 except RuntimeError:  # a graph OpenVINO cannot compile: fp32 on ONNX Runtime instead
-                    session = None
-            self.session = session or self._session(prepack=True)  # the mapped one is let go
+                    self.bulk = None
+            if self.bulk is None:
+                self.session = self._session(prepack=True)  # the mapped one is let go
             self.packed = True
-        return self.session
+        # queries stay on ONNX Runtime's fp32 session even after a bulk call in the same process
+        return self.bulk if n_texts >= BULK_TEXTS and self.bulk is not None else self.session
 
     @property
     def dim(self) -> int:
