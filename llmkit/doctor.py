@@ -166,7 +166,9 @@ def _check_llama() -> list[Check]:
                          "scripts/install.sh (rebuilds llama-cpp-python; set PIP_NO_CACHE_DIR=1 to skip a bad cached wheel)"))
         return out
     built = set(re.findall(r"(\w+) = 1", probe.stdout))
-    cpu = _cpu_flags()
+    from llmkit.native import cpu_flags
+
+    cpu = cpu_flags()
     lacking = sorted(f for f in ("AVX", "AVX2", "FMA", "F16C", "AVX512") if f in built and cpu and f.lower() not in cpu)
     if lacking:
         out.append(Check("llama.cpp", "binding", "error",
@@ -194,21 +196,6 @@ def _check_llama() -> list[Check]:
         else:
             out.append(Check("llama.cpp", name, "ok", str(path) + (f" (llama.cpp commit {m.group(3)})" if m else "")))
     return out
-
-
-def _cpu_flags() -> set[str]:
-    """The CPU's feature flags from /proc/cpuinfo (empty where there is none: nothing to compare)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    if any(x.startswith("avx512") for x in flags):
-                        flags.add("avx512")
-                    return flags
-    except OSError:
-        pass
-    return set()
 
 
 def _check_models() -> list[Check]:

@@ -39,6 +39,22 @@ def cache_dir() -> Path:
     return llmkit_cache("numba")
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo, plus "avx512" when any AVX-512 flag is there (empty
+    where there is none to read: nothing to compare)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    if any(x.startswith("avx512") for x in flags):
+                        flags.add("avx512")
+                    return flags
+    except OSError:
+        pass
+    return set()
+
+
 def source_key(sources: list[Path]) -> str:
     """The key of a library built from `sources` for this Python and machine (CRCs, not a
     cryptographic hash: loading must stay cheap)."""

@@ -102,9 +102,10 @@ def test_new_indexes_take_bf16_where_the_cpu_has_it(monkeypatch):
 
 
 def test_a_cpu_without_amx_keeps_fp32(monkeypatch):
+    from llmkit import native
     from llmkit.rag.embed import openvino_runtime
 
-    monkeypatch.setattr(openvino_runtime, "_cpu_flags", lambda default: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(native, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
     assert openvino_runtime.native_bf16() is False
 
 

@@ -22,7 +22,10 @@ def openvino_installed() -> bool:
 def native_bf16() -> bool:
     """Does OpenVINO choose bf16 by itself on this CPU? It does where the CPU has bf16 matrix units
     (AMX), and keeps fp32 elsewhere, where bf16 would save little and round the same."""
-    if not openvino_installed() or "amx_bf16" not in _cpu_flags("amx_bf16"):
+    from llmkit.native import cpu_flags
+
+    flags = cpu_flags()  # importing OpenVINO to ask costs ~0.3 s, which a CPU without AMX need not pay
+    if not openvino_installed() or (flags and "amx_bf16" not in flags):
         return False
     import openvino as ov
 
@@ -30,20 +33,6 @@ def native_bf16() -> bool:
         return ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT") == ov.Type.bf16
     except RuntimeError:  # no CPU plugin for this machine
         return False
-
-
-def _cpu_flags(default: str) -> set[str]:
-    """The CPU's feature flags from /proc/cpuinfo (a set holding `default` where there is none to read,
-    so OpenVINO is asked instead): importing OpenVINO to ask costs ~0.3 s, which a CPU without AMX
-    need not pay."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return {default}
 
 
 class OpenVinoSession:
