@@ -115,13 +115,19 @@ def check_gptq_fits(src: str, threads: int) -> tuple[int, int]:
     return group, jobs
 
 
-def layer_groups(layout: dict[str, tuple[str, int]], budget: int) -> list[list[int]]:
-    """Consecutive layers packed into groups whose distinct H (float32) fit `budget` bytes (a layer
-    that alone exceeds it gets a group of its own)."""
+def layer_hessian_bytes(layout: dict[str, tuple[str, int]]) -> dict[int, int]:
+    """{layer: bytes of its distinct float32 H} as a Hessian file holds them (shared inputs once)."""
     per: dict[int, int] = {}
     for name, (key, d) in layout.items():
         if key == name:
             per[layer_of(name)] = per.get(layer_of(name), 0) + 4 * d * d
+    return per
+
+
+def layer_groups(layout: dict[str, tuple[str, int]], budget: int) -> list[list[int]]:
+    """Consecutive layers packed into groups whose distinct H (float32) fit `budget` bytes (a layer
+    that alone exceeds it gets a group of its own)."""
+    per = layer_hessian_bytes(layout)
     groups: list[list[int]] = []
     used = 0
     for layer in sorted(per):
@@ -143,15 +149,9 @@ def hessian_layout(model_path: str, text: str, n_ctx: int = 512, threads=None) -
     return {name: (first_of.setdefault(id(shapes[name]), name), int(shapes[name].shape[1])) for name in sorted(shapes)}
 
 
-def hessian_bytes(layout: dict[str, tuple[str, int]], layers=None) -> int:
-    """Bytes of the distinct float32 H of `layers` (default: all) as a Hessian file holds them."""
-    return sum(4 * d * d for name, (key, d) in layout.items()
-               if key == name and (layers is None or layer_of(name) in layers))
-
-
-def check_disk(folder: str, need: int, what: str, where: str = "TMPDIR") -> None:
-    """Refuse, before anything is written, a run whose files need more room than `folder`'s disk has
-    (`where`: what the user points at another disk)."""
+def check_disk(folder: str, need: int, what: str, where: str = "TMPDIR") -> int:
+    """The free bytes of `folder`'s disk; a run whose files need more room than that is refused before
+    anything is written (`where`: what the user points at another disk)."""
     import shutil
 
     free = shutil.disk_usage(folder).free
@@ -159,6 +159,7 @@ def check_disk(folder: str, need: int, what: str, where: str = "TMPDIR") -> None
         raise OptionError("{what} need about {need:.1f} GiB of disk in {folder}, {free:.1f} GiB is free; point "
                           + where + " at a disk with room.", what=what, need=need / 2**30, folder=f"'{folder}'",
                           free=free / 2**30)
+    return free
 
 
 def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512, chunks: int = 0, threads=None,
@@ -168,8 +169,8 @@ def collect_hessians(model_path: str, text: str, out_path: str, n_ctx: int = 512
     pass). Returns the number of passes."""
     layout = hessian_layout(model_path, text, n_ctx, threads)
     groups = layer_groups(layout, group_bytes if group_bytes is not None else 1 << 62)
-    check_disk(os.path.dirname(os.path.abspath(out_path)), hessian_bytes(layout), "GPTQ's Hessians",
-               "{hessian_path}")
+    check_disk(os.path.dirname(os.path.abspath(out_path)), sum(layer_hessian_bytes(layout).values()),
+               "GPTQ's Hessians", "{hessian_path}")
     _write_groups(model_path, text, out_path, layout, groups, n_ctx, chunks, threads, progress, 0, len(groups))
     return len(groups)
 
@@ -179,12 +180,10 @@ def stream_hessians(model_path: str, text: str, folder: str, n_ctx: int = 512, c
     """The Hessians a group of layers at a time: yields the path of a file in `folder` holding one
     group's H, to be used and deleted before the next is collected, so the disk holds one group at
     most (groups are sized to the smaller of `group_bytes` and the folder's free space less `keep_free`)."""
-    import shutil
-
     layout = hessian_layout(model_path, text, n_ctx, threads)
-    room = shutil.disk_usage(folder).free - keep_free - (1 << 20)
-    layer_most = max(hessian_bytes(layout, {layer}) for layer in {layer_of(k) for k, _ in layout.values()})
-    check_disk(folder, layer_most + keep_free, "GPTQ's Hessians of one layer and the rounded matrices")
+    free = check_disk(folder, max(layer_hessian_bytes(layout).values()) + keep_free,
+                      "GPTQ's Hessians of one layer and the rounded matrices")
+    room = free - keep_free - (1 << 20)
     groups = layer_groups(layout, min(room, group_bytes if group_bytes is not None else 1 << 62))
     for gi, layers in enumerate(groups):
         path = os.path.join(folder, f"hessians-{gi}.gguf")

@@ -43,6 +43,8 @@ from llmkit.quant.formats.numerics import F32
 
 SUPPORTED = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0")
 SHRINK = 3.0  # H + SHRINK x diag(H): see the module's docstring
+NO_TARGETS = ("no matrix of this model has both a GPTQ type (Q2_K..Q6_K, Q4_0) and a Hessian; check the type and "
+              "that the Hessians come from this model.")
 SUB_BLOCK = 32  # columns updated one by one before a matrix product carries their error to the rest of a block
 
 
@@ -202,25 +204,24 @@ def gptq_replacements(src: str, types: dict[str, str], hessian_path: str, imatri
     matrices GPTQ can round is an error."""
     g = read_gguf(src)
     hidx = hessian_index(hessian_path)
-    jobs = []
-    for t in g.tensors:
-        new = types.get(t.name)
-        if new not in SUPPORTED or len(t.shape) != 2 or t.name not in hidx:
+    jobs, cost = [], []
+    for t in _gptq_targets(g, types):
+        if t.name not in hidx:
             continue
+        new = types[t.name]
         off, dim = hidx[t.name]
         if dim != t.shape[0]:
             raise BadInput(f"the Hessian file's H for '{t.name}' is {dim}x{dim}, the tensor has rows of {t.shape[0]}: "
                            "it belongs to another model.")
         imp = None if imatrix is None or t.name not in imatrix else np.asarray(imatrix[t.name], np.float32)
         jobs.append((src, g.data_offset, t, new, hessian_path, off, dim, damp, refit, imp, shrink))
+        cost.append(rounding_bytes(dim, int(t.shape[1])))
     if not jobs and required:
-        raise BadInput("no matrix of this model has both a GPTQ type (Q2_K..Q6_K, Q4_0) and a Hessian; "
-                       "check the type and that the Hessians come from this model.")
+        raise BadInput(NO_TARGETS)
     out, raised = {}, {}
     if not jobs:
         return out, raised
     slots = max(1, threads or os.cpu_count() or 1)
-    cost = [rounding_bytes(j[6], int(j[2].shape[1])) for j in jobs]
     with ProcessPoolExecutor(min(slots, len(jobs))) as pool:
         running: dict = {}
         nxt = 0
@@ -242,15 +243,16 @@ def gptq_replacements(src: str, types: dict[str, str], hessian_path: str, imatri
     return out, raised
 
 
-def _gptq_targets(src: str, types: dict[str, str]) -> list[TensorInfo]:
-    """The matrices GPTQ rounds under `types`: 2-D blk.* matrices in a type it writes."""
-    return [t for t in read_gguf(src).tensors
+def _gptq_targets(g, types: dict[str, str]) -> list[TensorInfo]:
+    """The matrices of GGUF file `g` that GPTQ rounds under `types`: 2-D blk.* matrices (the ones that
+    have Hessians) in a type it writes."""
+    return [t for t in g.tensors
             if types.get(t.name) in SUPPORTED and len(t.shape) == 2 and t.name.startswith("blk.")]
 
 
 def gptq_bytes(src: str, types: dict[str, str]) -> int:
     """Bytes of the matrices GPTQ rounds, in their new types (what gptq_by_groups spills to disk)."""
-    return sum(tensor_bytes(types[t.name], t.shape) for t in _gptq_targets(src, types))
+    return sum(tensor_bytes(types[t.name], t.shape) for t in _gptq_targets(read_gguf(src), types))
 
 
 def gptq_by_groups(src: str, types: dict[str, str], hessian_files, spill_path: str, imatrix: dict | None = None,
@@ -260,7 +262,7 @@ def gptq_by_groups(src: str, types: dict[str, str], hessian_files, spill_path: s
     calibration.hessians.stream_hessians), each file deleted once its matrices are rounded. The bytes are
     appended to `spill_path` and handed back memory-mapped from it, so neither the disk nor memory holds
     more than one group's Hessians and the rounded bytes cost no memory while later groups are collected."""
-    total = len(_gptq_targets(src, types))
+    total = len(_gptq_targets(read_gguf(src), types))
     where, raised, done = {}, {}, 0
     with open(spill_path, "wb") as spill:
         for path in hessian_files:
@@ -274,8 +276,7 @@ def gptq_by_groups(src: str, types: dict[str, str], hessian_files, spill_path: s
             raised.update(more)
             done += len(out)
     if not where:
-        raise BadInput("no matrix of this model has both a GPTQ type (Q2_K..Q6_K, Q4_0) and a Hessian; "
-                       "check the type and that the Hessians come from this model.")
+        raise BadInput(NO_TARGETS)
     return {name: np.memmap(spill_path, np.uint8, "r", offset=off, shape=shape)
             for name, (off, shape) in where.items()}, raised
 
