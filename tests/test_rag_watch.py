@@ -213,3 +213,33 @@ def test_watch_refuses_stdin_and_missing_paths(tmp_path):
     assert r.exit_code == 1 and "--watch follows files and directories" in r.stderr
     r = run_cli(["rag", "index", str(tmp_path / "idx"), str(tmp_path / "nope"), "--watch"])
     assert r.exit_code == 1 and "does not exist" in r.stderr
+
+
+def test_an_edit_before_the_watch_is_live_is_indexed(tree):
+    """A file written after the first pass but before the watch starts raises no event: it is found
+    by comparing the files with what they were before the first pass."""
+    from llmkit.rag.index.build import IndexOptions
+    from llmkit.rag.indexing import watch
+
+    root, docs = tree
+    stop, events = threading.Event(), []
+
+    def on_event(ev):
+        events.append(ev)
+        if len(events) == 1:  # still inside the first pass's report: no watch is on yet
+            _write(docs / "gap.md", "# Gap\n\nThe pangolin rolls into a ball.\n")
+            _write(docs / "note2.md", "# Note 2\n\nNow about the okapi.\n")
+
+    t = threading.Thread(target=watch, args=(str(root / "idx"), [str(docs)], IndexOptions(tune=False), on_event, stop))
+    t.start()
+    try:
+        deadline = time.time() + 60
+        while len(events) < 2 and time.time() < deadline and t.is_alive():
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        t.join(60)
+    assert len(events) >= 2, "no pass after the edit made before the watch was live"
+    assert set(events[1].paths) == {str(docs / "gap.md"), str(docs / "note2.md")}
+    texts = _docs(root / "idx")
+    assert "pangolin" in " ".join(texts[str(docs / "gap.md")]) and "okapi" in " ".join(texts[str(docs / "note2.md")])

@@ -9,8 +9,10 @@ added and one that vanished without an event is removed. Passes take the index's
 any `rag index` run, so another writer queues behind a pass and the other way round, and each pass
 publishes a complete generation or none. Directories are watched rather than single files (an editor
 that saves by renaming replaces the file the watch was on); an input that disappears has its
-documents removed and its nearest existing parent watched until it comes back. Stopping (Ctrl-C, or
-`stop`) between or during passes leaves the last published generation live.
+documents removed and its nearest existing parent watched until it comes back. A watch raises no
+event for what changed before it went live, so the files' modification times and sizes are taken
+before the first pass (and before a watch moves) and compared once the new watch is live. Stopping
+(Ctrl-C, or `stop`) between or during passes leaves the last published generation live.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Callable
 from llmkit.errors import OptionError
 from llmkit.rag.index.build import IndexOptions, IndexReport, build
 from llmkit.rag.read.documents import SUFFIXES
-from llmkit.rag.read.files import JUNK_DIRS
+from llmkit.rag.read.files import JUNK_DIRS, collect_files
 
 
 def index_pass(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: bytes | None = None,
@@ -125,10 +127,12 @@ def watch(directory: str, inputs: list[str], opts: IndexOptions, on_event: Calla
     last = None
     try:
         t0 = time.perf_counter()
+        # taken before the first pass: what changes between it and the watch going live is found by
+        # comparing with this once the watch is live (an edit in that gap raises no event)
+        snap = _snapshot(watched, opts)
         report, tuned = index_pass(directory, inputs, opts, progress=progress, on_wait=on_wait)
         last = report
         on_event(WatchEvent("pass", report=report, tuned=tuned, seconds=time.perf_counter() - t0))
-        rescan = False
         while stop is None or not stop.is_set():
             targets = watched.targets()
             for changes in watchfiles.watch(*targets, watch_filter=None, debounce=debounce_ms, step=50,
@@ -137,35 +141,49 @@ def watch(directory: str, inputs: list[str], opts: IndexOptions, on_event: Calla
                 notes = watched.recheck()
                 for note in notes:
                     on_event(note)
-                paths = sorted({p for _, p in changes if watched.matters(p)})
-                if rescan:
-                    # the new watch is live now; what changed while no watch was on is found by reading
-                    # every file once (unchanged content is left as it is)
-                    rescan = False
-                    last = _pass(directory, watched, opts, None, on_event, t0, progress, on_wait) or last
-                elif paths or notes:
-                    last = _pass(directory, watched, opts, paths, on_event, t0, progress, on_wait) or last
-                if watched.targets() != targets:
-                    rescan = True
-                    break  # an input left or came back: watch its new nearest directory
+                paths = {p for _, p in changes if watched.matters(p)}
+                if snap is not None:  # the first batch of a new watch: it is live now
+                    paths |= _differences(snap, _snapshot(watched, opts))
+                    snap = None
+                moving = watched.targets() != targets
+                if moving:  # an input left or came back: the next watch catches up from here
+                    snap = _snapshot(watched, opts)
+                if paths or notes:
+                    last = _pass(directory, watched, opts, sorted(paths), on_event, t0, progress, on_wait) or last
+                if moving:
+                    break  # watch its new nearest directory
     except KeyboardInterrupt:
         pass
     return last
 
 
-def _pass(directory, watched: _Inputs, opts, paths, on_event, t0, progress, on_wait):
+def _snapshot(watched: _Inputs, opts: IndexOptions) -> dict[str, tuple[int, int]]:
+    """Absolute path -> (mtime in ns, size) of every file a pass would read now."""
+    out = {}
+    for path in collect_files(watched.present(), opts.read)[0]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out[os.path.abspath(path)] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+def _differences(before: dict, after: dict) -> set[str]:
+    """Paths added, removed or changed between two snapshots."""
+    return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+
+
+def _pass(directory, watched: _Inputs, opts, paths: list[str], on_event, t0, progress, on_wait):
     """One pass for a batch of changed paths: files named in it (or under a directory named in it)
-    are read again; the rest are walked, not read. With `paths` None every file is read again."""
-    changed = None
-    if paths is not None:
-        prefixes = tuple(p + os.sep for p in paths)
-        set_paths = set(paths)
+    are read again; the rest are walked, not read."""
+    prefixes = tuple(p + os.sep for p in paths)
+    set_paths = set(paths)
 
-        def changed(path: str) -> bool:
-            return path in set_paths or path.startswith(prefixes)
+    def changed(path: str) -> bool:
+        return path in set_paths or path.startswith(prefixes)
 
-    present = watched.present()
-    report, tuned = index_pass(directory, present, opts, progress=progress, on_wait=on_wait,
+    report, tuned = index_pass(directory, watched.present(), opts, progress=progress, on_wait=on_wait,
                                changed=changed, vanished=watched.vanished())
-    on_event(WatchEvent("pass", report=report, tuned=tuned, paths=paths or [], seconds=time.perf_counter() - t0))
+    on_event(WatchEvent("pass", report=report, tuned=tuned, paths=paths, seconds=time.perf_counter() - t0))
     return report
