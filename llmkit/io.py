@@ -204,26 +204,48 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _left_by_dead(directory, pattern: re.Pattern) -> list[os.DirEntry]:
+    """Entries of `directory` whose name matches `pattern` with a process id (group 1) that is
+    neither this process nor alive."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return []
+    return [e for e in entries if (m := pattern.fullmatch(e.name)) and int(m.group(1)) != os.getpid()
+            and not _pid_alive(int(m.group(1)))]
+
+
 def remove_stale_temps(path: str | os.PathLike) -> list[str]:
     """Remove the temp files of earlier writes to `path` whose process is gone (a `kill -9` leaves
     `.NAME.PID.XXXX.tmp`; no handler can run then). Temps of live processes are left alone."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
-    pat = re.compile(r"\." + re.escape(path.name) + r"\.(\d+)\.[^/]+\.tmp")
     removed = []
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return removed
-    for e in entries:
-        m = pat.fullmatch(e.name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            try:
-                os.unlink(e.path)
-                removed.append(e.path)
-            except OSError:
-                pass
+    for e in _left_by_dead(directory, re.compile(r"\." + re.escape(path.name) + r"\.(\d+)\.[^/]+\.tmp")):
+        try:
+            os.unlink(e.path)
+            removed.append(e.path)
+        except OSError:
+            pass
     return removed
+
+
+@contextmanager
+def scratch_dir(prefix: str):
+    """A temporary folder `TMPDIR/PREFIX<pid>-XXXX`, removed when the block ends (on an exception and
+    SIGTERM too). Folders of earlier runs with the same prefix whose process is gone are removed
+    first: a `kill -9` runs no handler, and a killed quantization would leave gigabytes behind."""
+    import shutil
+
+    base = tempfile.gettempdir()
+    for e in _left_by_dead(base, re.compile(re.escape(prefix) + r"(\d+)-[^/]+")):
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path, ignore_errors=True)
+    path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextmanager
@@ -342,6 +364,17 @@ def expand_inputs(inputs: Iterable[str]) -> list[str]:
         else:
             raise BadInput(f"input '{item}' does not exist. Check the path.")
     return out
+
+
+def total_size(paths: Iterable[str]) -> int:
+    """Bytes in the files (unreadable ones count 0)."""
+    total = 0
+    for p in paths:
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    return total
 
 
 def read_text(path: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, start_subprocess
+from conftest import run_cli, run_subprocess, start_subprocess
 
 ROOT = Path(__file__).parent.parent
 
@@ -106,3 +106,36 @@ def test_signal_during_quantize_removes_the_temp_file(tmp_path, sig, code):
     assert not [f.name for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
     assert out.read_bytes() == b"previous output"
     assert b"Traceback" not in err
+
+
+def test_a_killed_gptq_run_leaves_no_scratch_folder_after_the_next_run(tmp_path, kernel_small):
+    """GPTQ keeps its Hessians in TMPDIR/llmkit-gptq-PID-*; `kill -9` runs no handler, so the next
+    run removes the folders of processes that are gone (and never a live run's)."""
+    from ggufmake import write_tiny_llama
+
+    src = write_tiny_llama(tmp_path / "m.gguf", n_embd=256, n_ff=512, n_layer=3, n_head=4, n_head_kv=2, seed=3)
+    calib = tmp_path / "calib.txt"
+    calib.write_text(kernel_small.read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live = tmp / f"llmkit-gptq-{alive.pid}-keep"  # another run still at work
+    live.mkdir()
+    args = ["quant", str(src), "--type", "Q4_K_M", "--method", "gptq", "--calib", str(calib), "-c", "128",
+            "--chunks", "4", "-t", "1"]
+    env = {"TMPDIR": str(tmp)}
+    try:
+        p = start_subprocess([*args, "-o", str(tmp_path / "a.gguf")], env=env)
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and len(list(tmp.glob("llmkit-gptq-*"))) < 2:
+            time.sleep(0.02)
+        assert p.poll() is None, "the run ended before it could be killed"
+        p.kill()
+        p.communicate(timeout=60)
+        assert [d for d in tmp.glob("llmkit-gptq-*") if d != live]  # what kill -9 leaves behind
+        r = run_subprocess([*args, "-o", str(tmp_path / "b.gguf")], env=env, timeout=300, text=True)
+        assert r.returncode == 0, r.stderr
+        assert sorted(tmp.glob("llmkit-gptq-*")) == [live]
+    finally:
+        alive.kill()
+        alive.wait()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 
 from typing import TYPE_CHECKING
 
 from llmkit.errors import OptionError
+from llmkit.io import scratch_dir
 from llmkit.quant.formats.jit import Kernels
 from llmkit.quant.options import METHODS, Progress, QuantOptions
 from llmkit.quant.plan import rules
@@ -73,7 +73,7 @@ def quantize(src: str, dst: str, opts: QuantOptions) -> QuantRun:
         streamed = opts.method == "gptq" and not opts.saved_hessians and not hpath and not opts.budgeted
         if opts.method == "gptq" and not opts.saved_hessians and not streamed:
             if not hpath:  # nowhere to keep them: a temporary folder, removed at the end of the run
-                hpath = os.path.join(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmkit-gptq-")),
+                hpath = os.path.join(cleanup.enter_context(scratch_dir("llmkit-gptq-")),
                                      "hessians.gguf")
             collect_hessians(src, opts.calib_text, hpath, opts.n_ctx or 256, opts.chunks or 16, opts.threads,
                              progress=stage("hessians", "calibration"), group_bytes=group_bytes)
@@ -93,7 +93,7 @@ def quantize(src: str, dst: str, opts: QuantOptions) -> QuantRun:
             types = plan_types(src, ftype, opts.pure, opts.imatrix is not None, opts.overrides, assign)
             shrink = SHRINK if opts.shrink is None else opts.shrink
             if streamed:
-                folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="llmkit-gptq-"))
+                folder = cleanup.enter_context(scratch_dir("llmkit-gptq-"))
                 files = stream_hessians(src, opts.calib_text, folder, opts.n_ctx or 256, opts.chunks or 16,
                                         opts.threads, progress=stage("hessians", "calibration"),
                                         group_bytes=group_bytes, keep_free=gptq_bytes(src, types))
