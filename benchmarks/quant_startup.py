@@ -38,10 +38,10 @@ def child(argv):
 
         import llama_cpp
 
-        from llmkit.llama.runtime import _silence_llama_log
+        from llmkit.llama.runtime import silence_llama_log
         from llmkit.quant.plan import rules
 
-        _silence_llama_log()
+        silence_llama_log()
         p = llama_cpp.llama_model_quantize_default_params()
         p.ftype, p.nthread = rules.FTYPES[argv[3]][0], 2
         t0 = time.perf_counter()

@@ -44,7 +44,7 @@ def _llama_kv_log(path, n_ctx, tk, tv, fa):
         import llmkit.llama.runtime as rt
 
         rt._LOG_CALLBACK = None
-        rt._silence_llama_log()
+        rt.silence_llama_log()
     line = next(x for x in lines if "cells" in x and "K (" in x)
     cells = int(re.search(r"\(\s*(\d+) cells", line).group(1))
     k = float(re.search(r"K \(\w+\):\s*([\d.]+) MiB", line).group(1))

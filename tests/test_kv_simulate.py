@@ -7,7 +7,8 @@ import pytest
 
 from conftest import run_cli
 from llmkit.errors import BadInput
-from llmkit.kv.simulate import POLICIES, read_trace, simulate, synthetic_trace, unshared
+from llmkit.kv.simulate import POLICIES, simulate
+from llmkit.kv.trace import read_trace, synthetic_trace, unshared
 
 
 @pytest.fixture(scope="module")

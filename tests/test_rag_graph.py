@@ -116,7 +116,8 @@ def test_global_answer_with_local_model(gidx, tmp_path):
 
 
 def test_graph_flag_reranks_the_fused_candidates_unless_the_list_has_a_weight(gidx):
-    from llmkit.rag.retrieve.options import GRAPH_RERANK, Fusion, QueryOptions, build_pipeline, parse_weights
+    from llmkit.rag.retrieve.options import GRAPH_RERANK, Fusion, QueryOptions, parse_weights
+    from llmkit.rag.retrieve.pipeline import build_pipeline
 
     _, idx = gidx
     pipe, _ = build_pipeline(str(idx), QueryOptions(k=5, graph=True))

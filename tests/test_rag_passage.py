@@ -55,7 +55,8 @@ def test_the_shown_chunk_is_the_first_of_the_same_fusion_over_chunks(readme_inde
 
 def test_answer_sources_are_the_shown_passages(readme_index):
     from llmkit.rag.answer.cite import gather_sources
-    from llmkit.rag.retrieve.options import QueryOptions, build_pipeline
+    from llmkit.rag.retrieve.options import QueryOptions
+    from llmkit.rag.retrieve.pipeline import build_pipeline
 
     pipe, _ = build_pipeline(str(readme_index), QueryOptions(k=4))
     sources = gather_sources(pipe, None, "how do I install llmkit")

@@ -43,8 +43,8 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, outp
     llmkit tokenize train --algo bpe --vocab-size 8000 -o tok.json corpus/
     cat notes.txt | llmkit tokenize train --algo unigram --vocab-size 500 --trace > tok.json
     """
-    from llmkit.io import expand_inputs, iter_lines
-    from llmkit.tokenize.train import train
+    from llmkit.io import expand_inputs, iter_lines, total_size
+    from llmkit.tokenize.train import step_text, train
 
     out = Output(jsonl=jsonl)
     paths = expand_inputs(resolve_inputs(inputs, "corpus"))
@@ -57,7 +57,7 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, outp
         to_stdout = output is not None
 
         def trace_fn(step: dict) -> None:
-            line = json.dumps(step, ensure_ascii=False) if jsonl else _trace_text(algo, step)
+            line = json.dumps(step, ensure_ascii=False) if jsonl else step_text(algo, step)
             if to_stdout:
                 out.data(line)
             else:
@@ -66,36 +66,12 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, outp
     with progress_bar(f"training {algo}") as bar:
         tok = train(iter_lines(paths), algo, vocab_size, min_frequency=min_frequency,
                     special_tokens=list(specials) if specials else None, lowercase=lowercase,
-                    progress=bar, trace=trace_fn, work_bytes=_size_of(paths))
+                    progress=bar, trace=trace_fn, work_bytes=total_size(paths))
     if output:
         tok.save(output)
         out.info(f"{algo}: {tok.vocab_size} tokens -> {output}")
     else:
         out.data(json.dumps(tok.to_hf(), ensure_ascii=False))
-
-
-def _size_of(paths: list[str]) -> int:
-    """Bytes in the input files (what decides whether compiling the kernels pays)."""
-    import os
-
-    total = 0
-    for p in paths:
-        try:
-            total += os.path.getsize(p)
-        except OSError:
-            pass
-    return total
-
-
-def _trace_text(algo: str, s: dict) -> str:
-    if algo == "bpe":
-        top = ", ".join(f"({a},{b})={n}" for a, b, n in s["top_pairs"])
-        return f"step {s['step']}: merge ({s['merge'][0]}, {s['merge'][1]}) count={s['count']}  top: {top}"
-    if algo == "wordpiece":
-        top = ", ".join(f"({a},{b})={sc:.6g}" for a, b, sc in s["top_scores"])
-        return f"step {s['step']}: merge ({s['merge'][0]}, {s['merge'][1]}) score={s['score']:.6g}  top: {top}"
-    return (f"round {s['step']}: loss={s['viterbi_loss']:.1f} em={s['em_loss']:.4f} vocab={s['vocab']} "
-            f"removed={s['removed']} e.g. {', '.join(s['removed_sample'])}")
 
 
 THREADS_HELP = "Threads for large inputs (default: the idle cores; more than the cores is clamped)."

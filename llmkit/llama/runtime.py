@@ -148,7 +148,7 @@ def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = T
     if n_ctx < 8:
         raise OptionError("context size {value} is too small. Use {n_ctx} 256 or more.", value=n_ctx)
     if not opts.verbose:
-        _silence_llama_log()
+        silence_llama_log()
     threads = opts.n_threads or default_threads()
     kwargs = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=max(threads, 1), n_batch=opts.n_batch,
                   n_ubatch=opts.n_batch, logits_all=logits_all, verbose=opts.verbose, use_mlock=opts.use_mlock,
@@ -173,7 +173,7 @@ def _quiet_log(level, text, user_data):
 CALLBACK_CODES = {_quiet_log.__code__}  # Python functions that llama.cpp calls back into
 
 
-def _silence_llama_log() -> None:
+def silence_llama_log() -> None:
     """Route llama.cpp's own log lines to nowhere (ModelOptions.verbose keeps them)."""
     global _LOG_CALLBACK
     if _LOG_CALLBACK is not None:

@@ -129,24 +129,3 @@ def _machine_module(f) -> tuple[str, bytes]:
         return f.native_name, module.as_bitcode()
     fresh = cfunc(f._sig, error_model="numpy")(f._pyfunc)
     return fresh.native_name, fresh._library._final_module.as_bitcode()
-
-
-def build_all() -> list[str]:
-    """Build every linked library llmkit has (the tokenizers', the plain quantizers'); the names of
-    those that could not be built (no numba, no C compiler)."""
-    from llmkit.quant.formats import native as quant_native
-    from llmkit.tokenize import native as tokenize_native
-
-    failed = []
-    if not tokenize_native.build():
-        failed.append("tokenize-kernels")
-    if not quant_native.build():
-        failed.append(quant_native.NAME)
-    return failed
-
-
-if __name__ == "__main__":  # python -m llmkit.native: what scripts/install.sh runs once
-    missing = build_all()
-    if missing:
-        raise SystemExit(f"could not build {', '.join(missing)} (numba or a C compiler missing); "
-                         "llmkit runs without them, slower on small inputs")

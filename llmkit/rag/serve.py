@@ -21,7 +21,8 @@ from dataclasses import replace
 from llmkit.errors import LlmkitError, OptionError
 from llmkit.rag.index.manifest import MANIFEST, stored_version
 from llmkit.rag.index.reader import Index
-from llmkit.rag.retrieve.options import FilterOptions, QueryOptions, build_pipeline
+from llmkit.rag.retrieve.options import FilterOptions, QueryOptions
+from llmkit.rag.retrieve.pipeline import build_pipeline
 
 
 QUERY_THREADS = 1  # one query at a time: a second thread costs more in hand-offs than it saves (rag-defaults.md)

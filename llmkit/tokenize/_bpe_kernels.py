@@ -31,7 +31,7 @@ def _cont(b):
 
 
 @njit
-def _decode(t, i, end):
+def decode_utf8(t, i, end):
     """(code point, byte length) at t[i]; an invalid byte is (-1, 1), a code point of no class."""
     b0 = t[i]
     if b0 < 0x80:
@@ -61,7 +61,7 @@ def _at(t, i, end, cls):
     b = t[i]
     if b < 0x80:
         return np_int(cls[b]), np_int(b), 1
-    cp, n = _decode(t, i, end)
+    cp, n = decode_utf8(t, i, end)
     return (0 if cp < 0 else np_int(cls[cp])), cp, n
 
 
@@ -75,7 +75,7 @@ def _run(t, i, end, cls, mask, want):
                 break
             i += 1
         else:
-            cp, n = _decode(t, i, end)
+            cp, n = decode_utf8(t, i, end)
             c = 0 if cp < 0 else cls[cp]
             if (c & mask) != want:
                 break
@@ -129,7 +129,7 @@ def _spaces(t, i, end, cls, crlf):
             last = j
             j += 1
         else:
-            cp, n = _decode(t, j, end)
+            cp, n = decode_utf8(t, j, end)
             if cp < 0 or (cls[cp] & S_) == 0:
                 break
             last = j
@@ -198,7 +198,9 @@ def _next_llama3(t, i, end, cls, max_digits, fold):
 
 
 @njit
-def _next(t, i, end, cls, kind):
+def next_piece(t, i, end, cls, kind):
+    """End of the pre-tokenizer piece that starts at t[i], under pattern `kind` (0 GPT-2; 1-4 the
+    Llama-3 family, by how many digits group and how contractions fold)."""
     if kind == 0:
         return _next_gpt2(t, i, end, cls)
     if kind == 1:
@@ -233,7 +235,8 @@ def _pair_rank(pkey, prank, mask, a, b):
 
 
 @njit
-def _hash_bytes(t, s, e):
+def hash_bytes(t, s, e):
+    """FNV-1a of t[s:e], made odd: never 0, which marks an empty slot of the word cache."""
     h = FNV_OFFSET
     for k in range(s, e):
         h = (h ^ np_int(t[k])) * FNV_PRIME
@@ -269,7 +272,7 @@ def build_vocab(tb_p, toff_p, n, vslot_p, cap):
     for s in range(cap):
         vslot[s] = -1
     for k in range(n):
-        s = _hash_bytes(tb, toff[k], toff[k + 1]) & mask
+        s = hash_bytes(tb, toff[k], toff[k + 1]) & mask
         while vslot[s] != -1:
             s = (s + 1) & mask
         vslot[s] = k
@@ -278,7 +281,7 @@ def build_vocab(tb_p, toff_p, n, vslot_p, cap):
 
 @njit
 def _vocab_lookup(t, s, e, tb, toff, vslot, vmask):
-    h = _hash_bytes(t, s, e) & vmask
+    h = hash_bytes(t, s, e) & vmask
     n = e - s
     while True:
         k = vslot[h]
@@ -427,7 +430,7 @@ def _merge_word(t, s, e, byte_id, pkey, prank, pmask, new_of, sc, sprev, snext, 
 def _cache_get(t, i, j, chash, cmeta, cmask, karena, varena, out, o):
     """Copy the cached ids of the word t[i:j] to out[o:]; returns their number, or -1 (not cached)."""
     n = j - i
-    h = _hash_bytes(t, i, j)
+    h = hash_bytes(t, i, j)
     s = h & cmask
     while chash[s] != 0:
         if chash[s] == h and (cmeta[s] & 0xFF) == n:
@@ -457,7 +460,7 @@ def _cache_put(t, i, j, chash, cmeta, cmask, karena, kcap, varena, vcap, st, ids
         st[0] = 0
         st[1] = 0
         st[2] = 0
-    h = _hash_bytes(t, i, j)
+    h = hash_bytes(t, i, j)
     s = h & cmask
     while chash[s] != 0:
         s = (s + 1) & cmask
@@ -514,7 +517,7 @@ def encode_lines(text_p, loff_p, n_lines, first, cls_p, byte_id_p, pkey_p, prank
     for li in range(first, n_lines):
         i, end = loff[li], loff[li + 1]
         while i < end:
-            j = _next(t, i, end, cls, kind)
+            j = next_piece(t, i, end, cls, kind)
             n = j - i
             if n <= KEY_MAX:
                 vl = _cache_get(t, i, j, chash, cmeta, cmask, karena, varena, out, o)

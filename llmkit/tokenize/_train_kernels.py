@@ -20,7 +20,7 @@ from __future__ import annotations
 from numba import carray, cfunc, njit
 from numba import types as T
 
-from llmkit.tokenize._bpe_kernels import P8, P32, P64, _decode, _hash_bytes, _next, np_int
+from llmkit.tokenize._bpe_kernels import P8, P32, P64, decode_utf8, hash_bytes, next_piece, np_int
 
 # BERT classes (one byte per code point): whitespace, dropped (control/unassigned), CJK, punctuation
 B_WS, B_DROP, B_CJK, B_PUNCT = 1, 2, 4, 8
@@ -32,7 +32,7 @@ FULL = 1  # a buffer is full: grow it and call again from the returned position
 def _add_word(w, s, e, slots, smask, arena, woff, wcount, whash, st):
     """Count the word w[s:e]; returns False when the arena, the word arrays or the table are full."""
     n = e - s
-    h = _hash_bytes(w, s, e)
+    h = hash_bytes(w, s, e)
     k = h & smask
     while slots[k] != -1:
         i = slots[k]
@@ -70,7 +70,7 @@ def _bert_next(t, i, end, bcls, buf):
         if b < 0x80:
             c, n = np_int(bcls[b]), 1
         else:
-            cp, n = _decode(t, i, end)
+            cp, n = decode_utf8(t, i, end)
             c = 0 if cp < 0 else np_int(bcls[cp])
         if c & B_WS:
             if nb > 0:
@@ -117,7 +117,7 @@ def count_words(text_p, n, start, mode, kind, cls_p, bcls_p, slots_p, scap, aren
                 line_end += 1
             line_end = min(n, line_end + 1)
             while i < line_end:
-                j = _next(t, i, line_end, cls, kind)
+                j = next_piece(t, i, line_end, cls, kind)
                 if not _add_word(t, i, j, slots, smask, arena, woff, wcount, whash, st):
                     return i
                 i = j

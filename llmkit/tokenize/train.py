@@ -124,3 +124,15 @@ def train(
         model = Unigram(r.pieces, r.unk_id)
         added = [AddedToken(s, i) for i, s in enumerate(r.special_tokens)]
     return Tokenizer(model, added)
+
+
+def step_text(algo: str, s: dict) -> str:
+    """One line for a person from a training step's trace record (`train`'s `trace`)."""
+    if algo == "bpe":
+        top = ", ".join(f"({a},{b})={n}" for a, b, n in s["top_pairs"])
+        return f"step {s['step']}: merge ({s['merge'][0]}, {s['merge'][1]}) count={s['count']}  top: {top}"
+    if algo == "wordpiece":
+        top = ", ".join(f"({a},{b})={sc:.6g}" for a, b, sc in s["top_scores"])
+        return f"step {s['step']}: merge ({s['merge'][0]}, {s['merge'][1]}) score={s['score']:.6g}  top: {top}"
+    return (f"round {s['step']}: loss={s['viterbi_loss']:.1f} em={s['em_loss']:.4f} vocab={s['vocab']} "
+            f"removed={s['removed']} e.g. {', '.join(s['removed_sample'])}")

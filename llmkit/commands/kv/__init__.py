@@ -90,13 +90,14 @@ def simulate_cmd(trace, n_requests, rate, prompt_mean, output_mean, shared_prefi
     llmkit kv simulate trace.jsonl -m model.gguf --gpu-gb 24 --policy paged --preempt swap --json
     """
     from llmkit.kv import simulate as sim
+    from llmkit.kv import trace as traces
 
     if trace:
         from llmkit.io import read_text, split_lines
 
-        reqs = sim.read_trace(split_lines(read_text(trace)))
+        reqs = traces.read_trace(split_lines(read_text(trace)))
     else:
-        reqs = sim.synthetic_trace(n_requests, rate, seed, prompt_mean, output_mean, shared_prefix, samples, max_len)
+        reqs = traces.synthetic_trace(n_requests, rate, seed, prompt_mean, output_mean, shared_prefix, samples, max_len)
     if budget_tokens is None:
         if not model_path or (budget_bytes is None and gpu_gb is None):
             raise click.UsageError("give --budget-tokens, or -m MODEL with --budget-bytes or --gpu-gb.")

@@ -44,7 +44,7 @@ def answer_cmd(index_dir, question, opts, n_predict, compress_to, global_, as_js
     """
     from llmkit.commands._common import stdout_stream
     from llmkit.rag.answer.cite import answer, gather_sources
-    from llmkit.rag.retrieve.options import build_pipeline
+    from llmkit.rag.retrieve.pipeline import build_pipeline
 
     out = Output()
     if global_:
@@ -84,7 +84,7 @@ def _ask_global(out, index_dir, question, opts, n_predict, as_json) -> None:
 
     from llmkit.commands._common import stdout_stream
     from llmkit.rag.answer.global_answer import global_answer
-    from llmkit.rag.retrieve.options import build_pipeline
+    from llmkit.rag.retrieve.pipeline import build_pipeline
 
     pipe, llm = build_pipeline(index_dir, replace(opts, k=40), need_llm=True)
     ans = global_answer(pipe.index, pipe, llm, question, opts.k, n_predict, on_text=stdout_stream(not as_json))

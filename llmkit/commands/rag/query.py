@@ -54,7 +54,7 @@ def query_cmd(index_dir, query, opts, queries_file, compress_to, explain, jsonl)
     cut -f2 questions.tsv | llmkit rag query idx --jsonl > hits.jsonl
     """
     from llmkit.rag.answer.cite import compress_for, shown_texts, where
-    from llmkit.rag.retrieve.options import build_pipeline
+    from llmkit.rag.retrieve.pipeline import build_pipeline
 
     out = Output(jsonl=jsonl)
     # compression counts and drops the model's own tokens when a model is given (--llm)

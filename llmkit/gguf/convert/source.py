@@ -24,7 +24,8 @@ POOLING_FLAGS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tok
                  "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
 
 
-def _json(path: str) -> dict | list | None:
+def read_json(path: str) -> dict | list | None:
+    """A JSON file's content, None where it does not exist; unreadable JSON is a BadFileFormat."""
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -51,14 +52,14 @@ class SentenceConfig:
 def read_sentence_config(directory: str) -> SentenceConfig:
     """The sentence-transformers modules of a directory (modules.json and each module's config)."""
     sc = SentenceConfig()
-    modules = _json(os.path.join(directory, "modules.json")) or []
+    modules = read_json(os.path.join(directory, "modules.json")) or []
     for m in modules:
         kind = str(m.get("type", "")).rsplit(".", 1)[-1]
         path = os.path.join(directory, m.get("path", ""))
         if kind == "Transformer":
             continue
         if kind == "Pooling":
-            cfg = _json(os.path.join(path, "config.json")) or {}
+            cfg = read_json(os.path.join(path, "config.json")) or {}
             mode = cfg.get("pooling_mode")
             if mode:  # sentence-transformers >= 6: a mode or a list of modes
                 sc.pooling = [mode] if isinstance(mode, str) else list(mode)
@@ -71,14 +72,14 @@ def read_sentence_config(directory: str) -> SentenceConfig:
             sc.dense.append(path)
         else:
             sc.others.append(kind)
-    st = _json(os.path.join(directory, "sentence_bert_config.json")) or {}
-    tc = _json(os.path.join(directory, "tokenizer_config.json")) or {}
+    st = read_json(os.path.join(directory, "sentence_bert_config.json")) or {}
+    tc = read_json(os.path.join(directory, "tokenizer_config.json")) or {}
     if st.get("max_seq_length"):
         sc.max_seq_length = int(st["max_seq_length"])
     elif modules and isinstance(tc.get("model_max_length"), int) and tc["model_max_length"] < 1 << 20:
         sc.max_seq_length = tc["model_max_length"]  # sentence-transformers >= 6 keeps the limit here
     sc.do_lower_case = bool(st.get("do_lower_case", False))
-    cst = _json(os.path.join(directory, "config_sentence_transformers.json")) or {}
+    cst = read_json(os.path.join(directory, "config_sentence_transformers.json")) or {}
     sc.prompts = {k: v for k, v in (cst.get("prompts") or {}).items() if isinstance(v, str) and v}
     return sc
 
@@ -150,10 +151,10 @@ def open_source(directory: str) -> SourceModel:
     if not os.path.isdir(directory):
         raise BadInput(f"'{directory}' is not a directory. Pass a sentence-transformers or Hugging Face model "
                        "directory.")
-    config = _json(os.path.join(directory, "config.json"))
+    config = read_json(os.path.join(directory, "config.json"))
     if not isinstance(config, dict):
         raise BadInput(f"'{directory}' has no config.json; it is not a Hugging Face model directory.")
-    tok = _json(os.path.join(directory, "tokenizer.json"))
+    tok = read_json(os.path.join(directory, "tokenizer.json"))
     if not isinstance(tok, dict):
         raise BadInput(f"'{directory}' has no tokenizer.json (the fast tokenizer file); the converter reads the "
                        "vocabulary from it. Save the model with a fast tokenizer.")
@@ -163,5 +164,5 @@ def open_source(directory: str) -> SourceModel:
         hint = " (it has PyTorch .bin weights: re-save them as safetensors)" if bins else ""
         raise BadInput(f"'{directory}' has no .safetensors weights{hint}.")
     return SourceModel(directory, config, read_sentence_config(directory), tok,
-                       _json(os.path.join(directory, "tokenizer_config.json")) or {},
+                       read_json(os.path.join(directory, "tokenizer_config.json")) or {},
                        Safetensors([os.path.join(directory, n) for n in shards]))

@@ -120,7 +120,7 @@ class Scorer:
         self.n_seq, ctx_size, self.n_batch = layout(n_ctx, self.opts)
         lc = self.lc = runtime.load_llama_cpp()
         runtime.check_model_file(model_path)
-        runtime._silence_llama_log()
+        runtime.silence_llama_log()
         self.model = self.ctx = self.batch = None
         mp = lc.llama_model_default_params()
         mp.n_gpu_layers = 0

@@ -114,10 +114,10 @@ class LlamaEncoder:
     """One GGUF model in llama.cpp with an embedding context (pooled outputs per sequence)."""
 
     def __init__(self, info: GgufModel, threads: int | None = None):
-        from llmkit.llama.runtime import _silence_llama_log, default_threads, load_llama_cpp
+        from llmkit.llama.runtime import silence_llama_log, default_threads, load_llama_cpp
 
         lc = self.lc = load_llama_cpp()
-        _silence_llama_log()
+        silence_llama_log()
         self.info = info
         mp = lc.llama_model_default_params()
         mp.n_gpu_layers = 0

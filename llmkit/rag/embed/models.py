@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from llmkit.errors import BadInput, MissingDependency
+from llmkit.errors import BadInput
 from llmkit.errors import OptionError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (packaged)"

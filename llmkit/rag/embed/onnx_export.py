@@ -30,6 +30,7 @@ import numpy as np
 
 from llmkit.errors import BadFileFormat, MissingDependency
 from llmkit.rag.embed.models import check_precision
+from llmkit.rag.embed.onnx_build import save_external
 from llmkit.rag.embed.onnx_runtime import Spec, export_path
 from llmkit.rag.embed.sbert import load_sentence_transformer
 from llmkit.errors import OptionError
@@ -227,19 +228,6 @@ def torch_export(model_path: str, key: str, out: Path, precision: str, progress=
         time.perf_counter() - t0, 1), "torch": torch.__version__}), encoding="utf-8")
 
 
-def _save_external(model, dst: Path) -> None:
-    """Save with the weights in `dst.data` beside the graph: ONNX Runtime then maps them instead of
-    parsing them out of the protobuf, which makes a session start several times faster."""
-    import onnx
-
-    from llmkit.io import new_file_mode
-
-    onnx.save_model(model, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=dst.name + ".data", size_threshold=1024)
-    for p in (dst, dst.with_name(dst.name + ".data")):
-        os.chmod(p, new_file_mode(dst.parent / ".none"))  # onnx writes the data file 0600
-
-
 def _fuse(src: Path, dst: Path, config) -> bool:
     """Fuse attention/LayerNorm/GELU with onnxruntime's transformer optimizer; False (and the plain
     graph) when it cannot."""
@@ -252,10 +240,10 @@ def _fuse(src: Path, dst: Path, config) -> bool:
 
         opt = optimize_model(str(src), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=1)
         stats = opt.get_fused_operator_statistics()
-        _save_external(opt.model, dst)
+        save_external(opt.model, dst)
         return bool(stats.get("Attention", 0) or stats.get("MultiHeadAttention", 0))
     except Exception:  # an architecture the optimizer does not know: the unfused graph is still right
-        _save_external(onnx.load(str(src)), dst)
+        save_external(onnx.load(str(src)), dst)
         return False
 
 
@@ -278,7 +266,7 @@ def _quantize_int8(src: Path, out: Path) -> None:
         # to configure (the CLI shows records of level ERROR and above only).
         quantize_dynamic(str(src), str(dst), op_types_to_quantize=["MatMul"], per_channel=True,
                          weight_type=QuantType.QInt8, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-        _save_external(onnx.load(str(dst)), dst)
+        save_external(onnx.load(str(dst)), dst)
         os.replace(scratch / "model-int8.onnx.data", out / "model-int8.onnx.data")
         os.replace(dst, out / "model-int8.onnx")
     finally:

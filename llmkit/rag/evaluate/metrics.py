@@ -84,7 +84,7 @@ def evaluate_configs(index_dir: str, configs, queries: list[tuple[str, str]], qr
     are built one at a time, so a bad configuration stops the run only when reached)."""
     from dataclasses import replace
 
-    from llmkit.rag.retrieve.options import build_pipeline
+    from llmkit.rag.retrieve.pipeline import build_pipeline
 
     for label, opts in configs:
         k = max(recall_k, 10)

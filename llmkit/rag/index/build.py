@@ -244,8 +244,11 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
                                 " VALUES (?,?,?,?,?,?,?,?)", rows)
                 report.chunks_added += len(rows)
                 if manifest["graph"]:
+                    from llmkit.rag.index.graph import entity_llm
+
                     first = con.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1
-                    db.add_entities(con, [(first + i, r[3]) for i, r in enumerate(rows)], graph_llm(opts))
+                    db.add_entities(con, [(first + i, r[3]) for i, r in enumerate(rows)],
+                                    entity_llm(opts.store.graph_llm))
             report.docs_added += 1
         con.execute("COMMIT")
         publish(directory, con, manifest, gen, opts, report, progress)
@@ -258,22 +261,6 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     finally:
         con.close()
     return report
-
-
-def graph_llm(opts: IndexOptions):
-    """The local model that lists entities for the graph (`StoreOptions.graph_llm`), loaded once per
-    process, or None."""
-    path = opts.store.graph_llm
-    if not path:
-        return None
-    if path not in _GRAPH_LLMS:
-        from llmkit.rag.llm import LocalLLM
-
-        _GRAPH_LLMS[path] = LocalLLM(path)
-    return _GRAPH_LLMS[path]
-
-
-_GRAPH_LLMS: dict = {}
 
 
 class ModelTokens:

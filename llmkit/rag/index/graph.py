@@ -114,6 +114,21 @@ def entities(text: str) -> Counter:
     return out
 
 
+def entity_llm(path: str | None):
+    """The local model at `path` that lists entities for the graph, loaded once per process, or None
+    (no path)."""
+    if not path:
+        return None
+    if path not in _ENTITY_LLMS:
+        from llmkit.rag.llm import LocalLLM
+
+        _ENTITY_LLMS[path] = LocalLLM(path)
+    return _ENTITY_LLMS[path]
+
+
+_ENTITY_LLMS: dict = {}
+
+
 def llm_entities(llm, text: str) -> Counter:
     """Entities a local model lists for a text (one per line), normalised like the extractor's."""
     reply = llm.complete("List the named entities and key technical terms in this passage, one per line, "

@@ -64,9 +64,9 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
         if manifest["graph"]:
             if progress:
                 progress("entity graph", 0, 1)
-            from llmkit.rag.index.build import graph_llm
+            from llmkit.rag.index.graph import entity_llm
 
-            _publish_graph(con, rows, gdir, report, graph_llm(opts))
+            _publish_graph(con, rows, gdir, report, entity_llm(opts.store.graph_llm))
     _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
     _retire_old(directory, con, manifest, gen)
 

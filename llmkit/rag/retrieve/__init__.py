@@ -1,8 +1,9 @@
 """Retrieval: a query -> ranked hits from an `Index`.
 
     options.py   what a caller asks for: QueryOptions (Fusion, FilterOptions, LLMSteps), the fusion
-                 to run (given > the index's tuned choice > built-in); `build_pipeline`
-    pipeline.py  the Pipeline: pre-retrieval, retrieval lists, fusion, the passage per hit, re-ranking
+                 to run (given > the index's tuned choice > built-in)
+    pipeline.py  the Pipeline: pre-retrieval, retrieval lists, fusion, the passage per hit, re-ranking;
+                 `build_pipeline` (the Pipeline, its local LLM and re-ranker, for a QueryOptions)
     expand.py    pseudo-relevance feedback and synonyms
     filters.py   metadata filters, collection masks, required terms
     route.py     choosing the collection(s) a query matches best

@@ -1,6 +1,6 @@
 """What a caller asks of retrieval, declared once: `QueryOptions` (the number of hits, the mode, the
 fusion, the restrictions in `FilterOptions`, the LLM steps in `LLMSteps`, the embedding override),
-checked by `QueryOptions.validate` and passed whole to the `Pipeline` (`build_pipeline`).
+checked by `QueryOptions.validate` and passed whole to the `Pipeline` (`pipeline.build_pipeline`).
 
 `Fusion` is how the retrievers' lists are fused, in the one shape a caller gives it, `rag tune`
 chooses it and the manifest stores it. A field left None is not given: `resolve_fusion` takes it
@@ -196,33 +196,3 @@ def parse_config(spec: str, llm_path: str | None = None) -> QueryOptions:
     return QueryOptions(mode="hybrid" if mode == "tuned" else mode, tuned=mode == "tuned",
                         fusion=given if mode == "tuned" else given.over(BUILT_IN), filters=FilterOptions(**flt),
                         steps=LLMSteps(**steps), **top)
-
-
-def build_pipeline(index, opts: QueryOptions, need_llm: bool = False, llms: dict | None = None):
-    """(Pipeline, the local LLM or None) for `opts` over `index` (an `Index`, or the directory to
-    open); the LLM is loaded when a step or the caller (`need_llm`) needs it, once per path in `llms`
-    (a cache a long-lived caller keeps), and shared with an llm: re-ranker."""
-    from llmkit.rag.index.reader import Index
-    from llmkit.rag.retrieve.pipeline import Pipeline
-
-    opts.validate()
-    if not isinstance(index, Index):
-        index = Index(index)
-    st = opts.steps
-    cache = {} if llms is None else llms
-
-    def llm_factory(path=None):
-        key = path or st.llm_path
-        if key not in cache:
-            from llmkit.rag.llm import LocalLLM
-
-            cache[key] = LocalLLM(key)
-        return cache[key]
-
-    llm = llm_factory() if (st.need_llm or need_llm) else None
-    reranker = None
-    if st.rerank:
-        from llmkit.rag.retrieve.rerank import make_reranker
-
-        reranker = make_reranker(st.rerank, llm_factory)
-    return Pipeline(index, opts, llm=llm, reranker=reranker), llm

@@ -339,3 +339,30 @@ def best_rows(fused_rows: list[tuple[int, float]], groups: np.ndarray) -> dict[i
     for row, _ in fused_rows:
         out.setdefault(int(groups[row]), row)
     return out
+
+
+def build_pipeline(index, opts: QueryOptions, need_llm: bool = False, llms: dict | None = None):
+    """(Pipeline, the local LLM or None) for `opts` over `index` (an `Index`, or the directory to
+    open); the LLM is loaded when a step or the caller (`need_llm`) needs it, once per path in `llms`
+    (a cache a long-lived caller keeps), and shared with an llm: re-ranker."""
+    opts.validate()
+    if not isinstance(index, Index):
+        index = Index(index)
+    st = opts.steps
+    cache = {} if llms is None else llms
+
+    def llm_factory(path=None):
+        key = path or st.llm_path
+        if key not in cache:
+            from llmkit.rag.llm import LocalLLM
+
+            cache[key] = LocalLLM(key)
+        return cache[key]
+
+    llm = llm_factory() if (st.need_llm or need_llm) else None
+    reranker = None
+    if st.rerank:
+        from llmkit.rag.retrieve.rerank import make_reranker
+
+        reranker = make_reranker(st.rerank, llm_factory)
+    return Pipeline(index, opts, llm=llm, reranker=reranker), llm
