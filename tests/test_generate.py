@@ -60,6 +60,35 @@ def test_greedy_speculative_equals_plain(models):
     assert st_agree.target_steps < 25  # 80 tokens in ~16 verifications of 4 drafts + 1
 
 
+def test_draft_catch_up_computes_no_logits_but_the_last(models):
+    """After rounds without drafting the draft model reads the tokens it missed in one batch; only the
+    last position's logits are read, so the vocabulary projection runs for that one alone, and the
+    draft equals one from a draft model that read every token with logits."""
+    import numpy as np
+
+    from llmkit.llama.draft import ModelDrafter
+
+    ctx = _open(models["target"]).tokenize(PROMPT.encode(), add_bos=False)
+    behind, synced = _open(models["other"]), _open(models["other"])
+    calls = []
+    plain_eval = type(behind).eval
+
+    def spy(self, tokens):
+        calls.append((len(tokens), self._logits_all))
+        return plain_eval(self, tokens)
+
+    ModelDrafter(behind, behind.n_vocab()).prefill(ctx[:3])
+    ModelDrafter(synced, synced.n_vocab()).prefill(ctx)
+    type(behind).eval = spy
+    try:
+        got, _ = ModelDrafter(behind, behind.n_vocab()).draft(ctx, 3, SamplingParams(temp=0), np.random.default_rng(0))
+    finally:
+        type(behind).eval = plain_eval
+    want, _ = ModelDrafter(synced, synced.n_vocab()).draft(ctx, 3, SamplingParams(temp=0), np.random.default_rng(0))
+    assert got == want
+    assert calls[0] == (len(ctx) - 4, False) and calls[1] == (1, True)  # the missed tokens, then the last
+
+
 def test_kv_rollback_leaves_no_stale_entries(models):
     """Generate with constant rejections, then continue from the result: equals one fresh run."""
     from llmkit.llama.generate import Generator

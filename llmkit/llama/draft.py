@@ -123,7 +123,9 @@ class ModelDrafter:
         common = common_prefix(d.input_ids[:d.n_tokens], ctx)
         d.n_tokens = common
         if common < len(ctx):
-            d.eval(ctx[common:])
+            # catching up after rounds without drafting: only the last position's logits are read
+            eval_no_logits(d, ctx[common:-1])
+            d.eval(ctx[-1:])
         drafts, qs = [], []
         for j in range(k):
             # the draft may have a few more or fewer (padding) tokens: it proposes only target ids
