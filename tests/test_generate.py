@@ -60,6 +60,21 @@ def test_greedy_speculative_equals_plain(models):
     assert st_agree.target_steps < 25  # 80 tokens in ~16 verifications of 4 drafts + 1
 
 
+def test_plain_generation_reads_the_prompt_once_and_equals_llama_cpp_python(models):
+    """Without drafting the prompt is one evaluation whose last logits give the first token (no
+    separate one-token step): n tokens take n - 1 target steps, and greedy output is llama-cpp-python's."""
+    from llmkit.llama.generate import Generator
+
+    target = _open(models["target"])
+    prompt = target.tokenize(PROMPT.encode(), add_bos=False)
+    g = Generator(target, SamplingParams(temp=0), ignore_eos=True)
+    text, st = g.run(prompt, 40)
+    assert st.generated_tokens == 40 and st.target_steps == 39
+    ref = llama_cpp.Llama(models["target"], n_ctx=512, verbose=False)
+    want = [t for t, _ in zip(ref.generate(prompt, temp=0.0, top_k=1), range(40))]
+    assert g.generated == want
+
+
 def test_draft_catch_up_computes_no_logits_but_the_last(models):
     """After rounds without drafting the draft model reads the tokens it missed in one batch; only the
     last position's logits are read, so the vocabulary projection runs for that one alone, and the

@@ -30,6 +30,16 @@ def eval_no_logits(model, tokens: list[int]) -> None:
         model._logits_all = keep
 
 
+def eval_last_logits(model, tokens: list[int]) -> None:
+    """Evaluate tokens with the vocabulary projection for the last position only, and keep its
+    logits where a full evaluation leaves them (`scores[n_tokens - 1]`): a prompt read this way
+    gives the first token without a second, one-token evaluation."""
+    import numpy as np
+
+    eval_no_logits(model, tokens)
+    model.scores[model.n_tokens - 1, :] = np.ctypeslib.as_array(model._ctx.get_logits(), shape=(model.n_vocab(),))
+
+
 def reuse_chunks(model, have: list[int], prompt: list[int], n_past: int, min_chunk: int) -> tuple[int, int]:
     """Keep cached chunks of >= min_chunk tokens that reappear later in the prompt by shifting their
     KV positions (llama-server's --cache-reuse); returns (tokens now cached, tokens shifted).

@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from llmkit.errors import BadInput, OptionError
-from llmkit.llama.cache import common_prefix, eval_no_logits, reuse_chunks, shift_context
+from llmkit.llama.cache import common_prefix, eval_last_logits, eval_no_logits, reuse_chunks, shift_context
 from llmkit.llama.draft import DraftLengthChooser, ModelDrafter, check_vocab_compatible
 from llmkit.llama.sampling import History, SamplingParams, distribution, sample
 from llmkit.llama.speculative import lookup_draft, verify, verify_sample_and_match
@@ -89,6 +89,7 @@ class Generator:
         self.chooser = DraftLengthChooser(draft_min, draft_max, adaptive, draft_cost_known_zero=bool(lookup),
                                           draft_cost_ratio=ratio)
         self.drafting = draft is not None or lookup > 0
+        self._primed = False  # the target holds the logits of the context's last token (no pending token)
         self.drafter = None
         if draft is not None:
             check_vocab_compatible(target, draft)
@@ -159,8 +160,16 @@ class Generator:
         return reused
 
     def _prefill(self, prompt: list[int], reused: int) -> None:
-        """Evaluate all prompt tokens but the last (it is evaluated with the first round's drafts)."""
+        """Evaluate the prompt. Without drafting all of it, the last position's logits kept for the
+        first token; with drafting all but the last token (it is evaluated with the first round's
+        drafts)."""
         tgt, b = self.target, self.chooser.k_max + 1
+        if not self.drafting:
+            if not reused:
+                tgt.reset()
+            eval_last_logits(tgt, prompt[reused:])
+            self._primed = True
+            return
         if reused:
             if len(prompt) - 1 > reused:
                 eval_no_logits(tgt, prompt[reused:-1])
@@ -198,6 +207,9 @@ class Generator:
         """One target evaluation: draft K tokens, verify [pending] + drafts in one batch, keep the accepted
         prefix and the next token; the tokens this round adds."""
         tgt = self.target
+        if self._primed:  # the prompt's evaluation gave the first token's logits
+            self._primed = False
+            return [sample(distribution(tgt.scores[tgt.n_tokens - 1], self.params, History(ctx, [])), self.rng)]
         behind = self.drafter.behind(ctx) if self.drafter is not None else 0
         k = self.chooser.choose(available, behind) if self.drafting else 0
         drafts, qs = self._draft(ctx, k, st) if k > 0 else ([], [])
