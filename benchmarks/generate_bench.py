@@ -58,7 +58,9 @@ def plain_child(impl: str, model: str, prompt_name: str, n: int, threads: int) -
     if impl == "llama-cpp-python":
         import llama_cpp
 
-        m = llama_cpp.Llama(model, n_ctx=2048, n_threads=threads, verbose=False)
+        # n_threads_batch too: llama-cpp-python's default (every core) would give its prefill more
+        # threads than llmkit's -t gives both phases
+        m = llama_cpp.Llama(model, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
         toks = m.tokenize(prompt.encode(), add_bos=False, special=True)
         m.create_completion(toks, max_tokens=4, temperature=0)  # warm-up
         m.reset()
