@@ -366,17 +366,6 @@ def expand_inputs(inputs: Iterable[str]) -> list[str]:
     return out
 
 
-def total_size(paths: Iterable[str]) -> int:
-    """Bytes in the files (unreadable ones count 0)."""
-    total = 0
-    for p in paths:
-        try:
-            total += os.path.getsize(p)
-        except OSError:
-            pass
-    return total
-
-
 def read_text(path: str) -> str:
     """Read one UTF-8 text file ('-' = stdin), refusing binary files with a clear error."""
     if path == "-":

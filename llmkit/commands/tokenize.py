@@ -43,8 +43,8 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, outp
     llmkit tokenize train --algo bpe --vocab-size 8000 -o tok.json corpus/
     cat notes.txt | llmkit tokenize train --algo unigram --vocab-size 500 --trace > tok.json
     """
-    from llmkit.io import expand_inputs, iter_lines, total_size
-    from llmkit.tokenize.train import step_text, train
+    from llmkit.io import expand_inputs, iter_lines
+    from llmkit.tokenize.train import input_bytes, step_text, train
 
     out = Output(jsonl=jsonl)
     paths = expand_inputs(resolve_inputs(inputs, "corpus"))
@@ -66,7 +66,7 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, outp
     with progress_bar(f"training {algo}") as bar:
         tok = train(iter_lines(paths), algo, vocab_size, min_frequency=min_frequency,
                     special_tokens=list(specials) if specials else None, lowercase=lowercase,
-                    progress=bar, trace=trace_fn, work_bytes=total_size(paths))
+                    progress=bar, trace=trace_fn, work_bytes=input_bytes(paths))
     if output:
         tok.save(output)
         out.info(f"{algo}: {tok.vocab_size} tokens -> {output}")

@@ -136,3 +136,17 @@ def step_text(algo: str, s: dict) -> str:
         return f"step {s['step']}: merge ({s['merge'][0]}, {s['merge'][1]}) score={s['score']:.6g}  top: {top}"
     return (f"round {s['step']}: loss={s['viterbi_loss']:.1f} em={s['em_loss']:.4f} vocab={s['vocab']} "
             f"removed={s['removed']} e.g. {', '.join(s['removed_sample'])}")
+
+
+def input_bytes(paths: Iterable[str]) -> int:
+    """Bytes in the training files (unreadable ones count 0): what decides whether compiling the
+    kernels pays (`train`'s `work_bytes`)."""
+    import os
+
+    total = 0
+    for p in paths:
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    return total
