@@ -89,19 +89,25 @@ def _records(text: str) -> list[dict[str, str]]:
 def import_cranfield(src: str, out_dir: str) -> dict:
     """cran.all.1400 / cran.qry / cranqrel -> docs.jsonl, queries.jsonl, qrels.txt (TREC).
 
+    Each file may also be gzipped (`cran.all.1400.gz`, as the copy in examples/data/cranfield is).
     Query ids in cranqrel are 1..225 in file order (not the .I numbers). Cleverdon's codes 1 (complete
     answer) .. 4 (minimal interest) become graded relevance 4 .. 1; -1 (not relevant) is dropped.
     """
+    import gzip
+
     from llmkit.io import atomic_write_text
 
     def read(name):
         path = os.path.join(src, name)
         try:
+            if not os.path.exists(path) and os.path.exists(path + ".gz"):
+                with gzip.open(path + ".gz", "rt", encoding="utf-8", errors="replace") as f:
+                    return f.read()
             with open(path, encoding="utf-8", errors="replace") as f:
                 return f.read()
-        except OSError:
-            raise BadInput(f"'{src}' does not hold the Cranfield file {name}. Pass the directory with "
-                           "cran.all.1400, cran.qry and cranqrel.") from None
+        except (OSError, EOFError):  # gzip raises EOFError on a truncated file
+            raise BadInput(f"'{src}' does not hold a readable Cranfield file {name} (or {name}.gz). Pass the "
+                           "directory with cran.all.1400, cran.qry and cranqrel.") from None
 
     docs = _records(read("cran.all.1400"))
     queries = _records(read("cran.qry"))
