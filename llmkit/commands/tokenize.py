@@ -8,6 +8,7 @@ import click
 
 from llmkit.commands._common import Output, progress_bar, read_text_arg, resolve_inputs
 from llmkit.commands.deprecated import Renamed, not_a_number, renamed
+from llmkit.commands.plot_option import plot_option
 
 
 @click.group("tokenize")
@@ -205,12 +206,14 @@ def inspect_cmd(tokenizer_path, as_json, sample):
 @click.argument("inputs", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 @click.option("-t", "--threads", type=click.IntRange(min=1), help=THREADS_HELP)
-def stats_cmd(tokenizers, inputs, as_json, threads):
+@plot_option("tokens per word per tokenizer")
+def stats_cmd(tokenizers, inputs, as_json, threads, plot_path):
     """Tokens per word/character, bytes per token and unknown rate of tokenizers on a corpus.
 
     \b
     llmkit tokenize stats -m bpe.json -m unigram.json -m model.gguf corpus.txt
     llmkit tokenize stats -m tok.json -t 2 big-corpus/
+    llmkit tokenize stats -m bpe.json -m unigram.json corpus.txt --plot fertility.svg
     """
     from llmkit.io import expand_inputs
     from llmkit.tokenize.stats import corpus_stats
@@ -219,6 +222,11 @@ def stats_cmd(tokenizers, inputs, as_json, threads):
     n = _threads(threads, out)
     paths = expand_inputs(resolve_inputs(inputs, "corpus"))
     rows = [corpus_stats(t, _load(t), paths, threads=n) for t in tokenizers]
+    if plot_path:
+        from llmkit.plot import draw
+        from llmkit.tokenize.stats import stats_chart
+
+        draw(plot_path, stats_chart(rows))
     if as_json:
         out.json([r.to_dict() for r in rows])
         return

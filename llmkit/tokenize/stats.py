@@ -110,3 +110,12 @@ def describe(tok, sample: int = 10) -> dict:
     if tok.algorithm == "spm":
         d["top_pieces"] = sorted(([t, s] for t, s in zip(m.tokens, m.scores)), key=lambda x: -x[1])[:sample]
     return d
+
+
+def stats_chart(rows: list[TokenStats]):
+    """The chart of `tokenize stats --plot`: tokens per word of each tokenizer on the corpus."""
+    from llmkit.plot import Panel, Series
+
+    return [Panel(f"tokens per word ({rows[0].words:,} words)", "tokenizer", "tokens per word",
+                  [Series("tokens per word", [r.tokenizer for r in rows], [r.tokens_per_word for r in rows],
+                          style="bar", notes=[f"{r.tokens_per_word:.3f}" for r in rows])])]

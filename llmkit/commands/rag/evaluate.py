@@ -8,6 +8,7 @@ import click
 from llmkit.commands._common import Output
 from llmkit.commands.rag.options import judged_option
 from llmkit.commands.deprecated import Renamed, renamed
+from llmkit.commands.plot_option import plot_option
 
 
 def parse_config(spec: str, llm_path: str | None = None):
@@ -35,14 +36,16 @@ def parse_config(spec: str, llm_path: str | None = None):
 @click.option("--recall-k", default=100, show_default=True, type=int)
 @click.option("--llm", "llm_path", help="Local GGUF model for configurations that need one.")
 @click.option("--limit", default=0, type=int, help="Only the first N queries.")
-@click.option("--jsonl", is_flag=True, help="One JSON object per configuration.")
-def eval_cmd(index_dir, judged, configs, recall_k, llm_path, limit, jsonl):
+@click.option("--jsonl", is_flag=True, help="One JSON object per configuration (with its recall curve).")
+@plot_option("nDCG@10 per configuration and each one's Recall@k curve")
+def eval_cmd(index_dir, judged, configs, recall_k, llm_path, limit, jsonl, plot_path):
     """Evaluate retrieval configurations on judged queries: nDCG@10, Recall@k, MRR, latency.
 
     \b
     python scripts/cranfield.py ../shared/data/cranfield -o cran
     llmkit rag index cran-idx cran/docs.jsonl
     llmkit rag eval cran-idx --queries cran/queries.jsonl --qrels cran/qrels.txt --config bm25 --config dense --config hybrid
+    llmkit rag eval cran-idx --queries cran/queries.jsonl --qrels cran/qrels.txt --plot eval.svg
     """
     from rich.table import Table
 
@@ -61,6 +64,11 @@ def eval_cmd(index_dir, judged, configs, recall_k, llm_path, limit, jsonl):
             out.record(row.to_dict())
         else:
             out.info(f"{row.config}: nDCG@10 {row.ndcg10:.4f}")
+    if plot_path:
+        from llmkit.plot import draw
+        from llmkit.rag.evaluate.metrics import eval_chart
+
+        draw(plot_path, eval_chart(rows), columns=2)
     if not jsonl:
         t = Table(title=f"{rows[0].queries} judged queries")
         for col in ("config", "nDCG@10", f"Recall@{recall_k}", "MRR", "ms/query"):

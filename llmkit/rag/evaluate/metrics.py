@@ -4,7 +4,7 @@ MRR and latency per configuration; several chunks of one document count once, at
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmkit.errors import BadInput
 from llmkit.rag.retrieve.hits import doc_key
@@ -39,11 +39,26 @@ class EvalRow:
     mrr: float
     latency_ms: float
     recall_k: int = 100
+    recall_curve: dict[int, float] = field(default_factory=dict)  # k -> mean Recall@k, k up to recall_k
 
     def to_dict(self) -> dict:
         return {"config": self.config, "queries": self.queries, "ndcg@10": round(self.ndcg10, 4),
                 f"recall@{self.recall_k}": round(self.recall, 4), "mrr": round(self.mrr, 4),
-                "latency_ms": round(self.latency_ms, 2)}
+                "latency_ms": round(self.latency_ms, 2),
+                "recall_curve": {str(k): round(v, 4) for k, v in self.recall_curve.items()}}
+
+
+def curve_ks(recall_k: int) -> list[int]:
+    """The cut-offs of a recall curve: 1, 2, 5, 10, 20, 50, ... below `recall_k`, and `recall_k`.
+
+    >>> curve_ks(100), curve_ks(30)
+    ([1, 2, 5, 10, 20, 50, 100], [1, 2, 5, 10, 20, 30])
+    """
+    ks, step = [], 1
+    while step < recall_k:
+        ks += [k for k in (step, 2 * step, 5 * step) if k < recall_k]
+        step *= 10
+    return ks + [recall_k]
 
 
 def evaluate(config: str, run_query, queries: list[tuple[str, str]], qrels: dict, recall_k: int = 100) -> EvalRow:
@@ -52,6 +67,8 @@ def evaluate(config: str, run_query, queries: list[tuple[str, str]], qrels: dict
     if not judged:
         raise BadInput("none of the queries has relevance judgments (query ids do not match the qrels).")
     tot = {"ndcg": 0.0, "recall": 0.0, "mrr": 0.0, "s": 0.0}
+    ks = curve_ks(recall_k)
+    curve = dict.fromkeys(ks, 0.0)
     for qid, text in judged:
         res = run_query(text)
         ranked, seen = [], set()
@@ -62,10 +79,26 @@ def evaluate(config: str, run_query, queries: list[tuple[str, str]], qrels: dict
                 ranked.append(d)
         tot["ndcg"] += ndcg(ranked, qrels[qid])
         tot["recall"] += recall(ranked, qrels[qid], recall_k)
+        for k in ks:
+            curve[k] += recall(ranked, qrels[qid], k)
         tot["mrr"] += reciprocal_rank(ranked, qrels[qid])
         tot["s"] += res.seconds
     n = len(judged)
-    return EvalRow(config, n, tot["ndcg"] / n, tot["recall"] / n, tot["mrr"] / n, 1000 * tot["s"] / n, recall_k)
+    return EvalRow(config, n, tot["ndcg"] / n, tot["recall"] / n, tot["mrr"] / n, 1000 * tot["s"] / n, recall_k,
+                   {k: v / n for k, v in curve.items()})
+
+
+def eval_chart(rows: list[EvalRow]):
+    """The chart of `rag eval --plot`: nDCG@10 per configuration beside each one's Recall@k curve."""
+    from llmkit.plot import Panel, Series
+
+    ndcg_panel = Panel("nDCG@10 per configuration", "configuration", "nDCG@10",
+                       [Series("nDCG@10", [r.config for r in rows], [r.ndcg10 for r in rows], style="bar",
+                               notes=[f"{r.ndcg10:.3f}" for r in rows])])
+    recall_panel = Panel(f"Recall@k ({rows[0].queries} judged queries)", "k (documents)", "Recall@k",
+                         [Series(r.config, list(r.recall_curve), list(r.recall_curve.values())) for r in rows],
+                         xlog=True)
+    return [ndcg_panel, recall_panel]
 
 
 DEFAULT_CONFIGS = ("bm25", "dense", "hybrid")
