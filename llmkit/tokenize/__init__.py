@@ -7,7 +7,7 @@ its trainer `unigram_train` over the numpy lattices of `unigram_lattice`); `trai
 entry point; `hf` reads and `hf_write` writes tokenizer.json; `gguf_vocab` builds llama.cpp's
 tokenizers from a GGUF vocabulary; `stats` measures a tokenizer on a corpus.
 
-May import llmkit.errors, llmkit.io and llmkit.gguf; never llama, kv, rag, quant or the CLI (click).
+May import llmkit.errors, llmkit.io, llmkit.walk and llmkit.gguf; never llama, kv, rag, quant or the CLI (click).
 """
 
 from __future__ import annotations

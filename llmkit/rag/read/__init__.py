@@ -13,5 +13,5 @@
 Limits on what a file may hold (nesting, unpacked bytes, entries, sizes, parse time) are the
 LLMKIT_MAX_* variables of llmkit.io.LIMITS.
 
-May import: llmkit.io, llmkit.errors. Nothing of the later stages.
+May import: llmkit.io, llmkit.walk, llmkit.errors. Nothing of the later stages.
 """

@@ -16,9 +16,7 @@ from llmkit.errors import BadInput
 from llmkit.errors import OptionError
 from llmkit.rag.read.documents import SUFFIXES, size_cap
 from llmkit.rag.read.types import Skipped
-
-# directories never worth indexing, even without a .gitignore that says so
-JUNK_DIRS = {"node_modules", "__pycache__", "venv", "site-packages", "bower_components"}
+from llmkit.walk import JUNK_DIRS, TreeWalk  # noqa: F401 -- JUNK_DIRS is read by rag.indexing
 
 
 @dataclass
@@ -35,33 +33,6 @@ class ReadOptions:
     csv_meta: tuple[str, ...] = ()  # CSV/TSV columns kept as metadata (one row per chunk then)
 
 
-def _gitignore(directory: str):
-    """The .gitignore of `directory` as a pathspec matcher, or None."""
-    path = os.path.join(directory, ".gitignore")
-    if not os.path.isfile(path):
-        return None
-    try:
-        import pathspec
-    except ImportError:
-        return None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return pathspec.GitIgnoreSpec.from_lines(f.read().splitlines())
-    except (OSError, ValueError):
-        return None
-
-
-def _ignored(path: str, is_dir: bool, specs: list) -> bool:
-    """Git's rule: the deepest .gitignore with a matching pattern decides (negations included)."""
-    verdict = False
-    for base, spec in specs:
-        rel = os.path.relpath(path, base).replace(os.sep, "/") + ("/" if is_dir else "")
-        res = spec.check_file(rel)
-        if res.include is not None:
-            verdict = res.include
-    return verdict
-
-
 def collect_files(inputs: list[str], opts: ReadOptions) -> tuple[list[str], list[Skipped], int]:
     """(files to read, files skipped for their type, files ignored by .gitignore/junk directories);
     explicitly named files are always read."""
@@ -72,39 +43,22 @@ def collect_files(inputs: list[str], opts: ReadOptions) -> tuple[list[str], list
         if item == "-":
             files.append(item)
         elif os.path.isdir(item):
-            specs_at: dict[str, list] = {}
-            for root, dirs, names in os.walk(item):
-                parent = specs_at.get(os.path.dirname(root), [])
-                spec = _gitignore(root) if opts.gitignore else None
-                specs = parent + [(root, spec)] if spec is not None else parent
-                specs_at[root] = specs
-                keep = []
-                for d in sorted(dirs):
-                    full = os.path.join(root, d)
-                    if d.startswith(".") or d in JUNK_DIRS or (specs and _ignored(full, True, specs)):
-                        ignored += d not in (".git",) and not d.startswith(".")
-                        continue
-                    keep.append(d)
-                dirs[:] = keep
-                for name in sorted(names):
-                    p = os.path.join(root, name)
-                    if name.startswith("."):
-                        continue
-                    if specs and _ignored(p, False, specs):
-                        ignored += 1
-                        continue
-                    if opts.include and not any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.include):
-                        continue
-                    if any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.exclude):
-                        continue
-                    if os.path.splitext(name)[1].lower() not in SUFFIXES:
-                        skipped.append(Skipped(p, "unsupported type"))
-                        continue
-                    problem = _not_readable(p)
-                    if problem:
-                        skipped.append(Skipped(p, problem))
-                        continue
-                    files.append(p)
+            walk = TreeWalk(item, opts.gitignore)
+            for p in walk:
+                name = os.path.basename(p)
+                if opts.include and not any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.include):
+                    continue
+                if any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.exclude):
+                    continue
+                if os.path.splitext(name)[1].lower() not in SUFFIXES:
+                    skipped.append(Skipped(p, "unsupported type"))
+                    continue
+                problem = _not_readable(p)
+                if problem:
+                    skipped.append(Skipped(p, problem))
+                    continue
+                files.append(p)
+            ignored += walk.ignored
         elif os.path.exists(item):
             files.append(item)
         else:
