@@ -8,9 +8,11 @@ and lets the old one go. A call made while a writer rewrites the index is answer
 complete generation, the one the manifest still names (a writer never retires a pinned one). Calls
 may come from several worker threads; they run one at a time.
 
-Tools (`make_server`): `search` (hits with path, line, symbol, score and text, as `rag query --jsonl`
-ranks them), `answer` (a local GGUF model answers from the hits it cites, as `rag answer`) and
-`describe_index`. Bad arguments come back as tool errors: the schema's checks (types, the mode's
+Tools (`make_server`): `search` (hits with path, line range, symbol, score and text, as `rag query
+--jsonl` ranks them), `get` (a document a hit named, from a line, bounded in lines and bytes),
+`multi_get` (the documents a glob over the index's paths selects, within a byte budget), `answer` (a
+local GGUF model answers from the hits it cites, as `rag answer`) and `describe_index`. `get` and
+`multi_get` read only the index's own documents, as the index holds them (`stored.py`). Bad arguments come back as tool errors: the schema's checks (types, the mode's
 values) from the SDK, the rest from `QueryOptions.validate`, worded with the tool's argument names.
 """
 
@@ -23,15 +25,22 @@ from llmkit.rag.index.manifest import MANIFEST, stored_version
 from llmkit.rag.index.reader import Index
 from llmkit.rag.retrieve.options import FilterOptions, QueryOptions
 from llmkit.rag.retrieve.pipeline import build_pipeline
+from llmkit.rag.stored import chunk_lines, document_text, file_state, find_document, glob_documents, take_lines
 
 
 QUERY_THREADS = 1  # one query at a time: a second thread costs more in hand-offs than it saves (rag-defaults.md)
+GET_BYTES = 32_000  # default text budget of get and multi_get: a few thousand tokens of an agent's context
+MAX_BYTES = 1_000_000  # the most either returns in one call, whatever is asked
+MULTI_DOCS = 100  # documents multi_get returns at most
+MULTI_READ = 500  # documents multi_get reads at most (the rest of a wide glob is counted, not read)
+LISTED = 100  # left-out documents named in a multi_get result (the rest are counted)
 
 
-def hit_record(hit, rank: int) -> dict:
-    """One search hit as a tool returns it."""
+def hit_record(hit, rank: int, lines: tuple[int, int] | None = None) -> dict:
+    """One search hit as a tool returns it; `lines`: its range in the text `get` returns."""
     m = hit.meta
-    return {"rank": rank, "path": hit.source, "line": m.get("line_start"), "symbol": m.get("symbol"),
+    return {"rank": rank, "path": hit.source, "lines": list(lines) if lines else None,
+            "line": m.get("line_start"), "symbol": m.get("symbol"),
             "section": m.get("section"), "score": round(hit.score, 6), "text": hit.text, "chunk_id": hit.chunk_id,
             "ranks": hit.ranks, **({"rerank_score": round(hit.rerank, 6)} if hit.rerank is not None else {})}
 
@@ -86,8 +95,9 @@ class Searcher:
             ix = self._current()
             pipe, _ = build_pipeline(ix, opts, llms=self._llms)
             res = pipe.run(query)
+            lines = chunk_lines(ix.con, [h.chunk_id for h in res.hits])
             return {"query": query, "generation": ix.manifest["generation"], "notes": res.notes,
-                    "hits": [hit_record(h, r) for r, h in enumerate(res.hits, 1)]}
+                    "hits": [hit_record(h, r, lines.get(h.chunk_id)) for r, h in enumerate(res.hits, 1)]}
 
     def answer(self, question: str, k: int = 4, mode: str | None = None, filters=(), collections=(),
                n_predict: int = 256) -> dict:
@@ -103,9 +113,69 @@ class Searcher:
             pipe, llm = build_pipeline(ix, opts, need_llm=True, llms=self._llms)
             sources = gather_sources(pipe, llm, question)
             ans = answer(llm, sources, n_predict)
+            lines = chunk_lines(ix.con, [h.chunk_id for h in sources.hits])
             return {"question": question, "answer": ans.text, "generation": ix.manifest["generation"],
-                    "sources": [{**hit_record(h, n), "ref": ref}
+                    "sources": [{**hit_record(h, n, lines.get(h.chunk_id)), "ref": ref}
                                 for n, (h, ref) in enumerate(zip(sources.hits, sources.refs), 1)]}
+
+    def get(self, path: str, from_line: int = 1, max_lines: int | None = None, max_bytes: int = GET_BYTES,
+            collection: str | None = None) -> dict:
+        """Lines of one of the index's documents (named as a hit names it, or by its absolute path),
+        from `from_line` (1-based), at most `max_lines` and `max_bytes`; a range past the end gives
+        the lines that exist and says so."""
+        _check_bounds(max_bytes, max_lines, from_line)
+        with self._lock:
+            ix = self._current()
+            gen = ix.manifest["generation"]
+            doc = find_document(ix.con, gen, path, collection)
+            if doc is None:
+                where = f" in collection '{collection}'" if collection is not None else ""
+                raise BadInput(f"'{path}' is not a document of this index{where}. Use a path that search or "
+                               "multi_get returned")
+            text = document_text(ix.con, doc.id)
+        r = take_lines(text, from_line, max_lines, max_bytes)
+        out = {"path": doc.source, "collection": doc.collection, "generation": gen,
+               "lines": [r.first, r.last] if r.last >= r.first else [], "total_lines": r.total, "text": r.text,
+               "past_end": r.past_end, "next_line": r.next_line, "file": file_state(doc)}
+        note = r.note(max_bytes)
+        return {**out, "note": note} if note else out
+
+    def multi_get(self, pattern: str, max_bytes: int = GET_BYTES, max_lines: int | None = None) -> dict:
+        """The documents whose paths match the glob `pattern`, in path order, each whole (or its first
+        `max_lines` lines) while the `max_bytes` budget lasts; the ones left out are named with why."""
+        _check_bounds(max_bytes, max_lines)
+        if not pattern.strip():
+            raise OptionError("{pattern} is empty. Give a glob over the index's paths, e.g. docs/**/*.md")
+        with self._lock:
+            ix = self._current()
+            gen = ix.manifest["generation"]
+            matched = glob_documents(ix.con, gen, pattern)
+            if not matched:
+                raise BadInput(f"no document of this index matches '{pattern}'. Use a glob over the paths that "
+                               "search returns (* within a folder, ** across folders)")
+            docs, left, used = [], [], 0
+            for n, d in enumerate(matched):
+                if n >= MULTI_READ or len(docs) >= MULTI_DOCS:
+                    left.extend((d, None, f"not read: one call reads at most {MULTI_READ} documents and returns at "
+                                         f"most {MULTI_DOCS}; narrow the glob") for d in matched[n:])
+                    break
+                r = take_lines(document_text(ix.con, d.id), 1, max_lines, max_bytes - used)
+                if r.next_line is not None or r.cut_line:
+                    left.append((d, r.total, f"larger than the {max_bytes - used} bytes left of the budget; read "
+                                              "it with get"))
+                    continue
+                used += len(r.text.encode("utf-8"))
+                docs.append((d, r))
+        states: dict = {}
+        return {"pattern": pattern, "generation": gen, "matched": len(matched), "max_bytes": max_bytes, "bytes": used,
+                "documents": [{"path": d.source, "collection": d.collection,
+                               "lines": [r.first, r.last] if r.last >= r.first else [], "total_lines": r.total,
+                               "truncated": r.last < r.total, "text": r.text, "file": file_state(d, states)}
+                              for d, r in docs],
+                "left_out": len(left),
+                "left_out_documents": [{"path": d.source, "collection": d.collection,
+                                        **({"total_lines": t} if t is not None else {}), "reason": why}
+                                       for d, t, why in left[:LISTED]]}
 
     def describe(self) -> dict:
         """What the index holds and how it searches."""
@@ -130,9 +200,21 @@ class Searcher:
                 self._index = None
 
 
+def _check_bounds(max_bytes: int, max_lines: int | None, from_line: int = 1) -> None:
+    """get's and multi_get's limits, refused in the tool's own argument names."""
+    if not 1 <= max_bytes <= MAX_BYTES:
+        raise OptionError("{max_bytes} must be between 1 and {most}, got {value}.", most=MAX_BYTES, value=max_bytes)
+    if max_lines is not None and max_lines < 1:
+        raise OptionError("{max_lines} must be at least 1, got {value}.", value=max_lines)
+    if from_line < 1:
+        raise OptionError("{from_line} must be at least 1 (lines count from 1), got {value}.", value=from_line)
+
+
 INSTRUCTIONS = ("Search a local document and code index built with `llmkit rag index`: `search` returns the best "
-                "passages (path, line, symbol, score, text); `answer` has a local model answer with cited sources; "
-                "`describe_index` says what the index holds.")
+                "passages (path, line range, symbol, score, text); `get` reads a document a hit named, from a line "
+                "(the hit's `lines`), `multi_get` the documents a glob over the index's paths selects, within a "
+                "byte budget; `answer` has a local model answer with cited sources; `describe_index` says what the "
+                "index holds.")
 
 
 def make_server(searcher: Searcher, name: str = "llmkit-rag"):
@@ -152,8 +234,8 @@ def make_server(searcher: Searcher, name: str = "llmkit-rag"):
         return ToolError(e.spelled({}) if isinstance(e, OptionError) else str(e))
 
     @server.tool(description="Search the index: the best passages for a query, best first (one per document "
-                             "unless chunks is true), each with its path, line and symbol (code), section, "
-                             "score and text.")
+                             "unless chunks is true), each with its path, lines (its range in the text get "
+                             "returns), line and symbol (code), section, score and text.")
     def search(query: Annotated[str, Field(description="What to look for, in words.")],
                k: Annotated[int, Field(description="How many hits.")] = 10,
                mode: Annotated[Mode, Field(description="bm25 (words), dense (meaning) or hybrid (both; "
@@ -166,6 +248,40 @@ def make_server(searcher: Searcher, name: str = "llmkit-rag"):
                ) -> dict[str, Any]:
         try:
             return searcher.search(query, k, mode, filters, collections, must, chunks)
+        except LlmkitError as e:
+            raise tool_error(e) from None
+
+    @server.tool(description="Read one document of the index as it was indexed: the path a search hit gave "
+                             "(or the document's absolute path), from a line, at most max_lines lines and "
+                             "max_bytes bytes. Returns the text, its line range, the document's total lines, "
+                             "next_line when the byte budget stopped it, past_end when the range asked for "
+                             "runs past the end, and whether the file changed since it was indexed. Paths "
+                             "the index does not hold are refused.")
+    def get(path: Annotated[str, Field(description="The document's path as search returned it.")],
+            from_line: Annotated[int, Field(description="First line, counted from 1 (a hit's lines[0]).")] = 1,
+            max_lines: Annotated[int | None, Field(description="Most lines (default: to the end).")] = None,
+            max_bytes: Annotated[int, Field(description=f"Most bytes of text (at most {MAX_BYTES}).")] = GET_BYTES,
+            collection: Annotated[str | None, Field(description="The collection, when several hold the "
+                                                                "path.")] = None,
+            ) -> dict[str, Any]:
+        try:
+            return searcher.get(path, from_line, max_lines, max_bytes, collection)
+        except LlmkitError as e:
+            raise tool_error(e) from None
+
+    @server.tool(description="Read several documents of the index at once: those whose paths match a glob "
+                             "(* within a folder, ** across folders; a JSONL file's name selects its records), "
+                             "in path order, each whole (or its first max_lines lines) while max_bytes lasts. "
+                             "Documents that do not fit are listed in left_out_documents with the reason.")
+    def multi_get(pattern: Annotated[str, Field(description="Glob over the paths search returns, e.g. "
+                                                            "docs/**/*.md.")],
+                  max_bytes: Annotated[int, Field(description=f"Budget in bytes of text for all documents (at "
+                                                              f"most {MAX_BYTES}).")] = GET_BYTES,
+                  max_lines: Annotated[int | None, Field(description="Most lines of each document (default: "
+                                                                     "whole).")] = None,
+                  ) -> dict[str, Any]:
+        try:
+            return searcher.multi_get(pattern, max_bytes, max_lines)
         except LlmkitError as e:
             raise tool_error(e) from None
 

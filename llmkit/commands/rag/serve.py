@@ -17,7 +17,11 @@ from llmkit.commands.rag.options import RUNTIMES
 @click.option("--runtime", type=click.Choice(RUNTIMES), default="onnx", show_default=True,
               help="Embedding runtime for queries.")
 def serve_cmd(index_dir, port, llm_path, model, runtime):
-    """Serve INDEX_DIR to MCP clients (agents, chat apps): tools search, answer and describe_index.
+    """Serve INDEX_DIR to MCP clients (agents, chat apps): tools search, get, multi_get, answer and
+    describe_index.
+
+    get and multi_get read back the index's own documents (a hit's path from its line range, or the
+    documents a glob selects), as they were indexed, within a byte budget; other paths are refused.
 
     The index stays open between calls and follows new generations that `rag index` (or `rag index
     --watch`) writes meanwhile. stdio by default: a client starts this command itself.
@@ -30,5 +34,5 @@ def serve_cmd(index_dir, port, llm_path, model, runtime):
     from llmkit.rag.serve import serve
 
     where = "stdio" if port is None else f"http://127.0.0.1:{port}/mcp"
-    Output().info(f"serving {index_dir} over MCP ({where}); tools: search, answer, describe_index")
+    Output().info(f"serving {index_dir} over MCP ({where}); tools: search, get, multi_get, answer, describe_index")
     serve(index_dir, port=port, model=model, runtime=runtime, llm_path=llm_path)
