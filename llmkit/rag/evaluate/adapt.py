@@ -78,12 +78,11 @@ def check_output(out_dir: str) -> None:
 def _negatives(index: Index, queries, emb, progress=None) -> list[int]:
     """One hard negative row per query (-1 when none qualifies)."""
     from llmkit.rag.chunk.dedupe import minhash
+    from llmkit.rag.index.catalog import chunk_documents
 
     vecs = index.vectors()
     qv = emb.queries([q.text for q in queries])
-    doc_of = {}
-    for cid, did in index.con.execute("SELECT id, doc_id FROM chunks"):
-        doc_of[cid] = did
+    doc_of = chunk_documents(index.con)
     row_doc = [doc_of.get(int(r), -1) for r in index.rows.tolist()]
     out = []
     for i, q in enumerate(queries):

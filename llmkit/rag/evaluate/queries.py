@@ -13,6 +13,7 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.errors import OptionError
+from llmkit.rag.index.catalog import chunk_records, judged_ids
 from llmkit.rag.index.graph import entities
 from llmkit.rag.index.reader import Index
 from llmkit.rag.retrieve.hits import document_key
@@ -50,7 +51,7 @@ def pseudo_queries(index: Index, n: int = 400, seed: int = 0, llm=None,
     index that ranks documents (`by_unit`), else its parent. A sentence that also sits in another chunk of the
     same document (an overlap) is never the query: that chunk would give the answer away verbatim
     and the tuner would learn to trust BM25."""
-    rows_meta = index.con.execute("SELECT c.id, c.parent_id, c.doc_id, c.text, c.meta FROM chunks c").fetchall()
+    rows_meta = chunk_records(index.con)
     live = {int(r): i for i, r in enumerate(index.rows.tolist())}
     by_row = {live[cid]: (pid, did, text, meta) for cid, pid, did, text, meta in rows_meta if cid in live}
     usable = sorted(r for r, (_, _, text, _) in by_row.items()
@@ -137,8 +138,7 @@ def judged_from_files(index: Index, queries_file: str, qrels_file: str) -> list[
 def document_keys(index: Index) -> list[str]:
     """Per row, the judged document id (a JSONL record's id, else its source path)."""
     got: dict[int, str] = {}
-    for cid, source, doc_id in index.con.execute(
-            "SELECT c.id, d.source, json_extract(c.meta, '$.doc_id') FROM chunks c JOIN docs d ON d.id = c.doc_id"):
+    for cid, source, doc_id in judged_ids(index.con):
         got[cid] = document_key(doc_id, source)
     return [got.get(int(r), "") for r in index.rows.tolist()]
 

@@ -11,7 +11,8 @@
     vectors.py      the vector-store protocol and the faiss store (files in the index directory)
     milvus.py       the Milvus store (embedded Milvus Lite or a server)
     reader.py       `Index`: one generation opened for queries
+    catalog.py      the index's SQL for reading (texts, hits, metadata filters, evaluation records)
 
 May import: read/, chunk/, embed/, llmkit.io, llmkit.errors. Queries import only
-manifest.py, analysis.py, bm25.py, reader.py and vectors.py of it (no chunkers, readers or tree-sitter).
+manifest.py, analysis.py, bm25.py, catalog.py, reader.py and vectors.py of it (no chunkers, readers or tree-sitter).
 """

@@ -4,6 +4,13 @@ rank-bm25 scans every document for every query term; here each term's postings (
 frequencies) are stored contiguously (CSR), so a query touches only the documents that contain
 its terms. Scores follow BM25Okapi: idf(t) = log((N - df + 0.5) / (df + 0.5)), negative idfs
 replaced by epsilon x the mean idf, and tf (k1 + 1) / (tf + k1 (1 - b + b |d| / avgdl)).
+
+On disk (format 2) an index is a directory of .npy arrays that a query memory-maps and never
+parses whole: the vocabulary is a sorted term table (`terms.npy`: the terms' UTF-8 bytes end to
+end, `term_offsets.npy`: where each starts) searched by bisection, term ids are positions in that
+order, and `indptr`, `docs`, `tfs`, `idf`, `doc_len` are indexed by them; `params.json` holds the
+format, k1, b, epsilon and the mean document length. Opening costs the same at any size, and a
+query reads its terms' table entries and postings. Format 1 (a `vocab.json` mapping) is still read.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import regex
 
 from llmkit.errors import BadFileFormat, BadInput
 
-FORMAT = {"format": "llmkit-bm25", "version": 1}
+FORMAT = {"format": "llmkit-bm25", "version": 2}
 _WORD = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+|[\p{L}\p{N}_]+(?:['’][\p{L}]+)?")
 _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
 
@@ -71,75 +78,134 @@ def tokenize(text: str, stem: bool = False, idents: bool = False) -> list[str]:
     return out
 
 
+class TermTable:
+    """A vocabulary read in place: the terms sorted by their UTF-8 bytes, end to end in `data`, term
+    i at data[offsets[i]:offsets[i+1]]; a lookup bisects it, reading about log2(n) terms.
+
+    >>> t = TermTable.of(["apple", "pear", "fig"])
+    >>> t.get("fig"), t.get("kiwi"), len(t), t.term(2)
+    (1, None, 3, 'pear')
+    """
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray):
+        self.data, self.offsets = data, offsets
+
+    @classmethod
+    def of(cls, terms) -> "TermTable":
+        """The table of these terms (sorted here)."""
+        raw = [t.encode("utf-8") for t in sorted(terms)]
+        offsets = np.zeros(len(raw) + 1, np.int64)
+        np.cumsum([len(b) for b in raw], out=offsets[1:])
+        return cls(np.frombuffer(b"".join(raw), np.uint8), offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _bytes(self, i: int) -> bytes:
+        return self.data[int(self.offsets[i]):int(self.offsets[i + 1])].tobytes()
+
+    def term(self, i: int) -> str:
+        return self._bytes(i).decode("utf-8")
+
+    def get(self, term: str, default=None):
+        """The id of `term` (its position in byte order), or `default`."""
+        key = term.encode("utf-8")
+        lo, hi = 0, len(self)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._bytes(mid) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if lo < len(self) and self._bytes(lo) == key else default
+
+    def __contains__(self, term: str) -> bool:
+        return self.get(term) is not None
+
+
 @dataclass
 class BM25Index:
-    vocab: dict[str, int]
+    vocab: "dict[str, int] | TermTable"  # term -> id (built: a dict; loaded: the mapped table)
     indptr: np.ndarray  # term t's postings are [indptr[t], indptr[t+1])
     docs: np.ndarray  # int32 document ids
-    tfs: np.ndarray  # float64 term frequencies
-    doc_len: np.ndarray  # float64
+    tfs: np.ndarray  # term frequencies (int32; float64 in format 1)
+    doc_len: np.ndarray  # terms per document
     idf: np.ndarray  # float64 per term
     k1: float = 1.5
     b: float = 0.75
     epsilon: float = 0.25
-    _norm: np.ndarray | None = None  # per-document length normalisation, computed once
+    avgdl: float | None = None  # mean document length (stored, so opening reads no per-document array)
+
+    def __post_init__(self):
+        if self.avgdl is None:
+            self.avgdl = float(np.asarray(self.doc_len, np.float64).mean()) if len(self.doc_len) else 0.0
 
     @property
     def n_docs(self) -> int:
         return len(self.doc_len)
 
     @classmethod
-    def build(cls, corpus: list[list[str]], k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25) -> "BM25Index":
-        """Index tokenized documents."""
-        if not corpus:
-            raise BadInput("cannot build a BM25 index of zero documents.")
+    def build(cls, corpus, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25) -> "BM25Index":
+        """Index tokenized documents (any iterable of token lists; term ids in sorted term order)."""
+        from array import array
+
         vocab: dict[str, int] = {}
-        rows, cols, vals = [], [], []
+        rows, cols, vals, lens = array("q"), array("i"), array("i"), array("i")  # compact, not Python ints
         for d, toks in enumerate(corpus):
+            lens.append(len(toks))
             for term, tf in Counter(toks).items():
-                t = vocab.setdefault(term, len(vocab))
-                rows.append(t)
+                rows.append(vocab.setdefault(term, len(vocab)))
                 cols.append(d)
                 vals.append(tf)
-        rows_a = np.asarray(rows, dtype=np.int64)
+        if not lens:
+            raise BadInput("cannot build a BM25 index of zero documents.")
+        terms = sorted(vocab)  # ids follow byte order, the order of the stored term table
+        new_id = np.empty(len(terms), np.int64)
+        new_id[[vocab[t] for t in terms]] = np.arange(len(terms))
+        rows_a = new_id[np.frombuffer(rows, np.int64)] if len(rows) else np.zeros(0, np.int64)
         order = np.argsort(rows_a, kind="stable")  # by term, documents ascending within a term
-        counts = np.bincount(rows_a, minlength=len(vocab))
+        counts = np.bincount(rows_a, minlength=len(terms))
         indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        docs = np.asarray(cols, dtype=np.int32)[order]
-        tfs = np.asarray(vals, dtype=np.float64)[order]
-        doc_len = np.array([len(toks) for toks in corpus], dtype=np.float64)
-        n = len(corpus)
+        docs = np.frombuffer(cols, np.int32)[order]
+        tfs = np.frombuffer(vals, np.int32)[order]
+        doc_len = np.frombuffer(lens, np.int32).copy()
+        n = len(doc_len)
         # rank-bm25: idf = log(N - df + 0.5) - log(df + 0.5); negatives -> epsilon * mean idf
         df = counts.astype(np.float64)
         idf = np.log(n - df + 0.5) - np.log(df + 0.5)
         eps = epsilon * (idf.sum() / len(idf)) if len(idf) else 0.0
         idf = np.where(idf < 0, eps, idf)
-        return cls(vocab, indptr, docs, tfs, doc_len, idf, k1, b, epsilon)
+        return cls({t: i for i, t in enumerate(terms)}, indptr, docs, tfs, doc_len, idf, k1, b, epsilon)
 
     def length_norm(self, doc_len):
         """k1 (1 - b + b |d| / avgdl) for a document length (or an array of them)."""
-        return self.k1 * (1 - self.b + self.b * doc_len / self.doc_len.mean())
+        return self.k1 * (1 - self.b + self.b * doc_len / self.avgdl)
 
     def term_score(self, w, tf, norm):
         """One term's contribution: w tf (k1 + 1) / (tf + norm), w its (weighted) idf."""
         return w * (tf * (self.k1 + 1) / (tf + norm))
 
+    def _term_ids(self, query: list[str]) -> list[int | None]:
+        return [self.vocab.get(term) for term in query]
+
+    def _postings(self, t: int) -> np.ndarray:
+        return np.asarray(self.docs[int(self.indptr[t]):int(self.indptr[t + 1])])
+
+    def _add_scores(self, out: np.ndarray, at, ids, weights) -> None:
+        """Add each query term's contribution to `out` (its postings' slots given by `at`)."""
+        for i, t in enumerate(ids):
+            if t is None:
+                continue
+            lo, hi = int(self.indptr[t]), int(self.indptr[t + 1])
+            d = np.asarray(self.docs[lo:hi])
+            w = self.idf[t] if weights is None else self.idf[t] * weights[i]
+            out[at(d)] += self.term_score(w, self.tfs[lo:hi], self.length_norm(self.doc_len[d]))
+
     def scores(self, query: list[str], weights: list[float] | None = None) -> np.ndarray:
         """BM25 score of every document for the query tokens (repeated tokens count again);
         `weights` scale each token's contribution (query expansion adds terms at lower weight)."""
         out = np.zeros(self.n_docs)
-        if self._norm is None:
-            self._norm = self.length_norm(self.doc_len)
-        norm = self._norm
-        for i, term in enumerate(query):
-            t = self.vocab.get(term)
-            if t is None:
-                continue
-            lo, hi = self.indptr[t], self.indptr[t + 1]
-            d = self.docs[lo:hi]
-            tf = self.tfs[lo:hi]
-            w = self.idf[t] if weights is None else self.idf[t] * weights[i]
-            out[d] += self.term_score(w, tf, norm[d])
+        self._add_scores(out, lambda d: d, self._term_ids(query), weights)
         return out
 
     def score_text(self, doc_tokens: list[str], query: list[str], weights=None) -> tuple[float, bool]:
@@ -150,9 +216,9 @@ class BM25Index:
         norm = self.length_norm(len(doc_tokens))
         s, hit = 0.0, False
         for i, term in enumerate(query):
-            t = self.vocab.get(term)
             f = tf.get(term, 0)
-            if t is None or f == 0:
+            t = self.vocab.get(term) if f else None
+            if t is None:
                 continue
             w = self.idf[t] if weights is None else self.idf[t] * weights[i]
             if weights is None or weights[i] != 0:
@@ -165,57 +231,89 @@ class BM25Index:
         """The k best (doc, score) pairs among documents containing a query term, ties broken by
         lower document id; `allowed` masks documents (a metadata filter applied inside retrieval,
         before truncation). In a tiny corpus every idf can be negative (rank-bm25's formula), so
-        matching documents are ranked by score whatever its sign rather than dropped."""
-        s = self.scores(query, weights)
-        matched = np.zeros(self.n_docs, bool)
-        for term in set(query):
-            matched[self.postings(term)] = True
-        if weights is not None:  # a term with weight 0 does not make a match
-            for term, w in zip(query, weights):
-                if w == 0:
-                    matched[self.postings(term)] = False
-        if allowed is not None:
-            matched &= allowed
-        s = np.where(matched, s, -np.inf)
-        k = min(k, int(matched.sum()))
-        if k <= 0:
+        matching documents are ranked by score whatever its sign rather than dropped. Only the
+        documents in the query terms' postings are scored (the same sums `scores` makes)."""
+        ids = self._term_ids(query)
+        present = sorted({t for t in ids if t is not None})
+        if not present or k <= 0:
             return []
-        if k < len(s):
-            kth = s[np.argpartition(-s, k - 1)[:k]].min()
-            # every document tied with the k-th score competes, so ties resolve by id, not by chance
-            cand = np.flatnonzero(s >= kth)
-        else:
-            cand = np.flatnonzero(matched)
-        cand = cand[np.lexsort((cand, -s[cand]))][:k]
-        return [(int(d), float(s[d])) for d in cand]
+        cand = np.unique(np.concatenate([self._postings(t) for t in present]))
+        s = np.zeros(len(cand))
+        self._add_scores(s, lambda d: np.searchsorted(cand, d), ids, weights)
+        keep = np.ones(len(cand), bool)
+        if weights is not None:  # a term with weight 0 does not make a match
+            for t, w in zip(ids, weights):
+                if w == 0 and t is not None:
+                    keep[np.searchsorted(cand, self._postings(t))] = False
+        if allowed is not None:
+            keep &= np.asarray(allowed)[cand]
+        cand, s = cand[keep], s[keep]
+        top = np.lexsort((cand, -s))[:k]
+        return [(int(d), float(x)) for d, x in zip(cand[top], s[top])]
 
     def postings(self, term: str) -> np.ndarray:
         """Ids of the documents containing `term`."""
         t = self.vocab.get(term)
-        return np.zeros(0, np.int32) if t is None else np.asarray(self.docs[self.indptr[t]:self.indptr[t + 1]])
+        return np.zeros(0, np.int32) if t is None else self._postings(t)
+
+    def _table(self) -> tuple[TermTable, "BM25Index"]:
+        """(the term table, this index with term ids in its order): a built or a format-2 index is
+        in that order already; a format-1 one is renumbered."""
+        if isinstance(self.vocab, TermTable):
+            return self.vocab, self
+        terms = sorted(self.vocab)
+        old = np.array([self.vocab[t] for t in terms], np.int64)
+        if np.array_equal(old, np.arange(len(terms))):
+            return TermTable.of(terms), self
+        counts = np.diff(self.indptr)[old]
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        take = np.concatenate([np.arange(self.indptr[t], self.indptr[t + 1]) for t in old] or [np.zeros(0, np.int64)])
+        again = BM25Index({t: i for i, t in enumerate(terms)}, indptr, np.asarray(self.docs)[take],
+                          np.asarray(self.tfs)[take], self.doc_len, np.asarray(self.idf)[old], self.k1, self.b,
+                          self.epsilon, self.avgdl)
+        return TermTable.of(terms), again
 
     def save(self, directory: str) -> None:
-        """Arrays as .npy (memory-mappable), the vocabulary and parameters as JSON."""
+        """Format 2: every array as .npy (memory-mappable), the term table among them, and
+        params.json (module doc)."""
         os.makedirs(directory, exist_ok=True)
-        for name in ("indptr", "docs", "tfs", "doc_len", "idf"):
-            np.save(os.path.join(directory, f"{name}.npy"), getattr(self, name))
+        table, ix = self._table()
+        arrays = {"terms": np.asarray(table.data, np.uint8), "term_offsets": np.asarray(table.offsets, np.int64),
+                  "indptr": np.asarray(ix.indptr, np.int64), "docs": np.asarray(ix.docs, np.int32),
+                  "tfs": np.asarray(ix.tfs).astype(np.int32), "doc_len": np.asarray(ix.doc_len).astype(np.int32),
+                  "idf": np.asarray(ix.idf, np.float64)}
+        for name, a in arrays.items():
+            np.save(os.path.join(directory, f"{name}.npy"), a)
         from llmkit.io import atomic_write_text
 
-        atomic_write_text(os.path.join(directory, "vocab.json"), json.dumps(self.vocab, ensure_ascii=False))
         atomic_write_text(os.path.join(directory, "params.json"),
-                          json.dumps({**FORMAT, "k1": self.k1, "b": self.b, "epsilon": self.epsilon}))
+                          json.dumps({**FORMAT, "k1": self.k1, "b": self.b, "epsilon": self.epsilon,
+                                      "avgdl": self.avgdl, "terms": len(table), "docs": self.n_docs}))
 
     @classmethod
     def load(cls, directory: str, mmap: bool = True) -> "BM25Index":
+        """Open a saved index: format 2 memory-maps every array (nothing is parsed whole); format 1
+        reads its vocab.json."""
+        mode = "r" if mmap else None
+
+        def arr(name):
+            return np.load(os.path.join(directory, f"{name}.npy"), mmap_mode=mode)
+
         try:
-            params = json.loads(open(os.path.join(directory, "params.json"), encoding="utf-8").read())
+            with open(os.path.join(directory, "params.json"), encoding="utf-8") as f:
+                params = json.loads(f.read())
             if params.get("format") != FORMAT["format"]:
                 raise BadFileFormat(f"'{directory}' is not an llmkit BM25 index.")
-            if params.get("version", 0) > FORMAT["version"]:
-                raise BadFileFormat(f"'{directory}' has BM25 index format {params['version']}; upgrade llmkit.")
-            vocab = json.loads(open(os.path.join(directory, "vocab.json"), encoding="utf-8").read())
-            arrays = {n: np.load(os.path.join(directory, f"{n}.npy"), mmap_mode="r" if mmap else None)
-                      for n in ("indptr", "docs", "tfs", "doc_len", "idf")}
-        except (OSError, ValueError) as e:
-            raise BadFileFormat(f"'{directory}' is not a readable BM25 index ({e}).") from None
-        return cls(vocab, **arrays, k1=params["k1"], b=params["b"], epsilon=params["epsilon"])
+            version = params.get("version", 0)
+            if version > FORMAT["version"]:
+                raise BadFileFormat(f"'{directory}' has BM25 index format {version}; upgrade llmkit.")
+            if version >= 2:
+                vocab = TermTable(arr("terms"), arr("term_offsets"))
+            else:
+                with open(os.path.join(directory, "vocab.json"), encoding="utf-8") as f:
+                    vocab = json.loads(f.read())
+            arrays = {n: arr(n) for n in ("indptr", "docs", "tfs", "doc_len", "idf")}
+        except (OSError, ValueError, KeyError) as e:
+            raise BadFileFormat(f"'{directory}' is not a readable BM25 index ({e}). Rebuild it with llmkit rag index.") from None
+        return cls(vocab, **arrays, k1=params["k1"], b=params["b"], epsilon=params["epsilon"],
+                   avgdl=params.get("avgdl"))

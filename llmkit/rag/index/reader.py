@@ -13,6 +13,7 @@ from llmkit.errors import BadInput
 from llmkit.rag.embed.models import stored_model
 from llmkit.rag.index.analysis import doc_terms, query_groups, query_terms
 from llmkit.rag.index.bm25 import BM25Index
+from llmkit.rag.index.catalog import chunk_texts
 from llmkit.rag.index.manifest import DB, pin_generation, read_manifest
 from llmkit.rag.index.vectors import FaissStore, VectorStore, rows_of_ids
 
@@ -31,10 +32,10 @@ class Index:
                 break
         else:
             raise BadInput(f"index '{directory}' changed generation 50 times while opening it. Run the query again.")
-        try:
-            self.rows = np.load(os.path.join(self.gdir, "rows.npy"))
-            self.collection = np.load(os.path.join(self.gdir, "collection.npy"))
-            self.parent = np.load(os.path.join(self.gdir, "parent.npy"))
+        try:  # mapped: opening reads no per-row array, whatever the index's size
+            self.rows = np.load(os.path.join(self.gdir, "rows.npy"), mmap_mode="r")
+            self.collection = np.load(os.path.join(self.gdir, "collection.npy"), mmap_mode="r")
+            self.parent = np.load(os.path.join(self.gdir, "parent.npy"), mmap_mode="r")
         except (OSError, ValueError) as e:
             raise BadInput(f"index '{directory}' is damaged (generation {gen}: {e}). Rebuild it with llmkit rag index.") from None
         self.collections: list[str] = self.manifest["collection_order"]
@@ -78,7 +79,7 @@ class Index:
         """Row -> the unit results are ranked as (a document; a code definition), or None for an
         index that ranks chunks (manifest `ranking`)."""
         if self._unit is None and self.manifest["ranking"] == "documents" and self.n:
-            self._unit = np.load(os.path.join(self.gdir, "unit.npy"))
+            self._unit = np.load(os.path.join(self.gdir, "unit.npy"), mmap_mode="r")
         return self._unit
 
     @property
@@ -140,7 +141,7 @@ class Index:
 
                 self._vectors = MilvusVectors(self)
             else:
-                self._vectors = FaissStore(self.gdir, self.n)
+                self._vectors = FaissStore(self.gdir, self.n, self.manifest["index"])
         return self._vectors
 
     def vectors(self) -> np.ndarray:
@@ -190,10 +191,7 @@ class Index:
         return self._parent_rows
 
     def texts(self, rows) -> list[str]:
-        """Chunk texts of rows, in order (queried 900 ids at a time: SQLite caps bound variables)."""
+        """Chunk texts of rows, in order."""
         ids = [int(self.rows[r]) for r in rows]
-        got: dict[int, str] = {}
-        for lo in range(0, len(ids), 900):
-            part = ids[lo:lo + 900]
-            got.update(self.con.execute(f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
+        got = chunk_texts(self.con, ids)
         return [got.get(i, "") for i in ids]

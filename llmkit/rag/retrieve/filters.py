@@ -1,5 +1,5 @@
-"""Restrictions applied inside retrieval: metadata filters (SQLite json_extract over the chunk
-metadata), collection masks and required terms (postings for words, the text for phrases), each a
+"""Restrictions applied inside retrieval: metadata filters (the index's metadata table, read through
+`index/catalog.py`), collection masks and required terms (postings for words, the text for phrases), each a
 boolean mask over the index's rows (None: no restriction), combined with `both`."""
 
 from __future__ import annotations
@@ -21,13 +21,6 @@ def parse_filter(expr: str) -> tuple[str, str, str]:
         raise BadInput(f"cannot read the filter {expr!r}. Write FIELD=VALUE, FIELD!=VALUE, FIELD>=VALUE, "
                        "FIELD<VALUE or FIELD~TEXT (e.g. source=notes/*, 'date>=2025-01-01').")
     return m.group(1), m.group(2), m.group(3).strip().strip("'\"")
-
-
-def _number(v: str) -> float | None:
-    try:
-        return float(v)
-    except ValueError:
-        return None
 
 
 _IDENT = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'|(\b\w+\(\))|(\b[A-Za-z]+_\w+\b)|(\b[a-z]+[A-Z]\w*\b)"
@@ -56,31 +49,17 @@ def detect_required(query: str) -> list[str]:
 
 
 def filter_mask(index, filters: list[str]) -> np.ndarray | None:
-    """Rows whose metadata satisfies every filter (SQLite json_extract over the chunk metadata)."""
+    """Rows whose metadata satisfies every filter (`catalog.filter_ids`: the indexed metadata table)."""
     if not filters:
         return None
+    from llmkit.rag.index.catalog import filter_ids
+
     fields = set(index.manifest.get("fields", []))
-    where, args = [], []
-    for expr in filters:
-        key, op, value = parse_filter(expr)
+    conditions = [parse_filter(expr) for expr in filters]
+    for key, _, _ in conditions:
         if key not in fields:
             raise BadInput(f"unknown filter field '{key}'. Fields in this index: {', '.join(sorted(fields))}.")
-        col = f"json_extract(meta, '$.\"{key}\"')"
-        num = _number(value)
-        if op == "~":
-            where.append(f"instr(lower(CAST({col} AS TEXT)), lower(?)) > 0")
-            args.append(value)
-        elif op in ("=", "!=") and ("*" in value or "?" in value):
-            where.append(("NOT " if op == "!=" else "") + f"CAST({col} AS TEXT) GLOB ?")
-            args.append(value)
-        elif num is not None:
-            where.append(f"(typeof({col}) IN ('integer','real') AND {col} {op} ?"
-                         f" OR typeof({col}) = 'text' AND CAST({col} AS REAL) {op} ? AND trim({col}) GLOB '[0-9.+-]*')")
-            args.extend([num, num])
-        else:
-            where.append(f"CAST({col} AS TEXT) {op} ?")
-            args.append(value)
-    ids = [r for (r,) in index.con.execute(f"SELECT id FROM chunks WHERE {' AND '.join(where)}", args)]
+    ids = filter_ids(index.con, conditions)
     mask = np.zeros(index.n, bool)
     mask[index.rows_of_ids(ids)] = True
     return mask

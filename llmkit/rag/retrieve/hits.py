@@ -51,10 +51,10 @@ def fetch(index, hits: list[Hit], with_parent: bool = True) -> list[Hit]:
     """Fill in text, parent text and metadata of hits from the index's SQLite."""
     if not hits:
         return hits
+    from llmkit.rag.index.catalog import hit_records
+
     ids = [int(index.rows[h.row]) for h in hits]
-    got = {r[0]: r for r in index.con.execute(
-        f"SELECT c.id, c.parent_id, d.source, c.text, c.meta, p.text FROM chunks c JOIN docs d ON d.id = c.doc_id "
-        f"JOIN parents p ON p.id = c.parent_id WHERE c.id IN ({','.join('?' * len(ids))})", ids)}
+    got = hit_records(index.con, ids)
     for h, cid in zip(hits, ids):
         r = got.get(cid)
         if r is None:
