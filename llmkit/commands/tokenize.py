@@ -9,6 +9,7 @@ import click
 from llmkit.commands._common import Output, progress_bar, read_text_arg, resolve_inputs
 from llmkit.commands.deprecated import Renamed, not_a_number, renamed
 from llmkit.commands.plot_option import plot_option
+from llmkit.commands.tokenize_count import count_cmd, split_cmd, truncate_cmd
 
 
 @click.group("tokenize")
@@ -17,6 +18,10 @@ def group():
 
     TOKENIZER is a tokenizer.json (llmkit or HF) or a GGUF model (its vocabulary).
     """
+
+
+for _cmd in (count_cmd, truncate_cmd, split_cmd):  # defined in tokenize_count.py (this module's size)
+    group.add_command(_cmd)
 
 
 def _load(path: str):
