@@ -44,7 +44,8 @@ VARIABLES = {v.name: v for v in [
     # bounds on untrusted input (llmkit.io); each may end in K, M or G
     _V("LLMKIT_MAX_JSON_DEPTH", 256, "levels of JSON nesting", "size"),
     _V("LLMKIT_MAX_JSON_BYTES", 2 << 30, "bytes in one JSON or JSONL file", "size"),
-    _V("LLMKIT_MAX_LINE_BYTES", 64 << 20, "bytes in one JSONL line, or one input line of `tokenize encode`", "size"),
+    _V("LLMKIT_MAX_LINE_BYTES", 64 << 20, "bytes in one JSONL line, one input line of `tokenize encode`, or one "
+       "file of `tokenize count`", "size"),
     _V("LLMKIT_MAX_UNZIPPED_BYTES", 256 << 20, "bytes unpacked from one archive (.docx, .epub)", "size"),
     _V("LLMKIT_MAX_ZIP_ENTRIES", 20000, "entries in one archive (.docx, .epub)", "size"),
     _V("LLMKIT_MAX_FILE_BYTES", 32 << 20, "bytes in one document to index (PDF excepted)", "size"),
