@@ -11,6 +11,10 @@
   download its own files here, so its Encoding is built from the same BPE: mergeable ranks = the
   HF ids of each token's bytes, pattern = GPT-2's pre-tokenizer regex (what ByteLevel uses).
   Whole-process rows (ids written to a file) and an in-process row (only the encode loop timed).
+- Counting a source tree: `llmkit tokenize count` over a tree (data/source-tree if present, e.g. a
+  Linux checkout, else this Python's standard library) against `llmkit tokenize encode` on the same
+  bytes (the counted files concatenated), both whole processes, -t 1 and -t 2. Check: every file's
+  count equals the ids HF `tokenizers` gives for its whole text (add_special_tokens=False).
 - GGUF vocabulary read: `llmkit gguf inspect --json --full` vs the `gguf` package's GGUFReader on
   a 151,936-token vocabulary (Qwen2.5's size; models/qwen2.5-coder-1.5b... if present, else a tiny
   random-weight model with that many tokens built here).
@@ -149,6 +153,17 @@ def child(argv: list[str]) -> None:
             enc([text])
             report[f"{name}_s"] = time.perf_counter() - t
         print(json.dumps(report))
+    elif what == "count-hf":  # HF's ids per file (whole text, no special tokens) against a count --json report
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(argv[1])
+        rep = json.load(open(argv[2], encoding="utf-8"))
+        name = rep["tokenizers"][0]
+        texts = [open(f["path"], "rb").read().decode("utf-8") for f in rep["files"]]
+        ours = [f["tokens"][name] for f in rep["files"]]
+        theirs = [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
+        print(json.dumps({"files": len(ours), "differ": sum(a != b for a, b in zip(ours, theirs)),
+                          "total_equal": rep["total"]["tokens"][name] == sum(theirs)}))
     elif what == "vocab-gguf":  # the gguf package's reader: metadata + the token strings
         from gguf import GGUFReader
 
@@ -374,6 +389,55 @@ def adversarial_row(cfg, corpus: str, tok: str) -> Row:
                "goal: a run of one character within 2x the prose time", cmds_of(*cmds))
 
 
+def source_tree(cfg) -> tuple[str, str]:
+    """data/source-tree when present (any checkout put there), else this Python's standard library;
+    llmkit's own package for the smoke run."""
+    import sysconfig
+
+    mine = os.path.join(ROOT, "data/source-tree")
+    if cfg.smoke:
+        return os.path.join(ROOT, "llmkit"), "llmkit/ (this checkout)"
+    if os.path.isdir(mine):
+        return mine, "data/source-tree"
+    std = sysconfig.get_paths()["stdlib"]
+    return std, f"Python {sys.version_info[0]}.{sys.version_info[1]}'s standard library ({std})"
+
+
+def count_rows(cfg, tok: str, setup: Cmd) -> list[Row]:
+    """`tokenize count` over a source tree against `tokenize encode` on the same bytes, -t 1 and -t 2."""
+    from harness import run_once
+
+    tree, desc = source_tree(cfg)
+    d = cfg.tmp("tokenize-count")
+    listing = os.path.join(d, "listing.json")
+    list_cmd = Cmd("setup: the counted files", [PY, "-m", "llmkit", "-q", "tokenize", "count", "-m", tok, "--json", tree],
+                   stdout=listing)
+    run_once(list_cmd)
+    rep = json.load(open(listing, encoding="utf-8"))
+    concat = os.path.join(d, "concatenated.txt")
+    with open(concat, "wb") as out:
+        for f in rep["files"]:
+            out.write(open(f["path"], "rb").read())
+    rows = []
+    for n in (1, 2):
+        enc = Cmd("llmkit encode", [PY, "-m", "llmkit", "-q", "tokenize", "encode", "-m", tok, "-t", n], stdin=concat,
+                  stdout=os.devnull)
+        cnt = Cmd("llmkit count", [PY, "-m", "llmkit", "-q", "tokenize", "count", "-m", tok, "-t", n, "--json", tree],
+                  stdout=os.path.join(d, f"count-t{n}.json"))
+        runs = compare([enc, cnt], cfg)
+        check_cmd = Cmd("check: HF ids per file", [PY, ME, "count-hf", tok, cnt.stdout])
+        chk = run_once(check_cmd).report
+        a, b = walls(runs[enc.label]), walls(runs[cnt.label])
+        rows.append(Row(f"tok-count-tree-t{n}", f"BPE 8k: count {len(rep['files'])} files "
+                        f"({rep['total']['bytes'] / 1e6:.1f} MB; {rep['total']['skipped']} skipped) of {desc}, "
+                        f"whole process, -t {n}; the anchor encodes the same files concatenated",
+                        f"encode {a.fmt()}", f"count {b.fmt()}", f"count/encode time {ratio(b.median, a.median)}",
+                        f"{chk['files'] - chk['differ']} of {chk['files']} files' counts equal to HF's ids, total "
+                        f"{'equal to' if chk['total_equal'] else 'DIFFERENT from'} the sum; goal: <= 1.2x encode",
+                        cmds_of(setup, list_cmd, enc, cnt, check_cmd)))
+    return rows
+
+
 def vocab_row(cfg) -> Row:
     from harness import run_once
 
@@ -400,6 +464,7 @@ def rows(cfg):
     big, big_desc = big_corpus(cfg, cfg.pick(100, 100, 1))
     out += encode_rows(cfg, big, tok, setup, tag="-big", threads=True)
     out += [adversarial_row(cfg, corpus, tok), vocab_row(cfg)]
+    out += count_rows(cfg, tok, setup)
     out += train_rows(cfg, big, ["bpe8k", "wp8k"], tag="-big")
     # Unigram's EM over a lattice of every seed piece takes minutes per 20 MB on both sides: its large
     # row uses the first 20 MB of the same text
