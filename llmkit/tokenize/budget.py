@@ -135,12 +135,16 @@ def truncate(tok, text: str, max_tokens: int, keep: str = "head", marker: str = 
 
 def _token_cuts(tok, text: str, max_tokens: int) -> Iterator[tuple[str, int]]:
     """`text` cut at token boundaries into parts of at most max_tokens tokens."""
-    while text:
-        cut = head_cut(tok, text, max_tokens)
+    # each cut looks at a bounded view: slicing off the rest of a long line every time would be quadratic
+    view = max(4096, 64 * max_tokens)
+    pos = 0
+    while pos < len(text):
+        cut = head_cut(tok, text[pos:pos + view], max_tokens)
         if cut == 0:
             raise OptionError("the character {char!r} alone takes more than {max_tokens} {n} tokens. Raise "
-                              "{max_tokens}.", char=text[0], n=max_tokens)
-        part, text = text[:cut], text[cut:]
+                              "{max_tokens}.", char=text[pos], n=max_tokens)
+        part = text[pos:pos + cut]
+        pos += cut
         yield part, n_tokens(tok, part)
 
 
