@@ -155,7 +155,9 @@ def _draw_panel(ax, panel: Panel, p: int) -> None:
             continue
         bar = s.style == "bar"
         for j, (x, y, note) in enumerate(zip(xs, s.y, s.notes)):
-            ax.annotate(note, (x, y), xytext=(0, 3) if bar else (4, 4), textcoords="offset points", fontsize=7,
+            # every other series writes its notes below its points, so two series' names rarely overlap
+            ax.annotate(note, (x, y), xytext=(0, 3) if bar else (4, 4 if i % 2 == 0 else -10),
+                        textcoords="offset points", fontsize=7,
                         ha="center" if bar else "left", gid=f"note-{p}-{i}-{j}")
     for k, (value, label) in enumerate(panel.hlines):
         ax.axhline(value, linestyle="--", color="0.35", linewidth=1, label=label, gid=f"ref-{p}-{k}")

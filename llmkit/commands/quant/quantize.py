@@ -58,10 +58,10 @@ def quantize_cmd(src, ftype, dst, pure, imatrix_path, allow_requantize, threads,
     from llmkit.quant.pipeline import quantize
 
     spelling = flag_spelling(click.get_current_context().command, {"calib_text": "--calib", "imatrix": "--imatrix"})
-    bars = _StageBars()
+    bars = StageBars()
     opts = QuantOptions(ftype=ftype, pure=pure, allow_requantize=allow_requantize, threads=threads,
                         measure=report or as_json, overrides=_overrides(output_type, embd_type, tensor_types),
-                        target_bpw=target_bpw, target_size=_parse_size(target_size) if target_size is not None else None,
+                        target_bpw=target_bpw, target_size=parse_size(target_size) if target_size is not None else None,
                         calib_text="" if calib_path else None, n_ctx=n_ctx, chunks=chunks, method=method,
                         hessian_path=hessian_path, damp=damp, refit=not no_refit, shrink=shrink, progress=bars,
                         notice=Output().info)  # a kernel's first compilation takes seconds: say so on stderr
@@ -119,7 +119,7 @@ def _emit(run, src, dst, report: bool, as_json: bool) -> None:
              + (f"; {rep.fallbacks} tensor(s) fell back to another type (row length)" if rep.fallbacks else ""))
 
 
-class _StageBars:
+class StageBars:
     """The pipeline's progress callback (stage, done, total, note): one bar per stage on stderr."""
 
     def __init__(self):
@@ -173,7 +173,7 @@ def _allocation_table(alloc):
     return t
 
 
-def _parse_size(text: str) -> int:
+def parse_size(text: str) -> int:
     """'3.5G' -> bytes (K/M/G/T, base 1024); a plain number is bytes."""
     t = text.strip().upper().rstrip("B").rstrip("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
