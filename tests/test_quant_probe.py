@@ -47,7 +47,7 @@ def _logits(path, seqs, names=(), imatrix=None):
     from llmkit.quant.budget.probe import _Injector
 
     n = sum(len(s) for s in seqs)
-    llm = runtime.open_model(str(path), runtime.ModelOptions(n_ctx=n, n_batch=n, n_threads=1), logits_all=False)
+    llm = runtime.open_model(str(path), runtime.ModelOptions(n_ctx=n, n_batch=n, n_threads=1))
     inject = _Injector(str(path), imatrix)
     try:
         with Decoder(llm, n, len(seqs), 1, callback=inject) as dec:
@@ -88,7 +88,7 @@ def test_the_models_own_text_is_reproducible(tmp_path):
     from llmkit.quant.calibration.selfgen import sample_sequences, text_sequences
 
     m = write_tiny_llama(tmp_path / "u.gguf", seed=5, n_embd=128, n_ff=256, n_layer=2, logit_scale=1.0)
-    llm = runtime.open_model(str(m), runtime.ModelOptions(n_ctx=64, n_threads=1), logits_all=False)
+    llm = runtime.open_model(str(m), runtime.ModelOptions(n_ctx=64, n_threads=1))
     try:
         a = sample_sequences(llm, 3, 10, seed=1, threads=1)
         b = sample_sequences(llm, 3, 10, seed=1, threads=1)
@@ -120,5 +120,5 @@ def test_budget_without_text_probes_on_the_models_own_text(tiny, tmp_path, monke
     assert json.loads(r.stdout)["allocation"]["sensitivity_source"] == "cached probe"
     from llmkit.llama import runtime
 
-    llm = runtime.open_model(str(out), runtime.ModelOptions(n_ctx=64, n_threads=1), logits_all=False)
+    llm = runtime.open_model(str(out), runtime.ModelOptions(n_ctx=64, n_threads=1))
     llm.close()

@@ -72,9 +72,10 @@ def test_rejection_sampling_keeps_a_real_models_distribution():
     prompt = target.tokenize(b"The capital of France is Paris. The capital of Italy is Rome. The capital of France is",
                              add_bos=False)
     params = SamplingParams(temp=1.5, top_k=6, top_p=1.0, min_p=0.0)
+    from llmkit.llama.cache import eval_logits
+
     target.reset()
-    target.eval(prompt)
-    p = distribution(target.scores[len(prompt) - 1], params, prompt)
+    p = distribution(eval_logits(target, prompt)[0], params, prompt)
     counts = np.zeros(len(p))
     drafted = 0
     for seed in range(200):

@@ -18,26 +18,44 @@ def common_prefix(a, b) -> int:
 
 
 def eval_no_logits(model, tokens: list[int]) -> None:
-    """Evaluate tokens whose logits nobody needs (prefill) with logits off: the vocabulary projection
-    for every prompt position would cost more than the prefill itself (docs/design/llama-runtime.md)."""
-    if not tokens:
-        return
-    keep = model._logits_all
-    model._logits_all = False
-    try:
+    """Evaluate tokens whose logits nobody needs (prefill): llama.cpp projects only each batch's last
+    position onto the vocabulary, since a projection for every prompt position would cost more than
+    the prefill itself (docs/design/llama-runtime.md)."""
+    if tokens:
         model.eval(tokens)
-    finally:
-        model._logits_all = keep
 
 
-def eval_last_logits(model, tokens: list[int]) -> None:
-    """Evaluate tokens with the vocabulary projection for the last position only, and keep its
-    logits where a full evaluation leaves them (`scores[n_tokens - 1]`): a prompt read this way
-    gives the first token without a second, one-token evaluation."""
+def eval_logits(model, tokens: list[int], n_out: int = 1):
+    """Evaluate tokens after what the model holds and return the logits of the last `n_out` of them
+    (an n_out x n_vocab float32 array of their own).
+
+    Only those positions ask llama.cpp for logits, so its output buffer is sized by the batch and
+    nothing grows with the context (a model opened with every position's logits would hold an
+    n_ctx x n_vocab array: 24 GiB for a 49k vocabulary at 128k tokens)."""
     import numpy as np
 
-    eval_no_logits(model, tokens)
-    model.scores[model.n_tokens - 1, :] = np.ctypeslib.as_array(model._ctx.get_logits(), shape=(model.n_vocab(),))
+    n, n_vocab = len(tokens), model.n_vocab()
+    if not 0 < n_out <= n:
+        raise ValueError(f"cannot return the logits of {n_out} positions of {n} tokens")
+    first = n - n_out
+    out = np.empty((n_out, n_vocab), dtype=np.float32)
+    batch = model._batch
+    model._ctx.kv_cache_seq_rm(-1, model.n_tokens, -1)
+    for i in range(0, n, model.n_batch):
+        part = tokens[i:i + model.n_batch]
+        n_past = model.n_tokens
+        batch.set_batch(batch=part, n_past=n_past, logits_all=False)  # asks for the part's last position
+        lo = max(first - i, 0)
+        for j in range(lo, len(part)):
+            batch.batch.logits[j] = True
+        model._ctx.decode(batch)
+        if lo < len(part):  # llama.cpp packs the rows asked for, in batch order
+            rows = len(part) - lo
+            out[i + lo - first:i + len(part) - first] = np.ctypeslib.as_array(model._ctx.get_logits(),
+                                                                              shape=(rows, n_vocab))
+        model.input_ids[n_past:n_past + len(part)] = part
+        model.n_tokens += len(part)
+    return out
 
 
 def reuse_chunks(model, have: list[int], prompt: list[int], n_past: int, min_chunk: int) -> tuple[int, int]:

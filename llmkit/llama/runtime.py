@@ -131,7 +131,7 @@ def add_bos(model) -> bool:
     return str(v).lower() == "true" if v is not None else True
 
 
-def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = True):
+def open_model(path: str, opts: ModelOptions | None = None):
     """Load a model with llama-cpp-python (in-process, quiet unless opts.verbose)."""
     opts = opts or ModelOptions()
     llama_cpp = load_llama_cpp()
@@ -151,7 +151,7 @@ def open_model(path: str, opts: ModelOptions | None = None, logits_all: bool = T
         silence_llama_log()
     threads = opts.n_threads or default_threads()
     kwargs = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=max(threads, 1), n_batch=opts.n_batch,
-                  n_ubatch=opts.n_batch, logits_all=logits_all, verbose=opts.verbose, use_mlock=opts.use_mlock,
+                  n_ubatch=opts.n_batch, logits_all=False, verbose=opts.verbose, use_mlock=opts.use_mlock,
                   use_mmap=opts.use_mmap, n_gpu_layers=opts.n_gpu_layers, seed=opts.seed,
                   type_k=KV_TYPES[opts.cache_type_k], type_v=KV_TYPES[opts.cache_type_v])
     if opts.flash_attn:

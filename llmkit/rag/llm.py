@@ -16,7 +16,7 @@ class LocalLLM:
         self.path = path or runtime.default_model_path()
         self.model = runtime.open_model(self.path, runtime.ModelOptions(n_ctx=n_ctx, n_threads=threads))
         self.bos = runtime.add_bos(self.model)
-        self.n_ctx = min(self.model.n_ctx(), self.model.scores.shape[0])
+        self.n_ctx = min(self.model.n_ctx(), len(self.model.input_ids))
 
     def tokens(self, text: str, special: bool = False) -> list[int]:
         return self.model.tokenize(text.encode("utf-8"), add_bos=self.bos, special=special)
@@ -59,7 +59,7 @@ class LocalLLM:
 
     def yes_no(self, prompt: str) -> float:
         """log P(yes) - log P(no) for the next token after the prompt (chat-formatted)."""
-        from llmkit.llama.generate import common_prefix
+        from llmkit.llama.cache import common_prefix, eval_logits
 
         text, special = self.prompt(prompt)
         toks = self.tokens(text, special)[-(self.n_ctx - 1):]
@@ -67,8 +67,7 @@ class LocalLLM:
         have = [int(t) for t in m.input_ids[:m.n_tokens]]
         keep = common_prefix(have, toks[:-1])  # the shared instruction + query prefix stays in the KV cache
         m.n_tokens = keep
-        m.eval(toks[keep:])
-        logits = np.asarray(m.scores[m.n_tokens - 1], dtype=np.float64)
+        logits = eval_logits(m, toks[keep:])[0].astype(np.float64)
         yes, no = self._answer_ids()
         return float(np.logaddexp.reduce(logits[yes]) - np.logaddexp.reduce(logits[no]))
 
@@ -88,21 +87,23 @@ class LocalLLM:
     def surprisal(self, text: str) -> tuple[list[int], np.ndarray]:
         """Tokens of the text and each one's surprisal -log p(token | earlier tokens) in nats
         (the first token of each window gets +inf: nothing predicts it, so it is never dropped)."""
+        from llmkit.llama.cache import eval_logits
+
         toks = self.model.tokenize(text.encode("utf-8"), add_bos=False, special=False)
         out = np.full(len(toks), np.inf)
         m = self.model
         win = max(16, self.n_ctx - 2)
         for lo in range(0, len(toks), win):
-            part = toks[lo:lo + win]
-            m.reset()
-            m.eval(([m.token_bos()] if self.bos else []) + part)
+            seq = ([m.token_bos()] if self.bos else []) + toks[lo:lo + win]
             off = 1 if self.bos else 0
-            logits = np.asarray(m.scores[:len(part) + off], dtype=np.float64)
-            logp = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
-            for i in range(len(part)):
-                j = i + off - 1
-                if j >= 0:
-                    out[lo + i] = -logp[j, part[i]]
+            m.reset()
+            # a batch at a time, so the logits held are one batch's, not the window's
+            for b in range(0, len(seq), m.n_batch):
+                logits = eval_logits(m, seq[b:b + m.n_batch], len(seq[b:b + m.n_batch])).astype(np.float64)
+                logp = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+                for j in range(len(logp)):  # position b + j predicts seq[b + j + 1]
+                    if b + j + 1 < len(seq):
+                        out[lo + b + j + 1 - off] = -logp[j, seq[b + j + 1]]
         return toks, out
 
     def detokenize(self, toks: list[int]) -> str:

@@ -149,7 +149,7 @@ def probe_sensitivity(src: str, items: list[Item], imatrix: dict | None = None, 
             members.setdefault(i.kind, set()).add(i.name)
     kinds = sorted(members)
     llm = runtime.open_model(src, runtime.ModelOptions(n_ctx=n_seq * n_tokens, n_batch=n_seq * n_tokens,
-                                                       n_threads=threads), logits_all=False)
+                                                       n_threads=threads))
     inject = _Injector(src, imatrix)
     out: dict[str, float] = {}
     try:

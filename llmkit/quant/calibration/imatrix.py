@@ -148,8 +148,7 @@ def calibration_pass(model_path: str, text: str, acc, n_ctx: int, threads: int |
     from llmkit.llama import runtime
     from llmkit.llama.evalcb import Decoder
 
-    llm = runtime.open_model(model_path, runtime.ModelOptions(n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads),
-                             logits_all=False)
+    llm = runtime.open_model(model_path, runtime.ModelOptions(n_ctx=n_ctx, n_batch=n_ctx, n_threads=threads))
     try:
         # llama-imatrix's chunks (tools/imatrix/imatrix.cpp): its -f reader drops the file's final
         # newline; the whole text is tokenized once with BOS, cut into full chunks of n_ctx tokens (the
