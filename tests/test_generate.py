@@ -86,22 +86,19 @@ def test_draft_catch_up_computes_no_logits_but_the_last(models):
     ctx = _open(models["target"]).tokenize(PROMPT.encode(), add_bos=False)
     behind, synced = _open(models["other"]), _open(models["other"])
     calls = []
-    plain_eval = type(behind).eval
+    plain_decode = behind._ctx.decode
 
-    def spy(self, tokens):
-        calls.append((len(tokens), self._logits_all))
-        return plain_eval(self, tokens)
+    def spy(batch):  # (tokens in the batch, positions whose logits llama.cpp computes)
+        calls.append((batch.batch.n_tokens, sum(bool(batch.batch.logits[i]) for i in range(batch.batch.n_tokens))))
+        return plain_decode(batch)
 
     ModelDrafter(behind, behind.n_vocab()).prefill(ctx[:3])
     ModelDrafter(synced, synced.n_vocab()).prefill(ctx)
-    type(behind).eval = spy
-    try:
-        got, _ = ModelDrafter(behind, behind.n_vocab()).draft(ctx, 3, SamplingParams(temp=0), np.random.default_rng(0))
-    finally:
-        type(behind).eval = plain_eval
+    behind._ctx.decode = spy
+    got, _ = ModelDrafter(behind, behind.n_vocab()).draft(ctx, 3, SamplingParams(temp=0), np.random.default_rng(0))
     want, _ = ModelDrafter(synced, synced.n_vocab()).draft(ctx, 3, SamplingParams(temp=0), np.random.default_rng(0))
     assert got == want
-    assert calls[0] == (len(ctx) - 4, False) and calls[1] == (1, True)  # the missed tokens, then the last
+    assert calls == [(len(ctx) - 3, 1), (1, 1), (1, 1)]  # the missed tokens with one projection, then two drafts
 
 
 def test_kv_rollback_leaves_no_stale_entries(models):
@@ -130,9 +127,10 @@ def test_sampled_first_token_distribution_matches_plain(models):
     params = SamplingParams(temp=1.5, top_k=6, top_p=1.0, min_p=0.0)
     target, draft = _open(models["target"]), _open(models["other"])
     prompt = target.tokenize(b"Hello the", add_bos=False)
+    from llmkit.llama.cache import eval_logits
+
     target.reset()
-    target.eval(prompt)
-    p = distribution(target.scores[len(prompt) - 1], params, prompt)
+    p = distribution(eval_logits(target, prompt)[0], params, prompt)
     support = np.flatnonzero(p)
     counts = np.zeros(len(p))
     for seed in range(1500):

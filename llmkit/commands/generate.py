@@ -131,9 +131,11 @@ def command(prompt, model_path, opts, sampling, chat, system, context_shift, kee
         best = restore_best(model, path, opts, tokens, prompt_cache)
         slot_note = f"restored {best};" if best else "no cached prefix;"
     from llmkit.llama import runtime
+    from llmkit.llama.draft import DraftModel
     from llmkit.llama.generate import Generator
 
-    draft = runtime.open_model(draft_path, opts) if draft_path else None
+    # opened only once drafting is chosen: where it cannot pay, it is never loaded
+    draft = DraftModel(draft_path, lambda p: runtime.open_model(p, opts)) if draft_path else None
     adaptive = not fixed_draft and draft_min != draft_max
     gen = Generator(model, sampling.params, draft=draft, lookup=lookup, draft_max=draft_max, draft_min=draft_min,
                     adaptive=adaptive, ignore_eos=sampling.ignore_eos, context_shift=context_shift, keep=keep)

@@ -7,10 +7,12 @@ with the target is `generate.Generator`.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from llmkit.errors import BadInput
-from llmkit.llama.cache import common_prefix, eval_no_logits
+from llmkit.llama.cache import common_prefix, eval_logits
 from llmkit.llama.sampling import History, SamplingParams, distribution, sample
 from llmkit.llama.speculative import expected_tokens
 
@@ -34,6 +36,7 @@ class DraftLengthChooser:
         self.alpha = 0.7
         self.rounds_without_draft = 0
         self.probe_every = 32
+        self.measuring = False  # the K last chosen only times a verification (no batch timed yet)
 
     def observe_batch(self, b: int, seconds: float) -> None:
         old = self.t_batch.get(b)
@@ -68,7 +71,9 @@ class DraftLengthChooser:
         return max(expected_tokens(1.0, k) / (k * td + self.cost(k + 1)) for k in range(self.k_min, k_max + 1))
 
     def choose(self, available: int, behind: int = 0) -> int:
-        """Best K for the next round; `behind` = tokens the draft model must catch up on first."""
+        """Best K for the next round; `behind` = tokens the draft model must catch up on first,
+        `available` = tokens still to generate (over which a catch-up is paid off)."""
+        self.measuring = False
         k_max = min(self.k_max, available)
         if k_max < self.k_min:
             return 0
@@ -77,12 +82,15 @@ class DraftLengthChooser:
         if 1 not in self.t_batch and self.may_skip:
             return 0  # measure plain decoding first
         if not any(b > 1 for b in self.t_batch) and self.rounds_without_draft > 0:
+            self.measuring = True
             return k_max  # short prompt: no batch was timed in prefill, so measure one verification
         td = self.t_draft if self.t_draft is not None else self.cost(1) * self.draft_cost_ratio
         catch_up = behind * td * 0.5 if self.t_draft != 0.0 else 0.0  # batched catch-up, ~half a step each
         best_k, best_rate = (0, 1.0 / self.cost(1)) if self.may_skip else (self.k_min, 0.0)
         for k in range(self.k_min, k_max + 1):
-            rate = expected_tokens(self.alpha, k) / (k * td + self.cost(k + 1) + catch_up)
+            e = expected_tokens(self.alpha, k)
+            # the catch-up is paid once and then serves every round to the end: each round's share
+            rate = e / (k * td + self.cost(k + 1) + catch_up * e / max(available, 1))
             if rate > best_rate * 1.001:
                 best_k, best_rate = k, rate
         # the most drafting could ever give (every draft accepted): probes re-sync the draft model,
@@ -96,45 +104,84 @@ class DraftLengthChooser:
         return best_k
 
 
+class DraftModel:
+    """A draft GGUF opened on first use, so that a run in which drafting never pays (the target's
+    batches cost about as much as that many single steps) never loads it."""
+
+    def __init__(self, path: str, opener: Callable[[str], object]):
+        self.path, self.opener, self.model = path, opener, None
+
+    def get(self):
+        if self.model is None:
+            self.model = self.opener(self.path)
+        return self.model
+
+
 class ModelDrafter:
     """A draft model reading the same context as the target and proposing tokens by sampling."""
 
-    def __init__(self, model, n_vocab: int):
-        self.model, self.n_vocab = model, n_vocab
+    window = 512  # a draft that fell further behind re-reads only this many recent tokens
+
+    def __init__(self, source, n_vocab: int):
+        self.source, self.n_vocab = source, n_vocab  # source: a model, or a DraftModel opened on first use
+        self.offset = 0  # the draft's cache holds ctx[offset:] from its position 0
+        self.synced = 0  # of those, the first `synced` are known to be in the draft's cache
+        self.last = None  # the draft's logits after its last cached token
+
+    @property
+    def loaded(self) -> bool:
+        return not isinstance(self.source, DraftModel) or self.source.model is not None
+
+    @property
+    def model(self):
+        return self.source.get() if isinstance(self.source, DraftModel) else self.source
 
     def prefill(self, prompt: list[int]) -> None:
-        """Read the prompt; the draft needs logits after its last token."""
+        """Read the prompt (a draft not loaded yet reads it when it first drafts)."""
+        if not self.loaded:
+            return
         self.model.reset()
-        eval_no_logits(self.model, prompt[:-1])
-        self.model.eval(prompt[-1:])
+        self.offset = 0
+        self.last = eval_logits(self.model, prompt)[0]
+        self.synced = len(prompt)
 
     def behind(self, ctx: list[int]) -> int:
-        """Tokens of the context the draft model has not read yet."""
-        return len(ctx) - self.model.n_tokens
+        """Tokens of the context the draft model must read before it can draft."""
+        held = self.offset + self.model.n_tokens if self.loaded else 0
+        return min(max(len(ctx) - held, 0), self.window)
 
     def forget(self) -> None:
         """The target's context shifted: re-read it from the start on the next draft."""
-        self.model.n_tokens = 0
+        if self.loaded:
+            self.model.n_tokens = 0
+        self.offset = self.synced = 0
 
     def draft(self, ctx: list[int], k: int, params: SamplingParams,
               rng: np.random.Generator) -> tuple[list[int], list[np.ndarray]]:
         """k proposed tokens after ctx and the distribution each was drawn from."""
         d = self.model
-        common = common_prefix(d.input_ids[:d.n_tokens], ctx)
-        d.n_tokens = common
-        if common < len(ctx):
+        n_rel = len(ctx) - self.offset
+        # the context only grew since the last round, so the comparison starts where the two last agreed
+        s = min(self.synced, d.n_tokens, n_rel)
+        common = s + common_prefix(d.input_ids[s:d.n_tokens], ctx[self.offset + s:])
+        if n_rel - common > self.window:  # far behind: read only the recent window (positions restart at 0)
+            self.offset, common = len(ctx) - self.window, 0
+            n_rel = self.window
+        if not (common == n_rel == d.n_tokens and self.last is not None):  # else `last` follows the last token
+            common = min(common, n_rel - 1)  # the last context token is evaluated again for its logits
+            d.n_tokens = common
             # catching up after rounds without drafting: only the last position's logits are read
-            eval_no_logits(d, ctx[common:-1])
-            d.eval(ctx[-1:])
+            self.last = eval_logits(d, ctx[self.offset + common:])[0]
+        self.synced = n_rel
         drafts, qs = [], []
         for j in range(k):
             # the draft may have a few more or fewer (padding) tokens: it proposes only target ids
-            q = distribution(fit_vocab(d.scores[d.n_tokens - 1], self.n_vocab), params, History(ctx, drafts))
+            q = distribution(fit_vocab(self.last, self.n_vocab), params, History(ctx, drafts))
             x = sample(q, rng)
             drafts.append(x)
             qs.append(q)
             if j < k - 1:
-                d.eval([x])
+                self.last = eval_logits(d, [x])[0]
         return drafts, qs
 
 
@@ -149,6 +196,24 @@ def fit_vocab(logits: np.ndarray, n: int) -> np.ndarray:
     if len(logits) > n:
         return logits[:n]
     return np.concatenate([logits, np.full(n - len(logits), -np.inf, dtype=logits.dtype)])
+
+
+def check_vocab_files(target_path: str, draft_path: str, sample_size: int = 4096) -> None:
+    """Refuse a draft GGUF whose vocabulary differs from the target's, from the two files' metadata
+    (before the draft model is loaded)."""
+    from llmkit.llama.runtime import check_model_file
+
+    vt = check_model_file(target_path).get("tokenizer.ggml.tokens")
+    vd = check_model_file(draft_path).get("tokenizer.ggml.tokens")
+    nt, nd = len(vt), len(vd)
+    if abs(nt - nd) > 128:
+        raise BadInput(f"the draft model's vocabulary ({nd} tokens) does not match the target's ({nt}). "
+                       "Use a draft from the same model family.")
+    n = min(nt, nd)
+    for i in sorted(set(np.linspace(0, n - 1, min(n, sample_size)).astype(int).tolist())):
+        if vt[i] != vd[i]:
+            raise BadInput(f"the draft model's token {i} differs from the target's; their vocabularies are "
+                           "incompatible. Use a draft from the same model family.")
 
 
 def check_vocab_compatible(target, draft, sample_size: int = 4096) -> None:

@@ -17,10 +17,11 @@ from typing import Callable
 import numpy as np
 
 from llmkit.errors import BadInput, OptionError
-from llmkit.llama.cache import common_prefix, eval_last_logits, eval_no_logits, reuse_chunks, shift_context
-from llmkit.llama.draft import DraftLengthChooser, ModelDrafter, check_vocab_compatible
+from llmkit.llama.cache import common_prefix, eval_logits, eval_no_logits, reuse_chunks, shift_context
+from llmkit.llama.draft import (DraftLengthChooser, DraftModel, ModelDrafter, check_vocab_compatible,
+                                check_vocab_files)
 from llmkit.llama.sampling import History, SamplingParams, distribution, sample
-from llmkit.llama.speculative import lookup_draft, verify, verify_sample_and_match
+from llmkit.llama.speculative import NgramIndex, verify, verify_sample_and_match
 
 __all__ = ["GenerateStats", "Generator", "common_prefix", "eval_no_logits"]
 
@@ -58,7 +59,8 @@ class GenerateStats:
 
 
 class Generator:
-    """Generate from a llama-cpp-python model, optionally with a draft model or prompt lookup."""
+    """Generate from a llama-cpp-python model, optionally with a draft model (a model, or a DraftModel
+    that is loaded only once drafting is chosen) or prompt lookup."""
 
     def __init__(self, target, params: SamplingParams, draft=None, lookup: int = 0, draft_max: int = 8,
                  draft_min: int = 0, adaptive: bool = True, ignore_eos: bool = False,
@@ -83,17 +85,24 @@ class Generator:
             import os
 
             try:
-                ratio = os.path.getsize(draft.model_path) / os.path.getsize(target.model_path)
+                path = draft.path if isinstance(draft, DraftModel) else draft.model_path
+                ratio = os.path.getsize(path) / os.path.getsize(target.model_path)
             except (OSError, AttributeError, TypeError):
                 pass
         self.chooser = DraftLengthChooser(draft_min, draft_max, adaptive, draft_cost_known_zero=bool(lookup),
                                           draft_cost_ratio=ratio)
         self.drafting = draft is not None or lookup > 0
-        self._primed = False  # the target holds the logits of the context's last token (no pending token)
+        self._primed = None  # the logits of the context's last token when the prompt's evaluation gave them
         self.drafter = None
         if draft is not None:
-            check_vocab_compatible(target, draft)
+            if not adaptive and isinstance(draft, DraftModel):
+                draft = draft.get()  # it drafts every round: load it now, its prompt read as part of prefill
+            if isinstance(draft, DraftModel):
+                check_vocab_files(target.model_path, draft.path)
+            else:
+                check_vocab_compatible(target, draft)
             self.drafter = ModelDrafter(draft, self.n_vocab)
+        self.ngram = NgramIndex(lookup) if lookup else None
         self._eog = _eog_checker(target)
 
     # -- public ---------------------------------------------------------------------------------
@@ -110,8 +119,8 @@ class Generator:
         if n_predict <= 0:
             raise OptionError("{n_predict} must be a positive number of tokens, got {value}.", value=n_predict)
         self._check_ids(prompt)
-        # llama.cpp may round the context up; llama-cpp-python's logits buffer has the requested size
-        n_ctx = min(self.target.n_ctx(), self.target.scores.shape[0])
+        # llama.cpp may round the context up; llama-cpp-python keeps token ids for the size requested
+        n_ctx = min(self.target.n_ctx(), len(self.target.input_ids))
         prompt = self._fit_prompt(list(prompt), n_ctx)
         st = GenerateStats(prompt_tokens=len(prompt))
         t0 = time.perf_counter()
@@ -167,8 +176,7 @@ class Generator:
         if not self.drafting:
             if not reused:
                 tgt.reset()
-            eval_last_logits(tgt, prompt[reused:])
-            self._primed = True
+            self._primed = eval_logits(tgt, prompt[reused:])[0]
             return
         if reused:
             if len(prompt) - 1 > reused:
@@ -187,7 +195,7 @@ class Generator:
         measured for free during prefill instead of by a wasted drafting round."""
         eval_no_logits(self.target, prompt[:-1 - b])
         t1 = time.perf_counter()
-        self.target.eval(prompt[-1 - b:-1])
+        eval_logits(self.target, prompt[-1 - b:-1], b)
         self.chooser.observe_batch(b, time.perf_counter() - t1)
 
     def _make_room(self, ctx: list[int], n_ctx: int, st: GenerateStats) -> int | None:
@@ -201,36 +209,42 @@ class Generator:
         shift_context(self.target, ctx, self.keep)
         if self.drafter is not None:
             self.drafter.forget()
+        if self.ngram is not None:
+            self.ngram.reset()
         return n_ctx - self.target.n_tokens - 1
 
     def _round(self, ctx: list[int], available: int, st: GenerateStats) -> list[int]:
         """One target evaluation: draft K tokens, verify [pending] + drafts in one batch, keep the accepted
         prefix and the next token; the tokens this round adds."""
         tgt = self.target
-        if self._primed:  # the prompt's evaluation gave the first token's logits
-            self._primed = False
-            return [sample(distribution(tgt.scores[tgt.n_tokens - 1], self.params, History(ctx, [])), self.rng)]
+        if self._primed is not None:  # the prompt's evaluation gave the first token's logits
+            logits, self._primed = self._primed, None
+            return [sample(distribution(logits, self.params, History(ctx, [])), self.rng)]
         behind = self.drafter.behind(ctx) if self.drafter is not None else 0
         k = self.chooser.choose(available, behind) if self.drafting else 0
+        timing_only = k > 0 and self._timing_only()
         drafts, qs = self._draft(ctx, k, st) if k > 0 else ([], [])
         n0 = tgt.n_tokens
         t1 = time.perf_counter()
-        tgt.eval([ctx[-1]] + drafts)
+        logits = eval_logits(tgt, [ctx[-1]] + drafts, 1 + len(drafts))
         dt = time.perf_counter() - t1
         st.verify_s += dt
         st.target_steps += 1
         self.chooser.observe_batch(1 + len(drafts), dt)
-        ps = [distribution(tgt.scores[n0 + i], self.params, History(ctx, drafts[:i])) for i in range(len(drafts) + 1)]
+        ps = [distribution(logits[i], self.params, History(ctx, drafts[:i])) for i in range(len(drafts) + 1)]
         if drafts:
             if self.acceptance_rule == "rejection":
                 n_acc, nxt = verify(drafts, qs, ps, self.rng)
             else:  # sample-and-match, for comparison (llama-cpp-python's draft hook)
                 n_acc, nxt = verify_sample_and_match(drafts, ps, self.rng)
-            st.drafted += len(drafts)
-            st.accepted += n_acc
-            st.draft_lengths[len(drafts)] = st.draft_lengths.get(len(drafts), 0) + 1
-            self.chooser.observe_acceptance(n_acc, len(drafts))
-            self.chooser.rounds_without_draft = 0
+            if timing_only:
+                self.chooser.rounds_without_draft += 1
+            else:
+                st.drafted += len(drafts)
+                st.accepted += n_acc
+                st.draft_lengths[len(drafts)] = st.draft_lengths.get(len(drafts), 0) + 1
+                self.chooser.observe_acceptance(n_acc, len(drafts))
+                self.chooser.rounds_without_draft = 0
         else:
             n_acc, nxt = 0, sample(ps[0], self.rng)
             self.chooser.rounds_without_draft += 1
@@ -249,15 +263,22 @@ class Generator:
 
     # -- internals ------------------------------------------------------------------------------
     def _draft(self, ctx: list[int], k: int, st: GenerateStats) -> tuple[list[int], list[np.ndarray]]:
-        if self.lookup:
-            drafts = lookup_draft(ctx, self.lookup, k)
-            return drafts, [np.eye(1, self.n_vocab, t).ravel() for t in drafts]
         t0 = time.perf_counter()
+        if self.lookup or self._timing_only():
+            # a round that only times a verification takes any drafts (verifying them keeps the
+            # target's distribution), so the draft model is not loaded for it
+            drafts = self.ngram.draft(ctx, k) if self.lookup else [ctx[-1]] * k
+            st.draft_s += time.perf_counter() - t0
+            return drafts, [np.eye(1, self.n_vocab, t).ravel() for t in drafts]
         drafts, qs = self.drafter.draft(ctx, k, self.params, self.rng)
         dt = time.perf_counter() - t0
         st.draft_s += dt
         self.chooser.observe_draft(dt / max(k, 1))
         return drafts, qs
+
+    def _timing_only(self) -> bool:
+        """This round measures a verification's cost for a draft model that is not loaded yet."""
+        return self.drafter is not None and self.chooser.measuring and not self.drafter.loaded
 
     def _fit_prompt(self, prompt: list[int], n_ctx: int) -> list[int]:
         if len(prompt) < n_ctx:
@@ -271,37 +292,39 @@ class Generator:
 
 
 class _TextStream:
-    """Incremental detokenization with stop strings; holds back text that may start a stop string."""
+    """Incremental detokenization with stop strings; holds back text that may start a stop string.
+    Emitted text is kept as pieces and joined once, so a long generation costs linear time."""
 
     def __init__(self, model, stop: tuple[str, ...], on_text):
         self.model, self.stop, self.on_text = model, tuple(s for s in stop if s), on_text
         self.dec = codecs.getincrementaldecoder("utf-8")("replace")
-        self.text = ""
-        self.emitted = 0
+        self.done: list[str] = []
+        self.tail = ""  # decoded but not emitted yet: never longer than a stop string plus one token
         self.hold = max((len(s) for s in self.stop), default=1) - 1
 
     def push(self, tok: int) -> bool:
-        self.text += self.dec.decode(self.model.detokenize([tok]))
-        if self.stop:
-            start = max(0, len(self.text) - 64 - self.hold)
-            for s in self.stop:
-                i = self.text.find(s, start)
-                if i >= 0:
-                    self.text = self.text[:i]
-                    self._emit(len(self.text))
-                    return True
-        self._emit(len(self.text) - self.hold)
+        self.tail += self.dec.decode(self.model.detokenize([tok]))
+        # emitted text never holds a stop string's start (it is held back), so the tail is all to search
+        for s in self.stop:
+            i = self.tail.find(s)
+            if i >= 0:
+                self.tail = self.tail[:i]
+                self._emit(len(self.tail))
+                return True
+        self._emit(len(self.tail) - self.hold)
         return False
 
     def _emit(self, upto: int) -> None:
-        if self.on_text is not None and upto > self.emitted:
-            self.on_text(self.text[self.emitted:upto])
-        self.emitted = max(self.emitted, upto)
+        if upto > 0:
+            piece, self.tail = self.tail[:upto], self.tail[upto:]
+            self.done.append(piece)
+            if self.on_text is not None:
+                self.on_text(piece)
 
     def finish(self) -> str:
-        self.text += self.dec.decode(b"", final=True)
-        self._emit(len(self.text))
-        return self.text
+        self.tail += self.dec.decode(b"", final=True)
+        self._emit(len(self.tail))
+        return "".join(self.done)
 
 
 def _eog_checker(model):

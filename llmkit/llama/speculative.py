@@ -61,6 +61,47 @@ def lookup_draft(tokens: list[int], ngram_max: int, k: int, ngram_min: int = 1) 
     return []
 
 
+class NgramIndex:
+    """Prompt-lookup drafting in constant time per token: for each n-gram length, the latest start of
+    every n-gram that has a token after it, updated as tokens arrive (llama.cpp's ngram-cache idea).
+    `draft` proposes exactly what `lookup_draft` does on the same tokens.
+
+    >>> ix = NgramIndex(2)
+    >>> ix.draft([5, 6, 7, 8, 1, 5, 6], 3)
+    [7, 8, 1]
+    """
+
+    def __init__(self, ngram_max: int, ngram_min: int = 1):
+        self.ngram_min, self.ngram_max = ngram_min, ngram_max
+        self.starts: dict[int, dict[tuple, int]] = {n: {} for n in range(ngram_min, ngram_max + 1)}
+        self.n_seen = 0  # the context's first n_seen tokens are indexed
+
+    def reset(self) -> None:
+        """Forget everything (the context was cut by a context shift)."""
+        self.starts = {n: {} for n in self.starts}
+        self.n_seen = 0
+
+    def _extend(self, tokens: list[int]) -> None:
+        """Index the tokens after those seen; `tokens` must start with them (else call reset first)."""
+        if self.n_seen > len(tokens):
+            self.reset()
+        for i in range(max(self.n_seen, 1), len(tokens)):  # token i follows the n-grams that end at i - 1
+            for n, table in self.starts.items():
+                if i >= n:
+                    table[tuple(tokens[i - n:i])] = i - n
+        self.n_seen = len(tokens)
+
+    def draft(self, tokens: list[int], k: int) -> list[int]:
+        """Up to k tokens that followed the latest earlier occurrence of the context's last n-gram."""
+        self._extend(tokens)
+        n_tok = len(tokens)
+        for n in range(min(self.ngram_max, n_tok - 1), self.ngram_min - 1, -1):
+            start = self.starts[n].get(tuple(tokens[n_tok - n:]))
+            if start is not None:
+                return list(tokens[start + n:start + n + k])
+        return []
+
+
 def expected_tokens(alpha: float, k: int) -> float:
     """Expected tokens produced by one verification of k drafts with acceptance rate alpha.
 
