@@ -63,7 +63,7 @@ def test_sdk_client_lists_the_tools_and_gets_rag_querys_top_10(served):
         async with _client(idx) as (r, w), ClientSession(r, w) as s:
             await s.initialize()
             tools = {t.name: t for t in (await s.list_tools()).tools}
-            assert set(tools) == {"search", "answer", "describe_index"}
+            assert set(tools) == {"search", "get", "multi_get", "answer", "describe_index"}
             assert {"query", "k", "mode", "filters"} <= set(tools["search"].input_schema["properties"])
             got = {}
             for q in QUERIES:
@@ -219,7 +219,7 @@ def test_streamable_http_on_a_local_port(served):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    assert names == {"search", "answer", "describe_index"}
+    assert names == {"search", "get", "multi_get", "answer", "describe_index"}
     assert [_key(h) for h in res.structured_content["hits"]] == [_key(h) for h in _query_jsonl(idx, QUERIES[1])]
 
 

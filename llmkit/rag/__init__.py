@@ -11,7 +11,8 @@
 
 Beside them: `llm.py` (a local GGUF model for the LLM steps of every stage), `indexing.py` (a `rag index`
 run: build then tune, and watching the inputs) and `serve.py` (an index answered over the Model Context
-Protocol, reading documents back as the index holds them through `stored.py`); these may import every stage. Option errors are
+Protocol, reading documents back as the index holds them through `stored.py`); these may import every
+stage. Option errors are
 `llmkit.errors.OptionError` (messages a front end spells in its own words). A stage imports only the
 stages above it in this list (and llmkit.llama, llmkit.io, llmkit.walk, llmkit.errors); never click or rich.
 """

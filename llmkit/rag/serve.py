@@ -12,15 +12,16 @@ Tools (`make_server`): `search` (hits with path, line range, symbol, score and t
 --jsonl` ranks them), `get` (a document a hit named, from a line, bounded in lines and bytes),
 `multi_get` (the documents a glob over the index's paths selects, within a byte budget), `answer` (a
 local GGUF model answers from the hits it cites, as `rag answer`) and `describe_index`. `get` and
-`multi_get` read only the index's own documents, as the index holds them (`stored.py`). Bad arguments come back as tool errors: the schema's checks (types, the mode's
-values) from the SDK, the rest from `QueryOptions.validate`, worded with the tool's argument names.
+`multi_get` read only the index's own documents, as the index holds them (`stored.py`). Bad arguments
+come back as tool errors: the schema's checks (types, the mode's values) from the SDK, the rest from
+`QueryOptions.validate` and the tools' bounds, worded with the tool's argument names.
 """
 
 import os
 import threading
 from dataclasses import replace
 
-from llmkit.errors import LlmkitError, OptionError
+from llmkit.errors import BadInput, LlmkitError, OptionError
 from llmkit.rag.index.manifest import MANIFEST, stored_version
 from llmkit.rag.index.reader import Index
 from llmkit.rag.retrieve.options import FilterOptions, QueryOptions
