@@ -9,7 +9,8 @@ import pytest
 from conftest import run_cli, run_subprocess
 
 COMMANDS = [[], ["tokenize"], ["tokenize", "train"], ["tokenize", "encode"], ["tokenize", "decode"],
-            ["tokenize", "inspect"], ["tokenize", "stats"], ["generate"], ["kv"], ["kv", "plan"], ["kv", "save"],
+            ["tokenize", "inspect"], ["tokenize", "stats"], ["tokenize", "count"], ["tokenize", "truncate"],
+            ["tokenize", "split"], ["generate"], ["kv"], ["kv", "plan"], ["kv", "save"],
             ["kv", "restore"], ["kv", "ls"], ["kv", "show"], ["kv", "erase"], ["kv", "simulate"], ["gguf"], ["gguf", "inspect"], ["gguf", "convert"],
             ["rag"], ["rag", "index"], ["rag", "query"], ["rag", "answer"], ["rag", "eval"], ["rag", "cranfield"], ["rag", "info"], ["rag", "serve"], ["rag", "tune"], ["rag", "tune-reset"], ["rag", "ask-global"], ["rag", "adapt"],
             ["quant"], ["quant", "quantize"], ["quant", "imatrix"], ["quant", "compare"], ["quant", "ppl"], ["quant", "inspect"], ["doctor"], ["constrain"], ["server"], ["server", "generate"], ["server", "batch"]]
