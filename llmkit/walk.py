@@ -1,7 +1,7 @@
 """Which files a directory holds, as `rag index` and `tokenize count` read it: sorted order, .gitignore
 files honoured (git's rule: the deepest matching pattern decides, negations included), hidden entries
 and junk directories (node_modules, __pycache__, ...) skipped, symbolic links to directories not
-followed (so a link loop cannot recurse).
+followed (so a link loop cannot recurse). Also shell patterns ('src/**/*.py') expanded the same way.
 
 May import llmkit.errors only; `pathspec` (the rag extra) parses .gitignore files when it is installed.
 """
@@ -82,3 +82,55 @@ class TreeWalk:
                     self.ignored += 1
                     continue
                 yield p
+
+
+def is_glob(s: str) -> bool:
+    """Does this path have shell wildcards?"""
+    return any(c in s for c in "*?[")
+
+
+def expand_glob(pattern: str) -> list[str]:
+    """Paths matching a shell pattern, '**' standing for any number of directories; unlike `glob`,
+    '**' does not descend into links to directories (a link loop would recurse until ELOOP), and
+    '*' matches a hidden name only when the pattern's part starts with '.'.
+
+    >>> expand_glob("/nonexistent/**/*.py")
+    []
+    """
+    import fnmatch
+
+    def join(base: str, name: str) -> str:
+        return os.path.join(base, name) if base else name
+
+    def names(base: str) -> list[str]:
+        try:
+            return sorted(os.listdir(base or "."))
+        except OSError:
+            return []
+
+    def match(base: str, parts: list[str]) -> Iterator[str]:
+        if not parts:
+            yield base
+            return
+        head, rest = parts[0], parts[1:]
+        if head == "**":
+            yield from match(base, rest)
+            for name in names(base):
+                p = join(base, name)
+                if not name.startswith(".") and os.path.isdir(p) and not os.path.islink(p):
+                    yield from match(p, parts)
+        elif not is_glob(head):
+            p = join(base, head)
+            if os.path.lexists(p) and (not rest or os.path.isdir(p)):
+                yield from match(p, rest)
+        else:
+            for name in names(base):
+                p = join(base, name)
+                if (fnmatch.fnmatchcase(name, head) and (head.startswith(".") or not name.startswith("."))
+                        and (not rest or os.path.isdir(p))):
+                    yield from match(p, rest)
+
+    parts = pattern.split(os.sep)
+    base = os.sep if pattern.startswith(os.sep) else ""
+    parts = [x for x in parts if x] if base else parts
+    return list(dict.fromkeys(match(base, parts)))

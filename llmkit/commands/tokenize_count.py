@@ -3,12 +3,12 @@ token budget (registered in the `tokenize` group by llmkit/commands/tokenize.py)
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from llmkit.commands._common import Output, progress_bar, resolve_inputs
+
 
 def _tokenizers(paths: tuple[str, ...]) -> list[tuple[str, object]]:
     """(name, tokenizer) for each -m, each path once."""

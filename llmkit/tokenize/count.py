@@ -14,7 +14,7 @@ import array
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -211,61 +211,10 @@ class _Entry:
     why: str = ""  # why it is skipped without reading ('' when it is to be read)
 
 
-def _is_glob(s: str) -> bool:
-    return any(c in s for c in "*?[")
-
-
-def expand_glob(pattern: str) -> list[str]:
-    """Paths matching a shell pattern, '**' standing for any number of directories; unlike `glob`,
-    '**' does not descend into links to directories (a link loop would recurse until ELOOP), and
-    '*' matches a hidden name only when the pattern's part starts with '.'.
-
-    >>> expand_glob("/nonexistent/**/*.py")
-    []
-    """
-    import fnmatch
-
-    def join(base: str, name: str) -> str:
-        return os.path.join(base, name) if base else name
-
-    def names(base: str) -> list[str]:
-        try:
-            return sorted(os.listdir(base or "."))
-        except OSError:
-            return []
-
-    def match(base: str, parts: list[str]) -> Iterator[str]:
-        if not parts:
-            yield base
-            return
-        head, rest = parts[0], parts[1:]
-        if head == "**":
-            yield from match(base, rest)
-            for name in names(base):
-                p = join(base, name)
-                if not name.startswith(".") and os.path.isdir(p) and not os.path.islink(p):
-                    yield from match(p, parts)
-        elif not _is_glob(head):
-            p = join(base, head)
-            if os.path.lexists(p) and (not rest or os.path.isdir(p)):
-                yield from match(p, rest)
-        else:
-            for name in names(base):
-                p = join(base, name)
-                if (fnmatch.fnmatchcase(name, head) and (head.startswith(".") or not name.startswith("."))
-                        and (not rest or os.path.isdir(p))):
-                    yield from match(p, rest)
-
-    parts = pattern.split(os.sep)
-    base = os.sep if pattern.startswith(os.sep) else ""
-    parts = [x for x in parts if x] if base else parts
-    return list(dict.fromkeys(match(base, parts)))
-
-
 def plan(inputs: Iterable[str], gitignore: bool = True) -> tuple[list[_Entry], int, list[str]]:
     """(files in order, some already skipped; files ignored; notes) for files, directories, globs and
     '-'; a path that does not exist, or a glob that matches nothing, is an error."""
-    from llmkit.walk import TreeWalk, gitignore_spec
+    from llmkit.walk import TreeWalk, expand_glob, gitignore_spec, is_glob
 
     entries: list[_Entry] = []
     seen: set[str] = set()
@@ -294,7 +243,7 @@ def plan(inputs: Iterable[str], gitignore: bool = True) -> tuple[list[_Entry], i
         if item == "-":
             add(item, True)
             continue
-        matches = [item] if os.path.lexists(item) or not _is_glob(item) else expand_glob(item)
+        matches = [item] if os.path.lexists(item) or not is_glob(item) else expand_glob(item)
         if not matches:
             raise BadInput(f"no file matches '{item}'. Check the pattern (quote it to let llmkit expand '**').")
         for path in matches:
