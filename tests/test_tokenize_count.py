@@ -286,3 +286,18 @@ def test_truncate_both_library(toks):
     tok = tokenize.load(toks["hf"])
     r = truncate(tok, "word " * 200, 21, "both", "")
     assert r.cut and r.tokens <= 21 and r.text.startswith("word") and r.text.endswith("word ")
+
+
+def test_tokens_added_around_a_text_are_not_counted(toks, tmp_path):
+    """A post-processor that adds BOS to every text (as Llama's does): count, truncate and split leave it
+    out, as HF's add_special_tokens=False does; a BOS written in the text is counted."""
+    t = hf.Tokenizer.from_file(toks["hf"])
+    t.post_processor = hf.processors.TemplateProcessing(single=f"{SPECIAL} $A", special_tokens=[(SPECIAL, 0)])
+    bos = str(tmp_path / "bos.json")
+    t.save(bos)
+    text = f"Some words.\n  {SPECIAL} written in the text\n"
+    assert len(t.encode(text).ids) == hf_count(bos, text) + 1
+    r = run_cli(["tokenize", "count", "-m", bos, "--json", "-"], input=text)
+    assert json.loads(r.stdout)["total"]["tokens"][bos] == hf_count(bos, text)
+    r = run_cli(["tokenize", "split", "-m", bos, "--max-tokens", "5", "--jsonl", "-"], input=text)
+    assert all(json.loads(x)["tokens"] == hf_count(bos, json.loads(x)["text"]) <= 5 for x in r.stdout.splitlines())
