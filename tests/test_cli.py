@@ -13,7 +13,7 @@ COMMANDS = [[], ["tokenize"], ["tokenize", "train"], ["tokenize", "encode"], ["t
             ["tokenize", "split"], ["generate"], ["kv"], ["kv", "plan"], ["kv", "save"],
             ["kv", "restore"], ["kv", "ls"], ["kv", "show"], ["kv", "erase"], ["kv", "simulate"], ["gguf"], ["gguf", "inspect"], ["gguf", "convert"],
             ["rag"], ["rag", "index"], ["rag", "query"], ["rag", "answer"], ["rag", "eval"], ["rag", "cranfield"], ["rag", "info"], ["rag", "serve"], ["rag", "tune"], ["rag", "tune-reset"], ["rag", "ask-global"], ["rag", "adapt"],
-            ["quant"], ["quant", "quantize"], ["quant", "imatrix"], ["quant", "compare"], ["quant", "ppl"], ["quant", "inspect"], ["doctor"], ["constrain"], ["server"], ["server", "generate"], ["server", "batch"]]
+            ["quant"], ["quant", "quantize"], ["quant", "imatrix"], ["quant", "compare"], ["quant", "ppl"], ["quant", "inspect"], ["quant", "sweep"], ["doctor"], ["constrain"], ["server"], ["server", "generate"], ["server", "batch"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)
