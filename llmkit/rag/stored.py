@@ -103,10 +103,12 @@ def glob_documents(con, gen: int, pattern: str) -> list[StoredDoc]:
 
 def _sections(con, doc_id: int) -> tuple[list[tuple[str, int | None, int | None]], bool]:
     """([(stored text, first line, last line)] of a document's parents in order, laid out at lines?)"""
-    rows = con.execute(
-        "SELECT p.text, MIN(json_extract(c.meta, '$.line_start')), MAX(json_extract(c.meta, '$.line_end')), "
-        f"SUM(c.id IS NOT NULL AND {_UNLINED.format(c='c')}) FROM parents p LEFT JOIN chunks c ON c.parent_id = p.id "
-        "WHERE p.doc_id = ? GROUP BY p.id ORDER BY p.id", (doc_id,)).fetchall()
+    rows = con.execute(  # the document's chunks summed per parent once (chunks have no index on parent_id)
+        "SELECT p.text, a.first, a.last, a.unlined FROM parents p LEFT JOIN "
+        "(SELECT c.parent_id, MIN(json_extract(c.meta, '$.line_start')) AS first, "
+        f"MAX(json_extract(c.meta, '$.line_end')) AS last, SUM({_UNLINED.format(c='c')}) AS unlined "
+        "FROM chunks c WHERE c.doc_id = ? GROUP BY c.parent_id) a ON a.parent_id = p.id "
+        "WHERE p.doc_id = ? ORDER BY p.id", (doc_id, doc_id)).fetchall()
     return [(t, a, b) for t, a, b, _ in rows], not any(u for *_, u in rows)
 
 
