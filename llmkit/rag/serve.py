@@ -132,7 +132,7 @@ class Searcher:
             if doc is None:
                 where = f" in collection '{collection}'" if collection is not None else ""
                 raise BadInput(f"'{path}' is not a document of this index{where}. Use a path that search or "
-                               "multi_get returned")
+                               "multi_get returned.")
             text = document_text(ix.con, doc.id)
         r = take_lines(text, from_line, max_lines, max_bytes)
         out = {"path": doc.source, "collection": doc.collection, "generation": gen,
@@ -153,7 +153,7 @@ class Searcher:
             matched = glob_documents(ix.con, gen, pattern)
             if not matched:
                 raise BadInput(f"no document of this index matches '{pattern}'. Use a glob over the paths that "
-                               "search returns (* within a folder, ** across folders)")
+                               "search returns (* within a folder, ** across folders).")
             docs, left, used = [], [], 0
             for n, d in enumerate(matched):
                 if n >= MULTI_READ or len(docs) >= MULTI_DOCS:
