@@ -54,7 +54,8 @@ def test_check_path_refusals(tmp_path, monkeypatch):
     from llmkit.plot import check_path
 
     assert check_path(str(tmp_path / "x.svg")) == "svg"
-    with pytest.raises(OptionError, match=r"'\.jpg' is not a chart format; name a file ending in \.svg, \.png or \.pdf"):
+    wanted = r"'\.jpg' is not a chart format; name a file ending in \.svg, \.png or \.pdf"
+    with pytest.raises(OptionError, match=wanted):
         check_path(str(tmp_path / "x.jpg"))
     with pytest.raises(OptionError, match="no extension"):
         check_path(str(tmp_path / "chart"))

@@ -150,6 +150,8 @@ def test_delete_files_imatrix_and_png(setup, tmp_path):
 
 
 def test_refusals(setup, tmp_path):
+    from llmkit.quant.quality.kld import read_header
+
     d, base, text, _ = setup
     out = tmp_path / "sw"
     r, _ = sweep(base, text, out, "--type", "IQ2_XS")
@@ -166,3 +168,12 @@ def test_refusals(setup, tmp_path):
     (out / "sweep.jsonl").write_text("not json\n")
     r, _ = sweep(base, text, out, "--type", "Q4_0")
     assert r.exit_code == 1 and "sweep.jsonl' is damaged" in r.stderr
+    # the state deleted to start over: the base logits left beside it are not reused for other settings
+    (out / "sweep.jsonl").unlink()
+    r = run_cli(["quant", "sweep", str(base), "--text", str(text), "-o", str(out), "--type", "Q4_0", "-c", "64",
+                 "--chunks", "3"])
+    assert r.exit_code == 0, r.stderr
+    assert read_header(str(out / "base.kld")).n_ctx == 64 and not json.loads(r.stdout)["resumed"]
+    r = run_cli(["quant", "sweep", str(base), "--text", str(text), "-o", str(out / "base.kld" / "d"),
+                 "--type", "Q4_0"])
+    assert r.exit_code == 1 and "cannot create the folder" in r.stderr

@@ -130,9 +130,14 @@ def sweep(base: str, text: str, out_dir: str, opts: SweepOptions) -> Iterator[Sw
     points = plan(base, opts)
     if not os.path.isfile(base):
         raise BadInput(f"cannot read '{base}': no such file. Give the base GGUF model (F16, BF16 or F32).")
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"cannot create the folder '{out_dir}': {e.strerror}. Give another -o folder.") from None
     settings = _settings(base, text, opts)
     state_path = os.path.join(out_dir, STATE)
+    # base logits are reused only beside a state of the same settings (one left from another text is not)
+    have_base = os.path.exists(state_path) and os.path.exists(os.path.join(out_dir, BASE_LOGITS))
     done = _read_state(state_path, settings)
     imatrix = None
     base_logits = os.path.join(out_dir, BASE_LOGITS)
@@ -147,9 +152,11 @@ def sweep(base: str, text: str, out_dir: str, opts: SweepOptions) -> Iterator[Sw
             from llmkit.quant.calibration.imatrix import load_imatrix
 
             imatrix = load_imatrix(opts.imatrix_path)
-        if not os.path.exists(base_logits):
+        if not have_base:
             save_base(base, text, base_logits, opts.n_ctx, opts.chunks, progress=stage("base logits"),
                       options=opts.evaluation)
+            _write_state(state_path, settings, done)
+            have_base = True
         t0 = time.perf_counter()
         run = quantize(base, dst, replace(qopts, imatrix=imatrix, threads=opts.evaluation.threads,
                                           progress=opts.progress, notice=opts.notice))
