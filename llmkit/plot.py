@@ -33,13 +33,15 @@ SIZE = (960, 540)  # pixels of the whole image (PNG), the same inches for SVG/PD
 class Series:
     """One named set of values. `style`: line (points joined), points, bar (x are category names;
     several bar series in a panel stand side by side), area (area series of a panel are stacked).
-    `notes`: a short text written beside each point (e.g. a file type)."""
+    `notes`: a short text written beside each point (e.g. a file type); `color`: any matplotlib colour
+    (default: the next of the colour cycle)."""
 
     label: str
     x: Sequence
     y: Sequence[float]
     style: str = "line"
     notes: Sequence[str] = ()
+    color: str | None = None
 
 
 @dataclass
@@ -132,7 +134,8 @@ def _draw_panel(ax, panel: Panel, p: int) -> None:
     categories = list(dict.fromkeys(str(x) for s in bars for x in s.x))
     areas = [s for s in panel.series if s.style == "area"]
     if areas:
-        polys = ax.stackplot(areas[0].x, *[s.y for s in areas], labels=[s.label for s in areas])
+        colors = [s.color for s in areas] if all(s.color for s in areas) else None
+        polys = ax.stackplot(areas[0].x, *[s.y for s in areas], labels=[s.label for s in areas], colors=colors)
         for poly, s in zip(polys, areas):
             poly.set_gid(f"series-{p}-{panel.series.index(s)}")
     width = 0.8 / max(len(bars), 1)
@@ -143,14 +146,14 @@ def _draw_panel(ax, panel: Panel, p: int) -> None:
         if s.style == "bar":
             b = bars.index(s)
             xs = [categories.index(str(x)) + (b - (len(bars) - 1) / 2) * width for x in s.x]
-            for j, rect in enumerate(ax.bar(xs, s.y, width=width, label=s.label)):
+            for j, rect in enumerate(ax.bar(xs, s.y, width=width, label=s.label, color=s.color)):
                 rect.set_gid(f"{gid}-{j}")
         elif s.style == "line":
             xs = list(s.x)
-            ax.plot(xs, s.y, marker="o", markersize=4, label=s.label, gid=gid)
+            ax.plot(xs, s.y, marker="o", markersize=4, label=s.label, gid=gid, color=s.color)
         elif s.style == "points":
             xs = list(s.x)
-            ax.scatter(xs, s.y, s=18, label=s.label, gid=gid)
+            ax.scatter(xs, s.y, s=18, label=s.label, gid=gid, color=s.color)
         else:
             continue
         bar = s.style == "bar"

@@ -19,8 +19,9 @@ def test_chart_formats_by_extension(tmp_path):
                      Series("model-b", [4096, 8192, 16384], [2.0, 3.0, 5.0]),
                      Series("measured", [8192], [1.6], style="points", notes=["run 1"])],
                     hlines=[(4.0, "RAM 4 GiB")]),
-              Panel("share", "t", "share", [Series("used", [0, 1, 2], [0.2, 0.3, 0.4], style="area"),
-                                            Series("free", [0, 1, 2], [0.5, 0.4, 0.3], style="area")], ylim=(0, 1))]
+              Panel("share", "t", "share", [Series("used", [0, 1, 2], [0.2, 0.3, 0.4], style="area", color="#2b8a3e"),
+                                            Series("free", [0, 1, 2], [0.5, 0.4, 0.3], style="area", color="#74c0fc")],
+                    ylim=(0, 1))]
     draw(str(tmp_path / "c.svg"), panels, title="two panels")
     assert svg_series(tmp_path / "c.svg", 0) == {"series-0-0", "series-0-1", "series-0-2"}
     assert svg_series(tmp_path / "c.svg", 1) == {"series-1-0", "series-1-1"}
@@ -28,6 +29,7 @@ def test_chart_formats_by_extension(tmp_path):
     texts = svg_texts(tmp_path / "c.svg")
     for label in ("model-a", "model-b", "RAM 4 GiB", "run 1", "two panels", "context (tokens)"):
         assert label in texts
+    assert "#2b8a3e" in (tmp_path / "c.svg").read_text()  # a series' own colour
     draw(str(tmp_path / "c.png"), panels, size=(640, 800))
     assert png_size(tmp_path / "c.png") == (640, 800)
     draw(str(tmp_path / "d.PNG"), panels)
