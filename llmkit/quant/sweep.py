@@ -133,7 +133,7 @@ def sweep(base: str, text: str, out_dir: str, opts: SweepOptions) -> Iterator[Sw
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
-        raise BadInput(f"cannot create the folder '{out_dir}': {e.strerror}. Give another -o folder.") from None
+        raise BadInput(f"cannot create the folder '{out_dir}': {e.strerror}. Give another output folder.") from None
     settings = _settings(base, text, opts)
     state_path = os.path.join(out_dir, STATE)
     # base logits are reused only beside a state of the same settings (one left from another text is not)
