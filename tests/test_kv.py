@@ -176,3 +176,39 @@ def test_quantized_v_cache_plan_save_restore(gqa_model, tmp_path):
     assert got["text"] == fresh["text"] and got["stats"]["prefill_reused"] >= len(hdr["tokens"]) - 2
     r = run_cli(["kv", "restore", "-m", a, "--flash-attn", "--ctk", "q8_0", str(slot), "x"])
     assert r.exit_code == 1 and "--ctk q8_0 --ctv q8_0" in r.stderr
+
+
+def test_slot_token_ids_are_a_section_read_only_when_needed(small_models, tmp_path):
+    """Version 2 keeps the ids out of the JSON header: listing reads no id, a restore reads and checks
+    them against the header's hash, and a version 1 file (ids inside the JSON) still restores."""
+    import struct
+
+    from llmkit.kv import slots
+
+    a, _ = small_models
+    slot = tmp_path / "s.slot"
+    assert run_cli(["kv", "save", "-m", a, "-o", str(slot), PROMPT]).exit_code == 0
+    data = slot.read_bytes()
+    version, n = struct.unpack("<II", data[8:16])
+    head = json.loads(data[16:16 + n])
+    assert version == 2 and "tokens" not in head and head["n_tokens"] > 100
+    hdr, off = slots.read_header(str(slot))
+    assert hdr.tokens is None and off == 16 + n + 4 * head["n_tokens"]
+    ids = slots.read_header(str(slot), tokens=True)[0].tokens
+    assert len(ids) == head["n_tokens"] and ids == json.loads(run_cli(["kv", "show", "--json", str(slot)]).stdout)["tokens"]
+    rec = json.loads(run_cli(["kv", "ls", "--json", str(tmp_path)]).stdout.splitlines()[0])
+    assert rec["tokens"] == len(ids)
+    # an id changed in the section: refused by its hash before llama.cpp sees the state
+    bad = tmp_path / "bad.slot"
+    bad.write_bytes(data[:16 + n] + struct.pack("<i", ids[0] ^ 1) + data[16 + n + 4:])
+    r = run_cli(["generate", "-m", a, "--prompt-cache", str(bad), PROMPT])
+    assert r.exit_code == 1 and "corrupt token ids" in r.stderr
+    # the same state written as a version 1 file restores to the same continuation
+    old = dict(head, tokens=ids, version=1)
+    del old["n_tokens"], old["tokens_sha"]
+    raw = json.dumps(old).encode()
+    v1 = tmp_path / "v1.slot"
+    v1.write_bytes(slots.MAGIC + struct.pack("<II", 1, len(raw)) + raw + data[off:])
+    want = _gen_json(["-m", a, "--prompt-cache", str(slot), PROMPT + " more"])
+    got = _gen_json(["-m", a, "--prompt-cache", str(v1), PROMPT + " more"])
+    assert got["text"] == want["text"] and got["stats"]["prefill_reused"] == want["stats"]["prefill_reused"] > 100

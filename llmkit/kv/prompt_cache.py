@@ -8,7 +8,7 @@ import os
 import time
 
 from llmkit.errors import BadInput, OptionError
-from llmkit.kv.slots import list_slots, model_fingerprint, restore_slot, save_raw, save_slot
+from llmkit.kv.slots import list_slots, model_fingerprint, read_header, restore_slot, save_raw, save_slot
 from llmkit.llama import runtime
 from llmkit.llama.cache import common_prefix, eval_no_logits
 
@@ -33,7 +33,8 @@ def restore_best(model, model_path: str, opts, tokens: list[int], slot_dir: str)
     for p, h, _ in list_slots(slot_dir):
         if h.model_fingerprint != fp or (h.cache_type_k, h.cache_type_v) != (opts.cache_type_k, opts.cache_type_v):
             continue
-        n = common_prefix(h.tokens, tokens)
+        ids = h.tokens if h.tokens is not None else read_header(p, tokens=True)[0].tokens
+        n = common_prefix(ids, tokens)
         if n > best_n:
             best, best_n = p, n
     if best is not None:
@@ -53,7 +54,7 @@ def save_prompt(model_path: str | None, opts, text: str, output: str, raw: bool 
     """Evaluate `text` and save its KV state to `output` (llama.cpp's own format with `raw`);
     returns (tokens saved, prefill seconds)."""
     path = model_path or runtime.default_model_path()
-    model = runtime.open_model(path, opts, logits_all=False)
+    model = runtime.open_model(path, opts)
     tokens = model.tokenize(text.encode("utf-8"), add_bos=True, special=True)
     if len(tokens) >= model.n_ctx():
         raise OptionError("the prompt has {n} tokens but the context holds {ctx}. Raise {n_ctx}.",

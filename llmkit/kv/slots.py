@@ -1,9 +1,12 @@
 """KV slots on disk: one sequence's llama.cpp state plus a header that says what it belongs to.
 
-File layout: b"LLMKSLOT", u32 format version, u32 header length, the JSON header (model
-fingerprint, n_ctx, cache types, tokens, created), then the llama.cpp per-sequence state blob
-(`llama_state_seq_get_data`). The header is checked before llama.cpp sees the blob: llama.cpp can
-crash or silently mis-load state from another model or other settings.
+File layout (version 2): b"LLMKSLOT", u32 format version, u32 header length, the JSON header (model
+fingerprint, n_ctx, cache types, the number of tokens and their hash, created), the token ids as
+little-endian int32, then the llama.cpp per-sequence state blob (`llama_state_seq_get_data`).
+Keeping the ids out of the JSON lets a directory of large slots be listed without decoding them;
+version 1 files (ids inside the JSON, no separate section) are still read. The header is checked
+before llama.cpp sees the blob: llama.cpp can crash or silently mis-load state from another model
+or other settings.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from llmkit.errors import BadFileFormat, BadInput, OptionError
 from llmkit.io import disk_error, load_json
 
 MAGIC = b"LLMKSLOT"
-VERSION = 1
+VERSION = 2
 MAX_HEADER = 64 << 20
 
 
@@ -36,13 +39,19 @@ class SlotHeader:
     cache_type_k: str
     cache_type_v: str
     flash_attn: bool
-    tokens: list[int]
+    tokens: list[int] | None  # None until read (read_header(..., tokens=True))
     created: str
     text: str = ""
+    n_tokens: int = -1
+    tokens_sha: str = ""  # sha256 of the ids as little-endian int32 (version 2)
 
-    @property
-    def n_tokens(self) -> int:
-        return len(self.tokens)
+    def __post_init__(self):
+        if self.n_tokens < 0 and isinstance(self.tokens, list):
+            self.n_tokens = len(self.tokens)
+
+
+def _tokens_sha(ids) -> str:
+    return hashlib.sha256(ids.tobytes()).hexdigest()[:32]
 
 
 def model_fingerprint(path: str) -> str:
@@ -56,10 +65,12 @@ def model_fingerprint(path: str) -> str:
 
 
 def save_slot(model, path: str, model_path: str, opts, text: str = "", seq_id: int = 0) -> SlotHeader:
-    """Write the model's sequence state (its evaluated tokens and their KV) to `path` atomically."""
+    """Write the model's sequence state (its evaluated tokens and their KV) to `path` atomically,
+    straight from llama.cpp's buffer to the file (no copy of the state in Python objects)."""
     import llama_cpp
+    import numpy as np
 
-    from llmkit.io import atomic_write_bytes
+    from llmkit.io import atomic_file
 
     n = model.n_tokens
     if n == 0:
@@ -69,18 +80,25 @@ def save_slot(model, path: str, model_path: str, opts, text: str = "", seq_id: i
     written = llama_cpp.llama_state_seq_get_data(model.ctx, buf, size, seq_id)
     if written == 0:
         raise BadInput("llama.cpp returned an empty state for this sequence; nothing was saved.")
+    ids = np.asarray(model.input_ids[:n], dtype="<i4")
     hdr = SlotHeader(format="llmkit-kv-slot", version=VERSION, model_fingerprint=model_fingerprint(model_path),
                      model_path=os.path.abspath(model_path), n_ctx=int(model.n_ctx()), cache_type_k=opts.cache_type_k,
-                     cache_type_v=opts.cache_type_v, flash_attn=bool(opts.flash_attn),
-                     tokens=[int(t) for t in model.input_ids[:n]], created=time.strftime("%Y-%m-%dT%H:%M:%S"), text=text)
-    head = json.dumps(asdict(hdr), ensure_ascii=False).encode()
-    atomic_write_bytes(path, MAGIC + struct.pack("<II", VERSION, len(head)) + head + bytes(buf[:written]))
+                     cache_type_v=opts.cache_type_v, flash_attn=bool(opts.flash_attn), tokens=None,
+                     created=time.strftime("%Y-%m-%dT%H:%M:%S"), text=text, n_tokens=n, tokens_sha=_tokens_sha(ids))
+    head = json.dumps({k: v for k, v in asdict(hdr).items() if k != "tokens"}, ensure_ascii=False).encode()
+    with atomic_file(path) as f:
+        f.write(MAGIC + struct.pack("<II", VERSION, len(head)) + head)
+        f.write(ids.tobytes())
+        f.write(memoryview(buf).cast("B")[:written])
+    hdr.tokens = ids.tolist()
     return hdr
 
 
-def read_header(path: str) -> tuple[SlotHeader, int]:
-    """The slot's header and the byte offset of the state blob; refuses foreign files."""
+def read_header(path: str, tokens: bool = False) -> tuple[SlotHeader, int]:
+    """The slot's header and the byte offset of the state blob; refuses foreign files. The token ids
+    are read only when asked for (`tokens`), or when a version 1 file keeps them in the JSON."""
     try:
+        size = os.path.getsize(path)
         with open(path, "rb") as f:
             pre = f.read(16)
             if len(pre) < 16 or pre[:8] != MAGIC:
@@ -88,20 +106,44 @@ def read_header(path: str) -> tuple[SlotHeader, int]:
             version, n = struct.unpack("<II", pre[8:])
             if version > VERSION:
                 raise BadFileFormat(f"'{path}' is a slot of format version {version}; this llmkit reads {VERSION}. Upgrade llmkit.")
-            if n > MAX_HEADER or n > os.path.getsize(path) - 16:
+            if n > MAX_HEADER or n > size - 16:
                 raise BadFileFormat(f"'{path}' is truncated or corrupt (header length {n}).")
             raw = f.read(n)
+            hdr = _parse_header(raw, path, version)
+            off = 16 + n
+            if version >= 2:
+                if off + 4 * hdr.n_tokens > size:
+                    raise BadFileFormat(f"'{path}' is truncated ({hdr.n_tokens} tokens declared). Save the slot again.")
+                if tokens:
+                    hdr.tokens = _read_ids(f, hdr, path)
+                off += 4 * hdr.n_tokens
     except OSError as e:
         raise BadInput(f"cannot read slot '{path}': {e.strerror}. Check the path.") from None
+    return hdr, off
+
+
+def _parse_header(raw: bytes, path: str, version: int) -> SlotHeader:
     try:
         d = load_json(raw, f"the header of '{path}'")
+        if version >= 2:
+            d["tokens"] = None
         hdr = SlotHeader(**{k: d[k] for k in SlotHeader.__dataclass_fields__ if k in d})
     except (ValueError, TypeError, KeyError) as e:
         raise BadFileFormat(f"'{path}' has a corrupt header ({str(e)[:80]}).") from None
     problem = _header_problem(hdr)
     if problem:
         raise BadFileFormat(f"'{path}' has a corrupt header ({problem}). Save the slot again.")
-    return hdr, 16 + n
+    return hdr
+
+
+def _read_ids(f, hdr: SlotHeader, path: str) -> list[int]:
+    """The token section of a version 2 slot (the file positioned at it), checked against its hash."""
+    import numpy as np
+
+    ids = np.frombuffer(f.read(4 * hdr.n_tokens), dtype="<i4")
+    if len(ids) != hdr.n_tokens or _tokens_sha(ids) != hdr.tokens_sha or (len(ids) and ids.min() < 0):
+        raise BadFileFormat(f"'{path}' has corrupt token ids (they do not match the header's hash). Save the slot again.")
+    return ids.tolist()
 
 
 _FIELD_TYPES = {"format": str, "model_fingerprint": str, "model_path": str, "n_ctx": int, "cache_type_k": str,
@@ -115,8 +157,11 @@ def _header_problem(hdr: SlotHeader) -> str:
         v = getattr(hdr, name)
         if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
             return f"{name} is {type(v).__name__}, not {kind.__name__}"
-    if not isinstance(hdr.tokens, list) or not all(type(t) is int and 0 <= t < 1 << 31 for t in hdr.tokens):
+    if hdr.tokens is not None and (not isinstance(hdr.tokens, list)
+                                   or not all(type(t) is int and 0 <= t < 1 << 31 for t in hdr.tokens)):
         return "tokens is not a list of token ids"
+    if type(hdr.n_tokens) is not int or hdr.n_tokens < 0 or not isinstance(hdr.tokens_sha, str):
+        return "n_tokens is not a count"
     return ""
 
 
@@ -135,25 +180,35 @@ def check_compatible(hdr: SlotHeader, path: str, model, model_path: str, opts) -
     if hdr.n_tokens >= model.n_ctx():
         raise OptionError("slot '{path}' holds {n} tokens, more than the context ({ctx}). Raise {n_ctx}.",
                           path=path, n=hdr.n_tokens, ctx=model.n_ctx())
-    if hdr.tokens and max(hdr.tokens) >= model.n_vocab():
+    if hdr.n_tokens and max(hdr.tokens) >= model.n_vocab():
         raise BadInput(f"slot '{path}' contains token ids outside this model's vocabulary; it was saved with another model.")
 
 
 def restore_slot(model, path: str, model_path: str, opts, seq_id: int = 0) -> SlotHeader:
-    """Load a slot into the model's sequence and set its token history."""
+    """Load a slot into the model's sequence and set its token history. The state goes from a
+    copy-on-write mapping of the file straight to llama.cpp (no copy of it in Python objects)."""
+    import mmap
+
     import llama_cpp
 
     if is_raw_state(path):
         n = restore_raw(model, path, seq_id)
         return SlotHeader("llama.cpp-state", 0, "", "", int(model.n_ctx()), opts.cache_type_k, opts.cache_type_v,
                           bool(opts.flash_attn), [int(t) for t in model.input_ids[:n]], "")
-    hdr, off = read_header(path)
+    hdr, off = read_header(path, tokens=True)
     check_compatible(hdr, path, model, model_path, opts)
-    blob = Path(path).read_bytes()[off:]
-    buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
     model.reset()
     model._ctx.kv_cache_clear()
-    got = llama_cpp.llama_state_seq_set_data(model.ctx, buf, len(blob), seq_id)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size - off
+        if size <= 0:
+            raise BadFileFormat(f"'{path}' holds no state after its header (truncated). Save the slot again.")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as mm:
+            buf = (ctypes.c_uint8 * size).from_buffer(mm, off)
+            try:
+                got = llama_cpp.llama_state_seq_set_data(model.ctx, buf, size, seq_id)
+            finally:
+                del buf  # the mapping cannot close while a ctypes view of it exists
     if got == 0:
         raise BadFileFormat(f"llama.cpp refused the state in '{path}' (corrupt or from another llama.cpp build).")
     n = hdr.n_tokens

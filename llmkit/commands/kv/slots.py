@@ -90,7 +90,7 @@ def show_cmd(slot, as_json):
 
     from llmkit.kv.slots import read_header
 
-    h, _ = read_header(slot)
+    h, _ = read_header(slot, tokens=as_json)
     if as_json:
         Output().json(asdict(h))
     else:
