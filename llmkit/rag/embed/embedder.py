@@ -49,6 +49,9 @@ class Embedder:
     def encode(self, texts: list[str], prompt: str = "", progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         raise NotImplementedError
 
+    def expect(self, n: int) -> None:
+        """Say that about n passages are coming in several calls (an engine may prepare for bulk work)."""
+
     def passages(self, texts: list[str], progress=None) -> np.ndarray:
         return self.encode(texts, self.passage_prompt, progress)
 
@@ -113,6 +116,9 @@ class OnnxEmbedder(Embedder):
         from llmkit.rag.embed.onnx_runtime import normalize
 
         return normalize(self.encoder.encode(texts, prompt, self.batch_size, progress))
+
+    def expect(self, n):
+        self.encoder.session_for(n)
 
     def token_ids(self, text):
         return self.encoder.token_ids(text)

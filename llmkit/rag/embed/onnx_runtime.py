@@ -34,6 +34,7 @@ _SKIP_DIRS = {"onnx", "openvino", ".git", ".cache", "__pycache__"}
 _SKIP_SUFFIXES = (".onnx", ".md", ".gitattributes")
 # texts in one call from which a second, weight-packed session pays for building itself
 BULK_TEXTS = 256
+TOKENIZE_WINDOW = 4096  # texts tokenized at once: sorting by length within it pads batches little
 
 
 @dataclass
@@ -271,46 +272,53 @@ class OnnxEncoder:
 
     def encode(self, texts: list[str], prompt: str = "", batch_size: int = 32,
                progress: Callable[[int, int], None] | None = None) -> np.ndarray:
-        """Vectors of texts (prompt prepended), batched by token length, in input order."""
+        """Vectors of texts (prompt prepended), in input order; texts are tokenized TOKENIZE_WINDOW at a
+        time (their token lists are the bulk of the memory) and batched by token length within it."""
         s = self.spec
         out = np.zeros((len(texts), s.dim), np.float32)
         if not texts:
             return out
-        encs = self.tokenizer.encode_batch(self._prepare([prompt + t for t in texts]))
         prompt_len = 0
         if prompt and not s.include_prompt:  # ST drops the prompt's tokens from pooling (not its final [SEP])
             prompt_len = len(self.tokenizer.encode(self._prepare([prompt])[0]).ids) - 1
-        order = sorted(range(len(texts)), key=lambda i: len(encs[i].ids))
         session = self.session_for(len(texts))
         done = 0
-        for lo in range(0, len(order), batch_size):
-            idx = order[lo:lo + batch_size]
-            width = max(len(encs[i].ids) for i in idx)
-            ids = np.full((len(idx), width), s.pad_id, np.int64)
-            types = np.full((len(idx), width), s.pad_type_id, np.int64)
-            mask = np.zeros((len(idx), width), np.int64)
-            for row, i in enumerate(idx):
-                e = encs[i]
-                n = len(e.ids)
-                sl = slice(0, n) if s.padding_side == "right" else slice(width - n, width)
-                ids[row, sl], types[row, sl], mask[row, sl] = e.ids, e.type_ids, 1
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            tokens = session.run([self.output], {k: feeds[k] for k in self.inputs})[0]
-            pmask = mask
-            if prompt_len:
-                pmask = mask.copy()
-                pmask[:, :prompt_len] = 0
-            v = pool(tokens.astype(np.float32, copy=False), pmask, s.pooling)
-            for w, b, act in self.dense:
-                v = v @ w.T
-                if b is not None:
-                    v = v + b
-                v = act(v).astype(np.float32, copy=False)
-            out[idx] = normalize(v) if s.normalize else v
-            done += len(idx)
-            if progress:
-                progress(done, len(texts))
+        for start in range(0, len(texts), TOKENIZE_WINDOW):
+            window = texts[start:start + TOKENIZE_WINDOW]
+            encs = self.tokenizer.encode_batch(self._prepare([prompt + t for t in window]))
+            order = sorted(range(len(window)), key=lambda i: len(encs[i].ids))
+            for lo in range(0, len(order), batch_size):
+                idx = order[lo:lo + batch_size]
+                out[[start + i for i in idx]] = self._run(session, [encs[i] for i in idx], prompt_len)
+                done += len(idx)
+                if progress:
+                    progress(done, len(texts))
         return out
+
+    def _run(self, session, encs, prompt_len: int) -> np.ndarray:
+        """Vectors of one batch of tokenized texts."""
+        s = self.spec
+        width = max(len(e.ids) for e in encs)
+        ids = np.full((len(encs), width), s.pad_id, np.int64)
+        types = np.full((len(encs), width), s.pad_type_id, np.int64)
+        mask = np.zeros((len(encs), width), np.int64)
+        for row, e in enumerate(encs):
+            n = len(e.ids)
+            sl = slice(0, n) if s.padding_side == "right" else slice(width - n, width)
+            ids[row, sl], types[row, sl], mask[row, sl] = e.ids, e.type_ids, 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        tokens = session.run([self.output], {k: feeds[k] for k in self.inputs})[0]
+        pmask = mask
+        if prompt_len:
+            pmask = mask.copy()
+            pmask[:, :prompt_len] = 0
+        v = pool(tokens.astype(np.float32, copy=False), pmask, s.pooling)
+        for w, b, act in self.dense:
+            v = v @ w.T
+            if b is not None:
+                v = v + b
+            v = act(v).astype(np.float32, copy=False)
+        return normalize(v) if s.normalize else v
 
     def token_starts(self, text: str) -> np.ndarray:
         """Start offsets (characters of `text`) of its word pieces, untruncated, no special tokens."""
