@@ -53,6 +53,8 @@ VARIABLES = {v.name: v for v in [
     _V("LLMKIT_MAX_PDF_SECONDS", 300, "seconds to extract the text of one PDF", "seconds"),
     _V("LLMKIT_MAX_PDF_PAGE_SECONDS", 60, "seconds to extract the text of one PDF page", "seconds"),
     _V("LLMKIT_MAX_PARSE_SECONDS", 120, "seconds to parse one HTML page", "seconds"),
+    _V("LLMKIT_INDEX_BATCH", 1024, "chunks `rag index` embeds per batch; each batch's vectors are committed "
+       "as it finishes, so an interrupted run loses at most one batch", "size"),
     _V("LLMKIT_STORE_WAIT_SECONDS", 600, "seconds to wait for an embedded vector store another process has open",
        "seconds"),
 ]}

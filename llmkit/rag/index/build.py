@@ -11,8 +11,16 @@ Crash safety: a run inserts its rows tagged with the next generation and marks r
 with it, commits, builds gen-N+1 in a fresh directory and only then swaps the manifest. Until the
 swap, readers use generation N, whose rows are all still present; a run killed at any point is
 rolled back by the next one (rows of generations above the manifest's are deleted, removal marks
-undone). Incremental: a document whose content hash is unchanged is not touched; vectors of chunks
-whose text was already embedded are reused, so only new text is embedded.
+undone). Incremental: a file whose (size, mtime, inode) equal those kept with its documents is not
+read at all; a document whose content hash is unchanged is not touched; vectors of chunks whose text
+was already embedded are reused, so only new text is embedded; a run that changes nothing publishes
+nothing.
+
+Bounded: files are read one at a time and each document's rows are written as it is chunked, so its
+text is dropped then; boilerplate lines are counted over a sample of the run's files spread over the
+walk; the vectors are embedded in batches, each committed to a journal as it finishes (a run killed
+while embedding keeps them for the next one) and written to the generation's files in slices
+(`publish.py`). docs/design/rag-scale.md has the reasoning.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ class StoreOptions:
     store: str | None = None  # where vectors live: None/faiss (index directory) or a served engine URI (milvus.py)
     index_type: str = "auto"  # auto | flat | hnsw
     hnsw_above: int = HNSW_ABOVE
+    vector_dtype: str | None = None  # float32 | float16 storage of vectors.npy (None: the index's; new: float32)
     analysis: str | None = None  # BM25 analysis of a new index (analysis.py); None: english
     graph: bool = False  # keep an entity graph (index-wide once enabled)
     graph_llm: str | None = None  # a local GGUF whose listed entities are added to the extracted ones (implies graph)
@@ -103,6 +112,7 @@ class IndexReport:
     window: int = 0  # the model's window in its tokens
     changes: list[str] = field(default_factory=list)  # chunking that differs from the collection's recorded one
     vectors_reused: int = 0
+    vectors_resumed: int = 0  # of the reused: vectors an interrupted run embedded (kept in the journal)
     embed_s: float = 0.0
     total_s: float = 0.0
     index_type: str = ""
@@ -151,51 +161,131 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
     return report
 
 
-def _read_new(files, opts: IndexOptions, stdin_data, live, report, progress, embedder=None, changed=None):
-    """(documents that are new or changed, paths seen) of the files; unreadable files are skipped.
-    With token-sized chunks, code definitions up to the model's window stay whole. With `changed`,
-    an indexed file it does not name is taken as it is (its documents seen, not read)."""
-    r = opts.read
-    code_size, measure = r.code_size or 1500, len
-    if not r.code_size and not opts.chunk.sizes:
-        code_size, measure = opts.chunk.tokens, embedder.count_tokens
+SAMPLE_FILES = 1000  # files read first to find boilerplate lines (every file of a smaller run)
+SAMPLE_DOCS = 5000  # documents whose lines the boilerplate count sees
+SAMPLE_CHARS = 64 << 20  # sampled text kept for the main pass; files beyond it are read again there
+
+
+def _same_file(a: os.stat_result | None, b: os.stat_result | None) -> bool:
+    return a is not None and b is not None and (a.st_size, a.st_mtime_ns, a.st_ino) == (b.st_size, b.st_mtime_ns, b.st_ino)
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _plan(files, live, changed, report) -> tuple[list[str], set[str]]:
+    """(files to read, paths of documents taken as they are): an indexed file is not read when its
+    size, mtime and inode equal those kept with its documents, or when `changed` does not name it."""
     indexed: dict[str, list[str]] = {}
-    for doc_path in live if changed is not None else ():
+    for doc_path in live:
         indexed.setdefault(doc_path.split("#", 1)[0], []).append(doc_path)
-    new_docs, seen = [], set()
-    for n, path in enumerate(files):
-        if progress:
-            progress("reading", n, len(files))
+    todo, seen = [], set()
+    for path in files:
         kept = indexed.get(os.path.abspath(path)) if path != "-" else None
-        if kept and not changed(os.path.abspath(path)):
-            seen.update(kept)
-            report.docs_unchanged += len(kept)
-            continue
-        if path == "-":
-            data = stdin_data or b""
-        else:
-            data, skip = read_input(path)  # bounded: a named pipe or device cannot fill memory
-            if skip:
-                report.skipped.append(skip)
-                continue
-        docs, skipped = load_file(path, data, text_field=r.text_field, id_field=r.id_field,
-                                  size=max(opts.chunk.sizes or (800,)), code_size=code_size, csv_meta=r.csv_meta,
-                                  measure=measure)
-        report.skipped.extend(skipped)
-        for doc in docs:
-            if doc.note:
-                report.code_fallbacks[doc.note] = report.code_fallbacks.get(doc.note, 0) + 1
-            seen.add(doc.path)
-            old = live.get(doc.path)
-            if old and old[1] == doc.hash:
-                report.docs_unchanged += 1
+        if kept:
+            if changed is not None and not changed(os.path.abspath(path)):
+                unread = True
             else:
-                new_docs.append(doc)
-    return new_docs, seen
+                st = _stat(path)
+                unread = st is not None and all(live[d][2:] == (st.st_size, st.st_mtime_ns, st.st_ino) for d in kept)
+            if unread:
+                seen.update(kept)
+                report.docs_unchanged += len(kept)
+                continue
+        todo.append(path)
+    return todo, seen
+
+
+class _Reader:
+    """Reads one input into documents (with the file stat to keep beside them)."""
+
+    def __init__(self, opts: IndexOptions, stdin_data, embedder):
+        r = opts.read
+        self.opts, self.stdin_data = opts, stdin_data
+        self.code_size, self.measure = r.code_size or 1500, len
+        if not r.code_size and not opts.chunk.sizes:
+            self.code_size, self.measure = opts.chunk.tokens, embedder.count_tokens
+
+    def __call__(self, path: str):
+        """(documents, stat or None, skipped): a file that changes while it is read is read again, so
+        its documents are one version of it, never a mix."""
+        stat = None
+        if path == "-":
+            data = self.stdin_data or b""
+        else:
+            for _ in range(3):
+                before = _stat(path)
+                data, skip = read_input(path)  # bounded: a named pipe or device cannot fill memory
+                if skip:
+                    return [], None, [skip]
+                after = _stat(path)
+                if _same_file(before, after):
+                    stat = db.file_stat(after, time.time_ns())
+                    break
+        r = self.opts.read
+        docs, skipped = load_file(path, data, text_field=r.text_field, id_field=r.id_field,
+                                  size=max(self.opts.chunk.sizes or (800,)), code_size=self.code_size,
+                                  csv_meta=r.csv_meta, measure=self.measure)
+        return docs, stat, skipped
+
+
+def _boilerplate(todo, read, live, progress):
+    """(boilerplate lines, what the sample read: path -> (documents or None, stat, skipped)): lines
+    counted over the new or changed documents of up to SAMPLE_FILES files spread over the run, so the
+    count's memory does not grow with the corpus (a run of fewer files counts all of them)."""
+    picks = todo if len(todo) <= SAMPLE_FILES else [todo[int(i)] for i in np.linspace(0, len(todo) - 1, SAMPLE_FILES)]
+    lines, sampled, kept = [], {}, 0
+    for n, path in enumerate(picks):
+        if progress:
+            progress("sampling", n, len(picks))
+        docs, stat, skipped = read(path)
+        for d in docs:
+            old = live.get(d.path)
+            if len(lines) < SAMPLE_DOCS and not (old and old[1] == d.hash):  # pre-cut sections (code, tables) are not prose
+                lines.append({ln.strip() for s in d.sections if s.chunks is None for ln in s.text.split("\n")})
+        size = sum(len(s.text) for d in docs for s in d.sections)
+        keep = kept + size <= SAMPLE_CHARS
+        kept += size if keep else 0
+        sampled[path] = (docs if keep else None, stat, skipped)
+    return spans.boilerplate_lines(lines), sampled
+
+
+def _add_doc(con, doc, stat, gen, opts: IndexOptions, manifest, drop_lines, emb, report) -> None:
+    """Insert one document with its parents and chunks (and their entities with a graph)."""
+    from llmkit.rag.index.bm25 import tokenize
+
+    size, mtime, inode = stat or (None, None, None)
+    cur = con.execute("INSERT INTO docs (collection, source, path, hash, meta, gen_added, size, mtime_ns, inode)"
+                      " VALUES (?,?,?,?,?,?,?,?,?)", (opts.collection, doc.source, doc.path, doc.hash,
+                                                      json.dumps(doc.meta, ensure_ascii=False), gen, size, mtime, inode))
+    doc_id = cur.lastrowid
+    for parent_text, chunks in chunk_document(doc, opts.chunk, opts.meta, drop_lines,
+                                              emb.token_starts if emb else None):
+        pid = con.execute("INSERT INTO parents (doc_id, text) VALUES (?, ?)", (doc_id, parent_text)).lastrowid
+        rows = []
+        for text, meta in chunks:
+            meta["collection"] = opts.collection
+            rows.append((doc_id, pid, opts.collection, text, db.text_hash(text), dedupe.text_key(text),
+                         dedupe.minhash(tokenize(text)).tobytes(), json.dumps(meta, ensure_ascii=False)))
+        con.executemany("INSERT INTO chunks (doc_id, parent_id, collection, text, text_hash, dup_key, minhash, meta)"
+                        " VALUES (?,?,?,?,?,?,?,?)", rows)
+        report.chunks_added += len(rows)
+        if manifest["graph"]:
+            from llmkit.rag.index.graph import entity_llm
+
+            first = con.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1
+            db.add_entities(con, [(first + i, r[3]) for i, r in enumerate(rows)], entity_llm(opts.store.graph_llm))
+    report.docs_added += 1
 
 
 def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, progress, changed=None) -> IndexReport:
-    from llmkit.rag.index.bm25 import tokenize
+    """One run under the writer lock: files are planned by their stat, read one at a time, and each
+    document's rows written as it is chunked (its text is dropped then), all in one transaction;
+    then the generation is published, unless nothing changed."""
     from llmkit.rag.index.publish import load_index_embedder, publish
 
     manifest = _open_or_create(directory, opts)
@@ -209,48 +299,50 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     con = db.connect(directory)
     try:
         db.rollback_unfinished(con, manifest["generation"])
-        live = {row[1]: (row[0], row[2]) for row in con.execute(
-            "SELECT id, path, hash FROM docs WHERE collection = ? AND gen_removed IS NULL", (opts.collection,))}
-        new_docs, seen = _read_new(files, opts, stdin_data, live, report, progress, emb, changed)
-        scopes = [os.path.abspath(p) for p in inputs if p != "-"]
-        gone = [(doc_id, p) for p, (doc_id, _) in live.items()
-                if p not in seen and (p == "-" and "-" in inputs or _in_scope(p, scopes))]
-        changed = [live[d.path][0] for d in new_docs if d.path in live]
-        drop_lines: set[str] = set()
+        live = {row[1]: (row[0], row[2], row[3], row[4], row[5]) for row in con.execute(
+            "SELECT id, path, hash, size, mtime_ns, inode FROM docs WHERE collection = ? AND gen_removed IS NULL",
+            (opts.collection,))}
+        todo, seen = _plan(files, live, changed, report)
+        read = _Reader(opts, stdin_data, emb)
+        drop_lines, sampled = set(), {}
         if opts.chunk.boilerplate:
-            drop_lines = spans.boilerplate_lines(  # pre-cut sections (code, tables) are not prose
-                [{ln.strip() for s in d.sections if s.chunks is None for ln in s.text.split("\n")} for d in new_docs])
+            drop_lines, sampled = _boilerplate(todo, read, live, progress)
             report.boilerplate_lines = len(drop_lines)
         con.execute("BEGIN")
-        for doc_id in changed + [d for d, _ in gone]:
+        for n, path in enumerate(todo):
+            if progress:
+                progress("reading", n, len(todo))
+            docs, stat, skipped = sampled.pop(path, (None, None, None))
+            if docs is None:
+                docs, stat, again = read(path)
+                skipped = again if skipped is None else skipped  # a sampled file's are reported once
+            report.skipped.extend(skipped)
+            same = []
+            for doc in docs:
+                if doc.note:
+                    report.code_fallbacks[doc.note] = report.code_fallbacks.get(doc.note, 0) + 1
+                seen.add(doc.path)
+                old = live.get(doc.path)
+                if old and old[1] == doc.hash:
+                    report.docs_unchanged += 1
+                    same.append(old[0])
+                    continue
+                if old:
+                    con.execute("UPDATE docs SET gen_removed = ? WHERE id = ?", (gen, old[0]))
+                _add_doc(con, doc, stat, gen, opts, manifest, drop_lines, emb, report)
+            if same and path != "-":  # touched, not changed: next time its stat says so
+                db.set_file_stat(con, same, stat)
+        scopes = [os.path.abspath(p) for p in inputs if p != "-"]
+        gone = [doc_id for p, (doc_id, *_) in live.items()
+                if p not in seen and (p == "-" and "-" in inputs or _in_scope(p, scopes))]
+        for doc_id in gone:
             con.execute("UPDATE docs SET gen_removed = ? WHERE id = ?", (gen, doc_id))
         report.docs_removed = len(gone)
-        for n, doc in enumerate(new_docs):
-            if progress:
-                progress("chunking", n, len(new_docs))
-            cur = con.execute("INSERT INTO docs (collection, source, path, hash, meta, gen_added) VALUES (?,?,?,?,?,?)",
-                              (opts.collection, doc.source, doc.path, doc.hash,
-                               json.dumps(doc.meta, ensure_ascii=False), gen))
-            doc_id = cur.lastrowid
-            for parent_text, chunks in chunk_document(doc, opts.chunk, opts.meta, drop_lines,
-                                                      emb.token_starts if emb else None):
-                pid = con.execute("INSERT INTO parents (doc_id, text) VALUES (?, ?)", (doc_id, parent_text)).lastrowid
-                rows = []
-                for text, meta in chunks:
-                    meta["collection"] = opts.collection
-                    rows.append((doc_id, pid, opts.collection, text, db.text_hash(text), dedupe.text_key(text),
-                                 dedupe.minhash(tokenize(text)).tobytes(), json.dumps(meta, ensure_ascii=False)))
-                con.executemany("INSERT INTO chunks (doc_id, parent_id, collection, text, text_hash, dup_key, minhash, meta)"
-                                " VALUES (?,?,?,?,?,?,?,?)", rows)
-                report.chunks_added += len(rows)
-                if manifest["graph"]:
-                    from llmkit.rag.index.graph import entity_llm
-
-                    first = con.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1
-                    db.add_entities(con, [(first + i, r[3]) for i, r in enumerate(rows)],
-                                    entity_llm(opts.store.graph_llm))
-            report.docs_added += 1
         con.execute("COMMIT")
+        if _nothing_to_publish(manifest, opts, report):
+            report.generation, report.index_type = manifest["generation"], manifest["index"] or ""
+            report.chunks_indexed = sum(c.get("chunks", 0) for c in manifest["collections"].values())
+            return report
         publish(directory, con, manifest, gen, opts, report, progress)
     except BaseException as e:
         if con.in_transaction:
@@ -261,6 +353,15 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     finally:
         con.close()
     return report
+
+
+def _nothing_to_publish(manifest, opts: IndexOptions, report) -> bool:
+    """A run that added, changed and removed nothing keeps the live generation: publishing would
+    rebuild the same one (a format upgrade, a new collection, a new graph or index type still do)."""
+    return (manifest["generation"] > 0 and not report.docs_added and not report.docs_removed
+            and not report.migrated_from and not report.changes and opts.collection in manifest["collections"]
+            and not opts.store.keeps_graph and opts.store.index_type in ("auto", manifest["index"])
+            and not opts.store.vector_dtype)  # a vector dtype asked for: stored as asked
 
 
 class ModelTokens:

@@ -5,6 +5,13 @@ A run inserts its rows tagged with the next generation and marks removed documen
 the manifest names that generation, readers ignore them, and the next run rolls back what a killed
 run left (`rollback_unfinished`). After the swap, rows only generations before the previous one
 needed are deleted (`drop_superseded`).
+
+Two tables serve the writer only. A document row keeps the (size, mtime_ns, inode) of the file it
+was read from, so an unchanged file is recognised without reading it (`file_stat`). `embeddings` is
+the journal of vectors embedded but not yet published, keyed by model and chunk text hash and
+committed per batch: a run killed while embedding keeps them and the next run reuses them
+(`journal_get`); a published generation holds them in its own files, so the journal is emptied
+after each swap.
 """
 
 from __future__ import annotations
@@ -29,7 +36,11 @@ CREATE TABLE IF NOT EXISTS chunk_entities (chunk_id INTEGER NOT NULL, entity TEX
 CREATE INDEX IF NOT EXISTS chunk_entities_chunk ON chunk_entities(chunk_id);
 CREATE TRIGGER IF NOT EXISTS chunks_gone AFTER DELETE ON chunks BEGIN
     DELETE FROM chunk_entities WHERE chunk_id = OLD.id; END;
+CREATE TABLE IF NOT EXISTS embeddings (space TEXT NOT NULL, key TEXT NOT NULL, vec BLOB NOT NULL,
+    PRIMARY KEY (space, key)) WITHOUT ROWID;
 """
+STAT_COLUMNS = ("size", "mtime_ns", "inode")  # docs columns added after the first schema (NULL: read the file)
+RACY_NS = 2_000_000_000  # a file modified this close to its stat may change again within the same mtime
 LIVE = "d.gen_added <= ? AND (d.gen_removed IS NULL OR d.gen_removed > ?)"  # documents `d` of generation ?
 
 
@@ -39,7 +50,53 @@ def connect(directory: str) -> sqlite3.Connection:
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=NORMAL")
     con.executescript(SCHEMA)
+    from llmkit.rag.index.catalog import ensure_meta_table
+
+    ensure_meta_table(con)  # filters read metadata from an indexed table that triggers keep (catalog.py)
+    have = {row[1] for row in con.execute("PRAGMA table_info(docs)")}
+    for col in STAT_COLUMNS:
+        if col not in have:  # an index written before file stats were kept: its files are read once more
+            con.execute(f"ALTER TABLE docs ADD COLUMN {col} INTEGER")
     return con
+
+
+def file_stat(st, now_ns: int) -> tuple | None:
+    """(size, mtime_ns, inode) of an os.stat result to keep with a file's documents, or None when the
+    file was modified so recently that an edit within the same mtime tick could go unseen (git's
+    "racy" entries): such a file is read again next time and its content hash decides."""
+    if now_ns - st.st_mtime_ns < RACY_NS:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def set_file_stat(con: sqlite3.Connection, doc_ids, stat: tuple | None) -> None:
+    """Record the file stat of documents read again and found unchanged."""
+    size, mtime, inode = stat or (None, None, None)
+    con.executemany("UPDATE docs SET size = ?, mtime_ns = ?, inode = ? WHERE id = ?",
+                    [(size, mtime, inode, d) for d in doc_ids])
+
+
+def journal_get(con: sqlite3.Connection, space: str, keys: list[str]) -> dict[str, bytes]:
+    """Vectors (raw float32 bytes) the journal holds for these text hashes."""
+    out = {}
+    for lo in range(0, len(keys), 500):  # SQLite's bound on parameters per statement
+        part = keys[lo:lo + 500]
+        out.update(con.execute(f"SELECT key, vec FROM embeddings WHERE space = ? AND key IN ({','.join('?' * len(part))})",
+                               (space, *part)).fetchall())
+    return out
+
+
+def journal_put(con: sqlite3.Connection, space: str, items) -> None:
+    """Keep one batch of (text hash, float32 vector) durably (its own transaction)."""
+    con.execute("BEGIN")
+    con.executemany("INSERT OR REPLACE INTO embeddings (space, key, vec) VALUES (?,?,?)",
+                    [(space, k, v.astype("<f4").tobytes()) for k, v in items])
+    con.execute("COMMIT")
+
+
+def journal_clear(con: sqlite3.Connection) -> None:
+    """Forget journalled vectors once a generation holding them is published."""
+    con.execute("DELETE FROM embeddings")
 
 
 def rollback_unfinished(con: sqlite3.Connection, gen: int) -> None:

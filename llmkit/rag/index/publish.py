@@ -7,6 +7,7 @@ N-1 is kept for readers that opened it just before the swap, and any older one a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ from llmkit.rag.chunk import dedupe
 from llmkit.rag.embed.models import stored_model
 from llmkit.rag.index import db
 from llmkit.rag.index.manifest import now, try_retire, write_manifest
-from llmkit.rag.index.vectors import index_kind, write_faiss
+from llmkit.rag.index.vectors import index_kind, vector_dtype, write_vectors
 
 
 def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set | None = None) -> None:
@@ -45,13 +46,14 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
     np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
     if rows and manifest["store"]:
-        dim = _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress,
+        dim = _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report, progress,
                               switch=keep_ids is not None)
     elif rows:
-        vectors, dim = _vectors(directory, manifest, opts, rows, keys, report, progress, reuse=keep_ids is None)
-        np.save(os.path.join(gdir, "vectors.npy"), vectors)
-        kind = index_kind(opts.store.index_type, len(vectors), opts.store.hnsw_above)
-        report.index_type = write_faiss(os.path.join(gdir, "faiss.index"), vectors, kind)
+        path = os.path.join(gdir, "vectors.npy")
+        dim = _vectors(directory, con, manifest, opts, rows, keys, path, report, progress, reuse=keep_ids is None)
+        kind = index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above)
+        dtype = vector_dtype(opts.store.vector_dtype, os.path.join(directory, f"gen-{manifest['generation']}"))
+        report.index_type = write_vectors(gdir, kind, dtype)
     if rows:
         if progress:
             progress("BM25", 0, 1)
@@ -68,6 +70,7 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
 
             _publish_graph(con, rows, gdir, report, entity_llm(opts.store.graph_llm))
     _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
+    db.journal_clear(con)  # the generation holds its vectors now
     _retire_old(directory, con, manifest, gen)
 
 
@@ -180,7 +183,7 @@ def _publish_graph(con, rows, gdir, report, llm=None) -> None:
     report.graph = graph.build(triples(), len(rows), os.path.join(gdir, "graph"))
 
 
-def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, progress, switch: bool):
+def _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report, progress, switch: bool):
     """Write generation `gen`'s new rows to the served vector store (milvus.py): rows already there
     for the previous generation stay; vectors of unchanged text are read back instead of embedded.
     A model switch fills a new collection (the old one is dropped once no kept generation reads it).
@@ -211,13 +214,13 @@ def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, pro
         st.close()
     reuse = [i for i in reuse if key_to_prev[keys[i]] in got]
     fresh = sorted(set(need.tolist()) - set(reuse))
-    new = None
     if fresh:
-        new, dim = _embed(manifest, opts, [rows[i][1] for i in fresh], dim, report, progress)
+        dim = _embed_missing(con, manifest, opts, [(keys[i].decode(), rows[i][1]) for i in fresh], dim, report,
+                             progress)
     vecs = np.zeros((len(need), dim or 0), np.float32)
     pos = {r: j for j, r in enumerate(need.tolist())}
-    for j, i in enumerate(fresh):
-        vecs[pos[i]] = new[j]
+    if fresh:
+        vecs[[pos[i] for i in fresh]] = _journalled(con, manifest, [keys[i].decode() for i in fresh], dim)
     for i in reuse:
         vecs[pos[i]] = got[key_to_prev[keys[i]]]
     kind = (manifest["index"] if (manifest["index"] and not switch)
@@ -231,7 +234,7 @@ def _publish_remote(directory, manifest, gen, opts, rows, ids, keys, report, pro
                       progress=(lambda d, n: progress("writing vectors", d, n)) if progress else None)
     finally:
         st.close()
-    report.embedded, report.vectors_reused = len(fresh), len(rows) - len(fresh)
+    report.vectors_reused = len(rows) - report.embedded
     report.index_type = kind
     manifest["store"] = {**spec, "collection": name}
     if old:  # generation gen-1 still reads it
@@ -256,28 +259,64 @@ def load_index_embedder(manifest, e, progress=None):
                          manifest["query_prompt"], manifest["passage_prompt"], progress=progress)
 
 
-def _embed(manifest, opts, texts, dim, report, progress):
-    """Vectors of `texts` with the index's model (on a Ray cluster when the embed options name one)."""
-    e = opts.embed
-    model = stored_model(manifest["model"])
-    t = time.perf_counter()
-    if e.ray:
-        from llmkit.rag.embed.ray_embed import embed_on_ray
+def _space(manifest) -> str:
+    """The journal's name for the vectors of this index's model: same text, same space, same vector."""
+    return json.dumps([manifest["model"], manifest["embed_precision"], manifest["passage_prompt"]])
 
-        new, got_dim = embed_on_ray(texts, model, e.runtime, manifest["embed_precision"],
-                                    manifest["query_prompt"], manifest["passage_prompt"],
-                                    address=e.ray, workers=e.ray_workers, batch_size=e.ray_batch,
-                                    progress=(lambda d, n: progress("embedding (ray)", d, n)) if progress else None)
-    else:
+
+def _embed_missing(con, manifest, opts, items, dim, report, progress) -> int | None:
+    """Embed the (text hash, text) pairs the journal does not hold yet, in batches of
+    LLMKIT_INDEX_BATCH chunks, each committed to the journal as it finishes (a killed run keeps
+    them); returns the vectors' dimension (None: nothing embedded, none known). Texts are tokenized
+    batch by batch, and only one batch of vectors is in memory at a time."""
+    from llmkit import config
+
+    space = _space(manifest)
+    texts = dict(items)  # unique text hashes (a corpus kept without dedupe may repeat a text)
+    held = db.journal_get(con, space, list(texts))
+    report.vectors_resumed = len(held)
+    if held and not dim:
+        dim = len(next(iter(held.values()))) // 4
+    todo = [k for k in texts if k not in held]
+    del held
+    if not todo:
+        return dim
+    e, batch = opts.embed, config.size("LLMKIT_INDEX_BATCH")
+    t = time.perf_counter()
+    emb = None
+    if not e.ray:
         emb = load_index_embedder(manifest, e, progress)
-        got_dim = emb.dim
-        _check_dim(got_dim, dim)  # before embedding: a wrong model is refused at once
+        _check_dim(emb.dim, dim)  # before embedding: a wrong model is refused at once
         report.window = emb.window
-        report.over_window = sum(1 for t in texts if emb.count_tokens(t) > emb.window)
-        new = emb.passages(texts, progress=(lambda d, n: progress("embedding", d, n)) if progress else None)
-    _check_dim(got_dim, dim)  # (Ray: known only from the vectors)
+        emb.expect(len(todo))  # a long run pays for the faster bulk session once
+    step = batch if emb is not None else max(batch, 4096)  # a Ray round spreads over its actors
+    for lo in range(0, len(todo), step):
+        keys = todo[lo:lo + step]
+        part = [texts[k] for k in keys]
+        if emb is not None:
+            report.over_window += sum(1 for x in part if emb.count_tokens(x) > emb.window)
+            new, got_dim = emb.passages(part), emb.dim
+        else:
+            from llmkit.rag.embed.ray_embed import embed_on_ray
+
+            model = stored_model(manifest["model"])
+            new, got_dim = embed_on_ray(part, model, e.runtime, manifest["embed_precision"], manifest["query_prompt"],
+                                        manifest["passage_prompt"], address=e.ray, workers=e.ray_workers,
+                                        batch_size=e.ray_batch)
+            _check_dim(got_dim, dim)  # (Ray: known only from the vectors)
+        dim = got_dim
+        db.journal_put(con, space, zip(keys, new))
+        report.embedded += len(keys)
+        if progress:
+            progress("embedding (ray)" if emb is None else "embedding", lo + len(keys), len(todo))
     report.embed_s = time.perf_counter() - t
-    return new, got_dim
+    return dim
+
+
+def _journalled(con, manifest, keys: list[str], dim: int) -> np.ndarray:
+    """The journal's vectors of these text hashes, in order."""
+    got = db.journal_get(con, _space(manifest), keys)
+    return np.frombuffer(b"".join(got[k] for k in keys), "<f4").reshape(len(keys), dim)
 
 
 def _check_dim(got: int, dim: int | None) -> None:
@@ -286,9 +325,10 @@ def _check_dim(got: int, dim: int | None) -> None:
                        "Use the model the index was built with.")
 
 
-def _vectors(directory, manifest, opts, rows, keys, report, progress, reuse: bool = True):
-    """Vectors for the live chunks: reused from the previous generation where the text is unchanged
-    (same model: a model switch passes reuse=False)."""
+def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, reuse: bool = True) -> int:
+    """Write the live chunks' vectors to `out` (a .npy file, filled in slices): reused from the
+    previous generation where the text is unchanged (same model: a model switch passes
+    reuse=False), from the journal, or embedded now; returns their dimension."""
     old_gen = os.path.join(directory, f"gen-{manifest['generation']}")
     old_vecs = None
     reuse_at: dict[bytes, int] = {}
@@ -302,14 +342,18 @@ def _vectors(directory, manifest, opts, rows, keys, report, progress, reuse: boo
     key_list = keys.tolist()
     need = [i for i, k in enumerate(key_list) if k not in reuse_at]
     have = [i for i, k in enumerate(key_list) if k in reuse_at]
-    dim = manifest["dim"]
-    new = None
-    if need:
-        new, dim = _embed(manifest, opts, [rows[i][1] for i in need], dim, report, progress)
-    vectors = np.zeros((len(rows), dim), np.float32)
-    if need:
-        vectors[need] = new
-    if have:
-        vectors[have] = old_vecs[[reuse_at[key_list[i]] for i in have]]
-    report.embedded, report.vectors_reused = len(need), len(have)
-    return vectors, dim
+    dim = _embed_missing(con, manifest, opts, [(key_list[i].decode(), rows[i][1]) for i in need], manifest["dim"],
+                         report, progress)
+    dim = dim or manifest["dim"] or (old_vecs.shape[1] if old_vecs is not None else 0)
+    vectors = np.lib.format.open_memmap(out, "w+", np.float32, (len(rows), dim))
+    step = 8192
+    for lo in range(0, len(have), step):
+        part = have[lo:lo + step]
+        vectors[part] = old_vecs[[reuse_at[key_list[i]] for i in part]]
+    for lo in range(0, len(need), step):
+        part = need[lo:lo + step]
+        vectors[part] = _journalled(con, manifest, [key_list[i].decode() for i in part], dim)
+    vectors.flush()
+    del vectors
+    report.vectors_reused = len(rows) - report.embedded
+    return dim

@@ -1,0 +1,238 @@
+"""`rag index` at the size of a code base: unchanged files recognised by their stat without being read,
+boilerplate found from a bounded sample, texts tokenized per batch, and a run killed with SIGKILL while
+embedding resumed by the next one (its vectors kept batch by batch), ending equal to a clean run."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import run_cli, start_subprocess
+
+pytest.importorskip("faiss")
+pytest.importorskip("sentence_transformers")
+
+OLD = time.time() - 3 * 3600  # well before any run: a stat taken now is not "racy"
+TOPICS = ["pumps move water", "valves stop flow", "pipes carry gas", "tanks store oil", "gauges read pressure",
+          "filters catch dirt", "boilers heat steam", "fans cool air"]
+
+
+@pytest.fixture(scope="module")
+def st32(tmp_path_factory):
+    from tinyst import write_tiny_models
+
+    return str(write_tiny_models(tmp_path_factory.mktemp("tiny"))["st32"])
+
+
+def _corpus(d, records=True):
+    d.mkdir()
+    footer = "Copyright Zorblax Corporation, all rights reserved."
+    for i, t in enumerate(TOPICS):
+        (d / f"t{i}.txt").write_text(f"Notes on {t} in the plant number {i}. Check it weekly.\n\n{footer}\n")
+    if records:
+        (d / "rows.jsonl").write_text("".join(json.dumps({"id": f"r{i}", "text": f"Record {i} on {t}."}) + "\n"
+                                              for i, t in enumerate(TOPICS)))
+    for p in d.iterdir():
+        os.utime(p, (OLD, OLD))
+
+
+def _index(idx, d, *extra):
+    r = run_cli(["rag", "index", str(idx), str(d), "--size", "200", "--no-tune", "--json", *extra])
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The files `rag index` opens for their contents, in order."""
+    from llmkit.rag.index import build
+
+    opened = []
+    real = build.read_input
+
+    def spy(path):
+        opened.append(os.path.basename(path))
+        return real(path)
+
+    monkeypatch.setattr(build, "read_input", spy)
+    return opened
+
+
+def test_unchanged_files_are_recognised_by_their_stat_without_reading(tmp_path, st32, reads):
+    d = tmp_path / "d"
+    _corpus(d)
+    idx = tmp_path / "idx"
+    first = _index(idx, d, "--model", st32)
+    n_docs = len(TOPICS) * 2
+    assert first["docs_added"] == n_docs and first["generation"] == 1
+    reads.clear()
+    again = _index(idx, d)
+    assert reads == []  # nothing opened, nothing parsed
+    assert again["docs_unchanged"] == n_docs and again["docs_added"] == again["docs_removed"] == 0
+    assert again["generation"] == 1 and again["embedded"] == 0  # nothing to publish: the live generation stays
+    assert again["chunks_indexed"] == first["chunks_indexed"]
+    # touched, content identical: read once (the hash says unchanged), then its new stat is kept
+    os.utime(d / "t3.txt", (OLD + 60, OLD + 60))
+    os.utime(d / "rows.jsonl", (OLD + 60, OLD + 60))
+    reads.clear()
+    touched = _index(idx, d)
+    assert sorted(reads) == ["rows.jsonl", "t3.txt"]
+    assert touched["docs_unchanged"] == n_docs and touched["docs_added"] == 0 and touched["generation"] == 1
+    reads.clear()
+    assert _index(idx, d)["docs_unchanged"] == n_docs and reads == []
+    # an edit of the same size is seen by its new mtime
+    text = (d / "t5.txt").read_text().replace("weekly", "hourly")
+    (d / "t5.txt").write_text(text)
+    os.utime(d / "t5.txt", (OLD + 120, OLD + 120))
+    reads.clear()
+    edited = _index(idx, d)
+    assert reads == ["t5.txt"] and edited["docs_added"] == 1 and edited["generation"] == 2
+    hit = run_cli(["rag", "query", str(idx), "hourly", "--mode", "bm25", "--jsonl", "-k", "1"])
+    assert json.loads(hit.stdout)["doc"].endswith("t5.txt")
+    # a file modified just now is read again next time (an edit within its mtime tick could go unseen)
+    (d / "t6.txt").write_text("Fresh notes on fans cool air, written a moment ago in the plant.\n")
+    assert _index(idx, d)["docs_added"] == 1
+    reads.clear()
+    fresh = _index(idx, d)
+    assert reads == ["t6.txt"] and fresh["docs_added"] == 0 and fresh["generation"] == 3
+    # a removed file is found by the walk, without reading the others
+    (d / "t0.txt").unlink()
+    reads.clear()
+    gone = _index(idx, d)
+    assert gone["docs_removed"] == 1 and reads in ([], ["t6.txt"]) and gone["generation"] == 4
+
+
+def test_an_index_without_file_stats_reads_its_files_once(tmp_path, st32, reads):
+    d = tmp_path / "d"
+    _corpus(d)
+    idx = tmp_path / "idx"
+    _index(idx, d, "--model", st32)
+    con = sqlite3.connect(idx / "chunks.sqlite")
+    con.execute("UPDATE docs SET size = NULL, mtime_ns = NULL, inode = NULL")  # as an older llmkit wrote it
+    con.commit()
+    con.close()
+    reads.clear()
+    assert _index(idx, d)["docs_added"] == 0 and len(reads) == len(TOPICS) + 1
+    reads.clear()
+    assert _index(idx, d)["docs_added"] == 0 and reads == []
+
+
+def test_boilerplate_from_a_spread_sample(tmp_path, st32, monkeypatch):
+    from llmkit.rag.index import build
+
+    d = tmp_path / "d"
+    _corpus(d, records=False)
+    monkeypatch.setattr(build, "SAMPLE_FILES", 5)  # 5 of the 8 files, spread over the walk
+    monkeypatch.setattr(build, "SAMPLE_CHARS", 150)  # most sampled files are read again in the main pass
+    rep = _index(tmp_path / "idx", d, "--model", st32)
+    assert rep["boilerplate_lines"] == 1 and rep["docs_added"] == len(TOPICS) and rep["skipped"] == []
+    r = run_cli(["rag", "query", str(tmp_path / "idx"), "Zorblax", "--mode", "bm25", "--jsonl"])
+    assert r.exit_code == 0 and r.stdout == ""
+
+
+def test_texts_are_tokenized_per_window_with_the_same_vectors(st32, monkeypatch):
+    from llmkit.rag.embed import onnx_runtime
+    from llmkit.rag.embed.embedder import load_embedder
+
+    emb = load_embedder(st32)
+    texts = [f"Note {i}: " + " ".join(TOPICS[: 1 + i % len(TOPICS)]) for i in range(11)]
+    whole = emb.passages(texts)
+    seen = []
+    real = emb.encoder.tokenizer.encode_batch
+    monkeypatch.setattr(onnx_runtime, "TOKENIZE_WINDOW", 4)
+    monkeypatch.setattr(emb.encoder, "tokenizer", _Spy(emb.encoder.tokenizer, real, seen))
+    np.testing.assert_allclose(emb.passages(texts), whole, atol=1e-6)
+    assert seen == [4, 4, 3]
+
+
+class _Spy:
+    """A tokenizer that records how many texts each encode_batch call gets."""
+
+    def __init__(self, tok, real, seen):
+        self._tok, self._real, self._seen = tok, real, seen
+
+    def encode_batch(self, texts):
+        self._seen.append(len(texts))
+        return self._real(texts)
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+
+def _journal(idx) -> int:
+    try:
+        con = sqlite3.connect(f"file:{idx / 'chunks.sqlite'}?mode=ro", uri=True, timeout=1)
+        try:
+            return con.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def _chunks(idx) -> list[tuple[str, str]]:
+    """(document path, text) of the live generation's chunks."""
+    gen = json.loads((idx / "manifest.json").read_text())["generation"]
+    ids = np.load(idx / f"gen-{gen}" / "rows.npy").tolist()
+    con = sqlite3.connect(idx / "chunks.sqlite")
+    try:
+        got = con.execute(f"SELECT d.path, c.text FROM chunks c JOIN docs d ON d.id = c.doc_id "
+                          f"WHERE c.id IN ({','.join('?' * len(ids))})", ids).fetchall()
+    finally:
+        con.close()
+    assert len(got) == len(ids)
+    return sorted(got)
+
+
+def _top(idx, q):
+    r = run_cli(["rag", "query", str(idx), q, "-k", "10", "--jsonl"])
+    assert r.exit_code == 0, r.stderr
+    return [(h["doc"], h["text"]) for h in map(json.loads, r.stdout.splitlines())]
+
+
+def test_a_run_killed_while_embedding_is_resumed(tmp_path, kernel_small, monkeypatch):
+    big = tmp_path / "big"
+    big.mkdir()
+    text = kernel_small.read_text()[:120_000]
+    for i in range(12):
+        (big / f"part{i}.txt").write_text(text[i * 10_000:(i + 1) * 10_000])
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "a.txt").write_text("The scheduler keeps runnable tasks in a red-black tree ordered by virtual runtime.")
+    idx = tmp_path / "idx"
+    assert run_cli(["rag", "index", str(idx), str(small), "--size", "400", "--no-tune"]).exit_code == 0
+    before = _top(idx, "scheduler red-black tree")
+    p = start_subprocess(["rag", "index", idx, big, "--size", "400", "--no-tune"],
+                         env={"LLMKIT_INDEX_BATCH": "16"}, stdout=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while _journal(idx) < 48 and p.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert p.poll() is None, p.stderr.read().decode()
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    kept = _journal(idx)
+    assert kept >= 48 and kept % 16 == 0  # whole batches, each committed as it finished
+    assert json.loads((idx / "manifest.json").read_text())["generation"] == 1
+    assert _top(idx, "scheduler red-black tree") == before  # the published generation is intact
+    monkeypatch.setenv("LLMKIT_INDEX_BATCH", "16")
+    r = run_cli(["rag", "index", str(idx), str(big), "--size", "400", "--no-tune", "--json"])
+    assert r.exit_code == 0, r.stderr
+    rerun = json.loads(r.stdout)
+    assert rerun["generation"] == 2 and rerun["docs_added"] == 12
+    assert rerun["vectors_resumed"] == kept and rerun["embedded"] > 0
+    assert rerun["embedded"] + rerun["vectors_reused"] == rerun["chunks_indexed"]
+    assert _journal(idx) == 0  # published: the generation holds them
+    clean = tmp_path / "clean"
+    for src in (small, big):
+        r = run_cli(["rag", "index", str(clean), str(src), "--size", "400", "--no-tune", "--json"])
+        assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["embedded"] == rerun["embedded"] + kept
+    assert _chunks(idx) == _chunks(clean)
+    for q in ("scheduler red-black tree", "memory allocation with kmalloc", "interrupt handlers",
+              "how are locks taken"):
+        assert _top(idx, q) == _top(clean, q), q
