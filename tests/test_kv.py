@@ -65,12 +65,80 @@ def test_plan_equals_llama_cpp_allocation(gqa_model, n_ctx, tk, tv, fa):
     assert p.head_count_kv == [2, 2, 2]  # grouped-query attention: 2 of 8 heads are cached
 
 
+def _llama_compute_mib(path, n_ctx, fa):
+    """llama.cpp's own figure for its compute buffer (from its log) for a context size."""
+    lines = []
+
+    @llama_cpp.llama_log_callback
+    def cb(level, text, user_data):
+        lines.append(text.decode("utf-8", "replace"))
+
+    llama_cpp.llama_log_set(cb, ctypes.c_void_p(0))
+    try:
+        m = llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, flash_attn=fa, verbose=True)
+        del m
+    finally:
+        import llmkit.llama.runtime as rt
+
+        rt._LOG_CALLBACK = None
+        rt.silence_llama_log()
+    line = next(x for x in lines if "compute buffer size =" in x)
+    return float(re.search(r"=\s*([\d.]+) MiB", line).group(1))
+
+
+@pytest.mark.parametrize("n_ctx,fa", [(8192, False), (8192, True), (1024, False)])
+def test_plan_compute_buffer_near_llama_cpp(gqa_model, n_ctx, fa):
+    """The compute buffer kv plan adds is within 20 % (+2 MiB) of the one llama.cpp reports: the
+    attention scores grow with heads x context without flash attention, only the mask with it."""
+    from llmkit.kv.plan import plan
+
+    p = plan(gqa_model, n_ctx, flash_attn=fa)
+    assert p.compute_bytes / 2**20 == pytest.approx(_llama_compute_mib(gqa_model, n_ctx, fa), rel=0.20, abs=2.0)
+
+
+def test_context_that_cannot_fit_is_refused_before_loading(gqa_model, monkeypatch):
+    """The figure needed, the memory available and the largest context that fits, in one line; a
+    context past the training context (4096 here) warns once; -c 0 is the training context."""
+    import llmkit.kv.plan as kp
+
+    need = kp.plan(gqa_model, 65536).allocated_bytes
+    monkeypatch.setattr(kp, "available_memory", lambda: need // 2)
+    r = run_cli(["generate", "-m", gqa_model, "-c", "65536", "-n", "2", "hi"])
+    assert r.exit_code == 1 and "Traceback" not in r.stderr
+    m = re.search(r"needs ([\d.]+) GiB .* but ([\d.]+) GiB of memory is available; the largest context that fits is "
+                  r"(\d+) tokens", r.stderr)
+    assert m, r.stderr
+    fits = int(m.group(3))
+    assert kp.plan(gqa_model, fits).allocated_bytes <= need // 2 < kp.plan(gqa_model, fits + 256).allocated_bytes
+    monkeypatch.undo()
+    r = run_cli(["generate", "-m", gqa_model, "-c", "8192", "-n", "2", "--json", "hi"])
+    assert r.exit_code == 0 and r.stderr.count("larger than the model's training context (4096)") == 1
+    assert json.loads(r.stdout)["peak_rss_bytes"] > 10 * 2**20
+    r = run_cli(["kv", "plan", "-m", gqa_model, "-c", "0", "--json"])
+    assert json.loads(r.stdout)[0]["n_ctx"] == 4096
+
+
 def test_plan_cli_json(gqa_model):
     r = run_cli(["kv", "plan", "-m", gqa_model, "-c", "1024", "-c", "4096", "--ctk", "q8_0", "--json"])
     rows = json.loads(r.stdout)
     assert [x["n_ctx"] for x in rows] == [1024, 4096]
     assert rows[1]["kv_bytes"] == 4 * rows[0]["kv_bytes"]
     assert rows[0]["decode_bound_tok_s_full_ctx"] > 0
+    assert rows[1]["process_bytes"] == (rows[1]["weights_bytes"] + rows[1]["kv_bytes"] + rows[1]["compute_bytes"]
+                                        + rows[1]["output_bytes"])
+
+
+def test_plan_plot_draws_memory_per_model_with_ram_line(gqa_model, small_models, tmp_path):
+    from chartread import svg_ids, svg_series
+
+    chart = tmp_path / "mem.svg"
+    r = run_cli(["kv", "plan", "-m", gqa_model, "-m", small_models[0], "-b", "256", "--flash-attn",
+                 "--plot", str(chart), "--json"])
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert {x["n_ctx"] for x in rows if x["model"] == gqa_model} == {1024, 2048, 4096}  # up to the training context
+    assert all(x["flash_attn"] and x["n_ubatch"] == 256 for x in rows)
+    assert svg_series(chart, 0) == {"series-0-0", "series-0-1"} and svg_ids(chart, "ref-0-") == ["ref-0-0"]
 
 
 PROMPT = "You are a helpful assistant. Answer briefly and precisely. " * 3
@@ -196,6 +264,9 @@ def test_slot_token_ids_are_a_section_read_only_when_needed(small_models, tmp_pa
     assert hdr.tokens is None and off == 16 + n + 4 * head["n_tokens"]
     ids = slots.read_header(str(slot), tokens=True)[0].tokens
     assert len(ids) == head["n_tokens"] and ids == json.loads(run_cli(["kv", "show", "--json", str(slot)]).stdout)["tokens"]
+    saved = json.loads(run_cli(["kv", "save", "-m", a, "-o", str(tmp_path / "j.slot"), "--json", PROMPT]).stdout)
+    assert saved["tokens"] == len(ids) and saved["bytes"] == (tmp_path / "j.slot").stat().st_size
+    assert saved["peak_rss_bytes"] > 10 * 2**20
     rec = json.loads(run_cli(["kv", "ls", "--json", str(tmp_path)]).stdout.splitlines()[0])
     assert rec["tokens"] == len(ids)
     # an id changed in the section: refused by its hash before llama.cpp sees the state

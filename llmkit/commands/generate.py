@@ -147,7 +147,8 @@ def command(prompt, model_path, opts, sampling, chat, system, context_shift, kee
         saved, n_saved = save_to_dir(model, path, opts, prompt_cache, prompt + text)
         slot_note += f" saved {saved} ({n_saved} tokens);"
     if as_json:
-        out.json({"model": path, "text": text, "stats": stats.to_dict(), **({"slot": slot_note} if slot_note else {})})
+        out.json({"model": path, "text": text, "stats": stats.to_dict(), "peak_rss_bytes": runtime.peak_rss(),
+                  **({"slot": slot_note} if slot_note else {})})
         return
     sys.stdout.write("\n")
     sys.stdout.flush()

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 _MODEL = [
     click.option("-m", "--model", "model_path", help="GGUF model (default: LLMKIT_MODEL or the packaged SmolLM2-135M-Instruct)."),
-    click.option("-c", "--ctx-size", "n_ctx", default=None, type=int, help="Context size in tokens (default: min(2048, training context))."),
+    click.option("-c", "--ctx-size", "n_ctx", default=None, type=int,
+                 help="Context size in tokens (default: min(2048, training context); 0: the training context)."),
     click.option("-t", "--threads", type=int, help="CPU threads (default: the cores idle right now, measured over 50 ms)."),
     click.option("--ctk", "cache_type_k", default="f16", show_default=True, help="KV cache type for K (f16, q8_0, q4_0, ...)."),
     click.option("--ctv", "cache_type_v", default="f16", show_default=True, help="KV cache type for V."),
@@ -123,6 +124,18 @@ def stats_line(d: dict) -> str:
             f"in {d['decode_s']:.2f} s = {d['tokens_per_s']:.1f} tok/s | stop: {d['stop_reason']}")
 
 
+def check_memory(path: str, opts) -> None:
+    """Refuse a context whose memory cannot be had before the model loads; warn once about a context
+    past the model's training context."""
+    from llmkit.commands._common import Output
+    from llmkit.kv.plan import check_fits
+    from llmkit.llama.runtime import check_model_file
+
+    check_model_file(path)  # a missing or foreign file is reported as such, not as a plan's failure
+    for note in check_fits(path, opts):
+        Output().warn(note)
+
+
 def open_for_prompt(model_path, opts, prompt: str, chat: bool, system: str | None):
     """Open the model (default: the packaged one) and tokenize the prompt, wrapped in its chat template
     with --chat: (path, model, prompt as evaluated, tokens)."""
@@ -130,6 +143,7 @@ def open_for_prompt(model_path, opts, prompt: str, chat: bool, system: str | Non
     from llmkit.llama import runtime
 
     path = model_path or runtime.default_model_path()
+    check_memory(path, opts)
     model = runtime.open_model(path, opts)
     if chat:
         from llmkit.llama.chat import NoChatTemplate, chat_prompt

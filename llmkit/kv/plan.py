@@ -6,12 +6,18 @@ bytes = sum over layers of kv_cells(layer) x (row_bytes(type_k, n_head_kv x head
 as llama.cpp allocates it: the context is padded to 256 cells, grouped-query attention stores only
 `head_count_kv` heads, per-layer head counts may differ, sliding-window layers keep only about
 window + micro-batch cells, and quantized cache types store blocks (q8_0: 34 bytes per 32 values).
+
+Beside the cache, a process holds llama.cpp's compute buffer, sized for a full micro-batch at a full
+context: without flash attention the attention scores and their mask (n_head + 1 slabs of
+n_ubatch x cells float32), with it only the float16 mask; or the logits of a full micro-batch,
+whichever phase is larger (docs/design/llama-runtime.md compares this with llama.cpp's own figures).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,6 +68,12 @@ class KVPlan:
     weights_bytes: int
     bandwidth_gbs: float | None = None
     per_layer_bytes: list[int] = field(default_factory=list)
+    train_ctx: int = 0
+    flash_attn: bool = False
+    n_ubatch: int = 512
+    compute_bytes: int = 0  # llama.cpp's compute buffer for these settings
+    output_bytes: int = 0  # logits of one token; a batch asking for more grows it by that many rows
+    rope_scaling: str = ""
 
     @property
     def kv_bytes(self) -> int:
@@ -70,6 +82,16 @@ class KVPlan:
     @property
     def total_bytes(self) -> int:
         return self.kv_bytes + self.weights_bytes
+
+    @property
+    def process_bytes(self) -> int:
+        """What a process running the model holds at most: weights, KV, compute buffer, logits."""
+        return self.weights_bytes + self.kv_bytes + self.compute_bytes + self.output_bytes
+
+    @property
+    def allocated_bytes(self) -> int:
+        """The memory llama.cpp allocates (the weights are a mapping of the file, pages the kernel may drop)."""
+        return self.kv_bytes + self.compute_bytes + self.output_bytes
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -85,7 +107,7 @@ class KVPlan:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(kv_bytes=self.kv_bytes, total_bytes=self.total_bytes, kv_bytes_per_token=self.kv_bytes_per_token,
-                 decode_bound_tok_s_full_ctx=self.decode_bound_tok_s())
+                 process_bytes=self.process_bytes, decode_bound_tok_s_full_ctx=self.decode_bound_tok_s())
         return d
 
 
@@ -94,13 +116,14 @@ def _hparam(g, arch: str, key: str, default=None):
 
 
 def plan(path: str, n_ctx: int | None = None, n_seq: int = 1, cache_type_k: str = "f16", cache_type_v: str = "f16",
-         n_ubatch: int = 512, bandwidth_gbs: float | None = None) -> KVPlan:
-    """Compute the KV cache llama.cpp will allocate for a model and settings."""
+         n_ubatch: int = 512, bandwidth_gbs: float | None = None, flash_attn: bool = False, gguf=None) -> KVPlan:
+    """Compute the KV cache llama.cpp will allocate for a model and settings, and the rest of what a
+    process running it holds. n_ctx None: min(2048, the training context); 0: the training context."""
     from llmkit.gguf.reader import read_gguf
 
     if n_seq < 1:
         raise OptionError("{parallel} must be at least 1, got {value}.", value=n_seq)
-    g = read_gguf(path)
+    g = gguf if gguf is not None else read_gguf(path)
     arch = g.get("general.architecture")
     if not arch:
         raise BadFileFormat(f"'{path}' has no general.architecture; it is not a llama.cpp model.")
@@ -117,7 +140,7 @@ def plan(path: str, n_ctx: int | None = None, n_seq: int = 1, cache_type_k: str 
     hk = int(_hparam(g, arch, "attention.key_length", head_dim_default))
     hv = int(_hparam(g, arch, "attention.value_length", head_dim_default))
     train_ctx = int(_hparam(g, arch, "context_length", 2048) or 2048)
-    n_ctx = n_ctx or min(2048, train_ctx)
+    n_ctx = min(2048, train_ctx) if n_ctx is None else n_ctx or train_ctx
     if n_ctx < 1:
         raise BadInput(f"context size must be positive, got {n_ctx}.")
     cells = math.ceil(n_ctx / PAD) * PAD
@@ -141,10 +164,105 @@ def plan(path: str, n_ctx: int | None = None, n_seq: int = 1, cache_type_k: str 
         v_bytes += vb
         per_layer.append(kb + vb)
     weights = sum(t.nbytes for t in g.tensors)
+    tokens = g.get("tokenizer.ggml.tokens")
+    n_vocab = len(tokens) if tokens is not None else 0
+    n_ff = _hparam(g, arch, "feed_forward_length", 4 * int(n_embd))
+    n_ff = max(_per_layer(n_ff, n_layer)) if n_ff is not None else 4 * int(n_embd)
+    ub = min(n_ubatch, cells)
+    attention = (ub * cells * 2 if flash_attn else (max(heads) + 1) * ub * cells * 4)
+    compute = max(attention, ub * n_vocab * 4) + ub * 4 * (2 * n_ff + int(n_embd))
+    scaling = _hparam(g, arch, "rope.scaling.type")
+    factor = _hparam(g, arch, "rope.scaling.factor")
+    rope = f"{scaling} x{float(factor):g}" if scaling and scaling != "none" and factor else "none"
     return KVPlan(model=path, architecture=arch, n_layer=n_layer, n_ctx=n_ctx, n_ctx_cells=cells, n_seq=n_seq,
                   cache_type_k=cache_type_k, cache_type_v=cache_type_v, head_count_kv=heads_kv, head_dim_k=hk,
                   head_dim_v=hv, swa_layers=sum(is_swa), swa_cells=swa_cells, k_bytes=k_bytes, v_bytes=v_bytes,
-                  weights_bytes=weights, bandwidth_gbs=bandwidth_gbs, per_layer_bytes=per_layer)
+                  weights_bytes=weights, bandwidth_gbs=bandwidth_gbs, per_layer_bytes=per_layer, train_ctx=train_ctx,
+                  flash_attn=flash_attn, n_ubatch=ub, compute_bytes=compute, output_bytes=n_vocab * 4 * n_seq,
+                  rope_scaling=rope)
+
+
+def context_sweep(path: str, top: int | None = None) -> list[int]:
+    """Context sizes for a memory curve: powers of two from 1024 to the training context (or `top`)."""
+    from llmkit.gguf.reader import read_gguf
+
+    g = read_gguf(path)
+    arch = g.get("general.architecture")
+    top = top or int(_hparam(g, arch, "context_length", 2048) or 2048)
+    ctxs = [1 << i for i in range(10, 21) if (1 << i) < top]
+    return ctxs + [top]
+
+
+def memory_chart(plans: list[KVPlan], ram_bytes: int | None):
+    """A panel of what a process holds (weights + KV + compute + logits) against context length, one
+    series per model and cache setting, the machine's memory marked."""
+    from llmkit.plot import Panel, Series
+
+    curves: dict[str, list[KVPlan]] = {}
+    for p in plans:
+        label = f"{Path(p.model).name} ({p.cache_type_k}/{p.cache_type_v}{', flash' if p.flash_attn else ''})"
+        curves.setdefault(label, []).append(p)
+    series = [Series(label, [p.n_ctx for p in ps], [p.process_bytes / 2**30 for p in ps])
+              for label, ps in curves.items()]
+    hlines = [(ram_bytes / 2**30, f"RAM {ram_bytes / 2**30:.0f} GiB")] if ram_bytes else []
+    return [Panel("memory a process holds against context length", "context (tokens)", "GiB", series,
+                  hlines=hlines, xlog=True)]
+
+
+def total_memory() -> int | None:
+    """The machine's memory in bytes (MemTotal), None where unknown."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the kernel can give a new allocation now (MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_fits(path: str, opts, available: int | None = None) -> list[str]:
+    """Refuse, before a model is loaded, a context whose memory cannot be had (naming the bytes needed,
+    the bytes available and the largest context that fits); notes to show otherwise (a context past
+    the training context)."""
+    from llmkit.gguf.reader import read_gguf
+
+    g = read_gguf(path)
+
+    def at(n: int) -> KVPlan:
+        return plan(path, n, 1, opts.cache_type_k, opts.cache_type_v, n_ubatch=opts.n_batch,
+                    flash_attn=bool(opts.flash_attn), gguf=g)
+
+    p = at(opts.n_ctx)
+    need = p.allocated_bytes + (0 if opts.use_mmap else p.weights_bytes)
+    free = available if available is not None else available_memory()
+    if free is not None and need > free:
+        lo, hi = 0, p.n_ctx_cells // PAD  # bisection over whole 256-cell steps
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            q = at(mid * PAD)
+            if q.allocated_bytes + (0 if opts.use_mmap else q.weights_bytes) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        fits = f"the largest context that fits is {lo * PAD} tokens" if lo else "no context fits"
+        hint = "" if opts.flash_attn else ", or pass --flash-attn (its compute buffer does not grow with n_head)"
+        raise BadInput(f"a context of {p.n_ctx} tokens needs {need / 2**30:.2f} GiB (KV {p.kv_bytes / 2**30:.2f} GiB, "
+                       f"compute buffer {p.compute_bytes / 2**30:.2f} GiB) but {free / 2**30:.2f} GiB of memory is "
+                       f"available; {fits}. Lower -c, quantize the KV cache (--ctk q8_0 --ctv q8_0){hint}.")
+    notes = []
+    if p.n_ctx > p.train_ctx:
+        notes.append(f"the context ({p.n_ctx} tokens) is larger than the model's training context ({p.train_ctx}); "
+                     f"positions past it are extrapolated (RoPE scaling: {p.rope_scaling}).")
+    return notes
 
 
 def budget_in_tokens(path: str, n_ctx: int, budget_bytes: float | None = None, gpu_gb: float | None = None) -> int:

@@ -77,7 +77,7 @@ KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_
 
 @dataclass
 class ModelOptions:
-    n_ctx: int | None = None  # None: min(2048, the model's training context)
+    n_ctx: int | None = None  # None: min(2048, the model's training context); 0: the training context
     n_threads: int | None = None
     n_batch: int = 512
     cache_type_k: str = "f16"
@@ -141,10 +141,11 @@ def open_model(path: str, opts: ModelOptions | None = None):
                               value=t, types=", ".join(KV_TYPES))
     g = check_model_file(path)
     n_ctx = opts.n_ctx
-    if n_ctx is None:
+    if not n_ctx:
         arch = g.get("general.architecture")
         train_ctx = g.get(f"{arch}.context_length")
-        n_ctx = min(2048, int(train_ctx)) if isinstance(train_ctx, int) and train_ctx > 0 else 2048
+        train_ctx = int(train_ctx) if isinstance(train_ctx, int) and train_ctx > 0 else 2048
+        n_ctx = train_ctx if n_ctx == 0 else min(2048, train_ctx)
     if n_ctx < 8:
         raise OptionError("context size {value} is too small. Use {n_ctx} 256 or more.", value=n_ctx)
     if not opts.verbose:
@@ -161,6 +162,14 @@ def open_model(path: str, opts: ModelOptions | None = None):
     except ValueError as e:
         raise BadFileFormat(f"llama.cpp could not load '{path}' ({e}). Check that it is a complete GGUF model "
                             "and that the KV cache types are supported (a quantized V cache needs flash attention).") from None
+
+
+def peak_rss() -> int:
+    """The most memory this process has held so far (peak resident set), in bytes."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 _LOG_CALLBACK = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from llmkit.commands._common import Output
+from llmkit.commands.plot_option import plot_option
 from llmkit.commands.deprecated import Renamed, renamed
 
 
@@ -24,38 +25,58 @@ def human_bytes(n: float) -> str:
 
 
 @group.command("plan")
-@click.option("-m", "--model", "model_path", required=True, help="GGUF model (only its metadata is read).")
-@click.option("-c", "--ctx-size", "ctxs", multiple=True, type=int, help="Context size (repeatable; default: min(2048, training)).")
+@click.option("-m", "--model", "model_paths", required=True, multiple=True,
+              help="GGUF model (only its metadata is read; repeat to compare models).")
+@click.option("-c", "--ctx-size", "ctxs", multiple=True, type=int,
+              help="Context size (repeatable; default: min(2048, training); 0: the training context; with --plot: "
+                   "powers of two up to the training context).")
 @click.option("--parallel", "-np", default=1, show_default=True, type=int, help="Sequences (slots) in parallel.")
 @click.option("--ctk", "cache_type_k", default="f16", show_default=True)
 @click.option("--ctv", "cache_type_v", default="f16", show_default=True)
+@click.option("-b", "--batch-size", default=512, show_default=True, type=int, help="Micro-batch the compute buffer is sized for.")
+@click.option("--flash-attn", is_flag=True, help="Plan for flash attention (a compute buffer that does not grow with heads).")
 @click.option("--json", "as_json", is_flag=True)
-def plan_cmd(model_path, ctxs, parallel, cache_type_k, cache_type_v, as_json):
-    """Bytes of KV cache, weights and total for a model and settings, plus the bandwidth-bound decode speed.
+@plot_option("memory against context length per model, the machine's RAM marked")
+def plan_cmd(model_paths, ctxs, parallel, cache_type_k, cache_type_v, batch_size, flash_attn, as_json, plot_path):
+    """Bytes of KV cache, weights and what the process holds (compute buffer and logits included) for a
+    model and settings, plus the bandwidth-bound decode speed.
 
     \b
     llmkit kv plan -m model.gguf -c 2048 -c 8192 -c 32768 --ctk q8_0 --ctv q8_0
+    llmkit kv plan -m small.gguf -m big.gguf --flash-attn --plot memory.svg
     """
-    from llmkit.kv.plan import measured_bandwidth, plan
+    from llmkit.kv.plan import context_sweep, measured_bandwidth, plan
 
     bw = measured_bandwidth()
-    plans = [plan(model_path, c, parallel, cache_type_k, cache_type_v, bandwidth_gbs=bw) for c in (ctxs or (None,))]
+    plans = [plan(m, c, parallel, cache_type_k, cache_type_v, n_ubatch=batch_size, bandwidth_gbs=bw,
+                  flash_attn=flash_attn)
+             for m in model_paths for c in (ctxs or (context_sweep(m) if plot_path else (None,)))]
+    if plot_path:
+        from llmkit.kv.plan import memory_chart, total_memory
+        from llmkit.plot import draw
+
+        draw(plot_path, memory_chart(plans, total_memory()))
     out = Output()
     if as_json:
         out.json([p.to_dict() for p in plans])
         return
     from rich.table import Table
 
-    p0 = plans[0]
-    t = Table(title=f"{p0.architecture}, {p0.n_layer} layers, kv heads {sorted(set(p0.head_count_kv))}, head dim "
-                    f"{p0.head_dim_k}/{p0.head_dim_v}, weights {human_bytes(p0.weights_bytes)}, read bandwidth {bw:.1f} GB/s")
-    for col in ("n_ctx", "cells", "seqs", "K", "V", "KV total", "per token", "weights+KV", "decode bound (full ctx)"):
-        t.add_column(col, justify="right")
-    for p in plans:
-        bound = p.decode_bound_tok_s()
-        t.add_row(str(p.n_ctx), str(p.n_ctx_cells), str(p.n_seq), human_bytes(p.k_bytes), human_bytes(p.v_bytes), human_bytes(p.kv_bytes),
-                  human_bytes(p.kv_bytes_per_token), human_bytes(p.total_bytes), f"{bound:.1f} tok/s" if bound else "-")
-    out.table(t)
+    for m in model_paths:
+        rows = [p for p in plans if p.model == m]
+        p0 = rows[0]
+        t = Table(title=f"{p0.architecture}, {p0.n_layer} layers, kv heads {sorted(set(p0.head_count_kv))}, head dim "
+                        f"{p0.head_dim_k}/{p0.head_dim_v}, weights {human_bytes(p0.weights_bytes)}, training context "
+                        f"{p0.train_ctx}, read bandwidth {bw:.1f} GB/s")
+        for col in ("n_ctx", "cells", "seqs", "K", "V", "KV total", "per token", "weights+KV", "compute", "process",
+                    "decode bound (full ctx)"):
+            t.add_column(col, justify="right")
+        for p in rows:
+            bound = p.decode_bound_tok_s()
+            t.add_row(str(p.n_ctx), str(p.n_ctx_cells), str(p.n_seq), human_bytes(p.k_bytes), human_bytes(p.v_bytes),
+                      human_bytes(p.kv_bytes), human_bytes(p.kv_bytes_per_token), human_bytes(p.total_bytes),
+                      human_bytes(p.compute_bytes), human_bytes(p.process_bytes), f"{bound:.1f} tok/s" if bound else "-")
+        out.table(t)
 
 
 @renamed(Renamed("-n", "--samples"))

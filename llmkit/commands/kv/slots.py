@@ -8,7 +8,7 @@ import click
 
 from llmkit.commands._common import Output, read_prompt, stdout_stream
 from llmkit.commands.kv import group, human_bytes
-from llmkit.commands.llama_options import model_options, server_errors, server_slot_option
+from llmkit.commands.llama_options import check_memory, model_options, server_errors, server_slot_option
 
 
 @group.command("save")
@@ -19,7 +19,8 @@ from llmkit.commands.llama_options import model_options, server_errors, server_s
 @click.option("--server", help="Drive a running llama-server instead (URL); NAME is then the file name in its --slot-save-path.")
 @server_slot_option
 @click.option("--raw", is_flag=True, help="Write llama.cpp's own state format (what llama-server restores; no llmkit header).")
-def save_cmd(model_path, opts, prompt, prompt_file, output, server, slot_id, raw):
+@click.option("--json", "as_json", is_flag=True, help="Print what was saved as JSON (tokens, bytes, prefill, peak RSS).")
+def save_cmd(model_path, opts, prompt, prompt_file, output, server, slot_id, raw, as_json):
     """Evaluate PROMPT and save its KV state (with the tokens) to a slot file.
 
     \b
@@ -38,8 +39,16 @@ def save_cmd(model_path, opts, prompt, prompt_file, output, server, slot_id, raw
     if not output:
         raise click.UsageError("give -o NAME.slot for the slot file to write.")
     from llmkit.kv.prompt_cache import save_prompt
+    from llmkit.llama import runtime
 
-    n_saved, dt = save_prompt(model_path, opts, read_prompt(prompt, prompt_file), output, raw=raw)
+    text = read_prompt(prompt, prompt_file)
+    path = model_path or runtime.default_model_path()
+    check_memory(path, opts)
+    n_saved, dt = save_prompt(path, opts, text, output, raw=raw)
+    if as_json:
+        Output().json({"path": output, "tokens": n_saved, "bytes": os.path.getsize(output), "prefill_s": dt,
+                       "peak_rss_bytes": runtime.peak_rss()})
+        return
     Output().info(f"saved {n_saved} tokens ({os.path.getsize(output)} bytes) to {output}; prefill took {dt * 1000:.0f} ms")
 
 
