@@ -407,3 +407,41 @@ def test_default_threads_are_the_idle_cores(monkeypatch):
         monkeypatch.setattr(runtime, "_IDLE", {})
         monkeypatch.setattr(runtime, "_busy_cores", lambda sample, seconds=0.05, b=busy: b)
         assert runtime.default_threads() == want
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_draft_model_is_loaded_only_where_drafting_can_pay(models, flat):
+    """A DraftModel opens only once the chooser drafts: with batch costs linear in their tokens it is
+    never opened (a short prompt's verification is timed with throwaway drafts), with flat ones it is;
+    greedy output equals plain decoding either way."""
+    from llmkit.llama.draft import DraftModel
+    from llmkit.llama.generate import Generator
+
+    target = _open(models["target"])
+    prompt = target.tokenize(b"Hello the", add_bos=False)
+    plain, _ = Generator(_open(models["target"]), SamplingParams(temp=0), ignore_eos=True).run(prompt, 40)
+    opened = []
+    draft = DraftModel(models["other"], lambda p: opened.append(p) or _open(p))
+    g = Generator(target, SamplingParams(temp=0), draft=draft, ignore_eos=True)
+    real = g.chooser.observe_batch
+    g.chooser.observe_batch = lambda b, dt: real(b, 0.01 if flat else 0.01 * b)  # the machine's batch costs
+    g.chooser.draft_cost_ratio = 0.05  # as if the draft were twenty times smaller than the target
+    text, st = g.run(prompt, 40)
+    assert text == plain
+    assert opened == ([models["other"]] if flat else []) and (st.drafted > 0) == flat
+
+
+def test_draft_far_behind_rereads_only_a_recent_window(models):
+    """A draft model that missed more than its window reads only the window's tokens before drafting."""
+    from llmkit.llama.draft import ModelDrafter
+
+    d = _open(models["other"])
+    ctx = d.tokenize((PROMPT * 4).encode(), add_bos=False)
+    drafter = ModelDrafter(d, d.n_vocab())
+    drafter.window = 8
+    drafter.prefill(ctx[:3])
+    calls = []
+    plain_decode = d._ctx.decode
+    d._ctx.decode = lambda batch: calls.append(batch.batch.n_tokens) or plain_decode(batch)
+    drafts, _ = drafter.draft(ctx, 2, SamplingParams(temp=0), np.random.default_rng(0))
+    assert calls == [8, 1] and len(drafts) == 2 and drafter.offset == len(ctx) - 8

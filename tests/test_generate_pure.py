@@ -78,3 +78,42 @@ def test_draft_min_above_zero_always_drafts_like_llama_cpp():
     assert 2 <= linear(DraftLengthChooser(2, 8, adaptive=True)).choose(100) <= 8
     assert linear(DraftLengthChooser(4, 4, adaptive=True)).choose(100) == 4
     assert DraftLengthChooser(3, 8, adaptive=True).choose(100) >= 3  # nothing measured yet: still drafts
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ngram_index_drafts_what_the_scan_drafts(seed):
+    """The incremental n-gram index proposes exactly what scanning the whole context proposes, as the
+    context grows and after a cut (context shift, then reset)."""
+    from llmkit.llama.speculative import NgramIndex
+
+    rng = np.random.default_rng(seed)
+    n_max = int(rng.integers(1, 5))
+    ix, toks = NgramIndex(n_max), [int(t) for t in rng.integers(0, 5, 3)]
+    for step in range(80):
+        k = int(rng.integers(1, 6))
+        assert ix.draft(toks, k) == lookup_draft(toks, n_max, k), (step, toks)
+        toks += [int(t) for t in rng.integers(0, 5, int(rng.integers(1, 4)))]
+        if step == 40:
+            del toks[2:len(toks) // 2]
+            ix.reset()
+
+
+def test_linear_batch_costs_never_probe_and_flat_ones_draft():
+    """Where verifying b tokens costs b steps no acceptance rate could pay for drafting, so the chooser
+    never drafts or probes, however long it runs; where a batch costs one step it drafts; a catch-up
+    is spread over the tokens still to generate (a long one is not worth it for the last few)."""
+    from llmkit.llama.draft import DraftLengthChooser
+
+    lin = DraftLengthChooser(0, 8, adaptive=True)
+    lin.observe_batch(1, 0.01)
+    lin.observe_batch(9, 0.09)
+    chosen = []
+    for _ in range(2000):
+        chosen.append(lin.choose(400, behind=300))
+        lin.rounds_without_draft += 1
+    assert set(chosen) == {0}
+    flat = DraftLengthChooser(0, 8, adaptive=True, draft_cost_ratio=0.1)
+    flat.observe_batch(1, 0.01)
+    flat.observe_batch(9, 0.011)
+    assert flat.choose(400) > 0
+    assert flat.choose(400, behind=500) > 0 and flat.choose(2, behind=500) == 0

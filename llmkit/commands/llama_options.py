@@ -129,9 +129,10 @@ def check_memory(path: str, opts) -> None:
     past the model's training context."""
     from llmkit.commands._common import Output
     from llmkit.kv.plan import check_fits
-    from llmkit.llama.runtime import check_model_file
+    from llmkit.llama.runtime import check_cache_types, check_model_file
 
-    check_model_file(path)  # a missing or foreign file is reported as such, not as a plan's failure
+    check_cache_types(opts)  # bad settings and a missing or foreign file are reported as such, not as a plan's failure
+    check_model_file(path)
     for note in check_fits(path, opts):
         Output().warn(note)
 

@@ -77,7 +77,7 @@ class DraftLengthChooser:
         k_max = min(self.k_max, available)
         if k_max < self.k_min:
             return 0
-        if not self.adaptive or self.k_min == k_max:
+        if not self.adaptive or self.k_min == self.k_max:  # a fixed length (the clamped k_max is not one)
             return k_max
         if 1 not in self.t_batch and self.may_skip:
             return 0  # measure plain decoding first

@@ -131,14 +131,19 @@ def add_bos(model) -> bool:
     return str(v).lower() == "true" if v is not None else True
 
 
-def open_model(path: str, opts: ModelOptions | None = None):
-    """Load a model with llama-cpp-python (in-process, quiet unless opts.verbose)."""
-    opts = opts or ModelOptions()
-    llama_cpp = load_llama_cpp()
+def check_cache_types(opts: ModelOptions) -> None:
+    """Refuse a KV cache type llama.cpp does not take, naming the option."""
     for name, t in (("cache_type_k", opts.cache_type_k), ("cache_type_v", opts.cache_type_v)):
         if t not in KV_TYPES:
             raise OptionError("{value!r} is not a KV cache type (" + "{" + name + "}). Use one of: {types}.",
                               value=t, types=", ".join(KV_TYPES))
+
+
+def open_model(path: str, opts: ModelOptions | None = None):
+    """Load a model with llama-cpp-python (in-process, quiet unless opts.verbose)."""
+    opts = opts or ModelOptions()
+    llama_cpp = load_llama_cpp()
+    check_cache_types(opts)
     g = check_model_file(path)
     n_ctx = opts.n_ctx
     if not n_ctx:
