@@ -183,7 +183,12 @@ read_options = bundle("read", [
 def _store(analysis, index_type, graph, graph_llm, store):
     from llmkit.rag.index.build import StoreOptions
 
-    return StoreOptions(store=store, index_type=index_type, analysis=analysis, graph=graph, graph_llm=graph_llm)
+    kind, _, dtype = index_type.partition(",")
+    if kind not in ("auto", "flat", "hnsw") or dtype not in ("", "float32", "float16"):
+        raise click.BadParameter(f"{index_type!r} is not TYPE[,DTYPE]: TYPE auto, flat or hnsw, DTYPE float32 or "
+                                 "float16 (e.g. hnsw,float16).", param_hint="--index-type")
+    return StoreOptions(store=store, index_type=kind, vector_dtype=dtype or None, analysis=analysis, graph=graph,
+                        graph_llm=graph_llm)
 
 
 store_options = bundle("store", [
@@ -191,8 +196,10 @@ store_options = bundle("store", [
                  help="BM25 analysis, chosen when the index is created: english (default: English chunks stemmed, "
                       "stop words dropped, other languages plain), plain (lower-cased words, CJK bigrams), porter "
                       "(every word Porter-stemmed; was --stem)."),
-    click.option("--index-type", type=click.Choice(["auto", "flat", "hnsw"]), default="auto", show_default=True,
-                 help="faiss index: exact flat search up to 100k chunks, HNSW beyond (auto)."),
+    click.option("--index-type", default="auto", show_default=True, metavar="auto|flat|hnsw[,float16]",
+                 help="Vector index: exact flat search up to 100k chunks, faiss HNSW beyond (auto). ,float16 stores "
+                      "the vectors in half precision (half the disk and page cache), kept by later runs until "
+                      ",float32 is given."),
     click.option("--graph", is_flag=True, help="Keep an entity graph for `rag query --graph` and `rag ask-global` "
                  "(noun phrases, names, identifiers, CJK terms; index-wide once enabled)."),
     click.option("--graph-llm", help="Local GGUF model that also lists entities per chunk (slow; implies --graph)."),
