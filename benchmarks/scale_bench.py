@@ -13,6 +13,12 @@ ray    embedding passages/s: local ONNX (2 threads) vs Ray Data with 2 actors of
        ray.init reported apart).
 batch  llama-server with SmolLM2-135M: sequential requests (the anchor) vs `llmkit server batch`
        on a server with 1 and with 4 slots; each child starts its own server (not timed).
+query  a fresh `llmkit rag query` process (BM25, hybrid, hybrid with a --filter) over indexes of
+       growing size: median wall and peak RSS, the index's size on disk, and the bytes a fresh open
+       and one BM25 query read through read() (memory-mapped data is not read so); the smallest
+       index is the anchor, so the ratio is the growth. The indexes are built (not timed) from
+       kernel-doc paragraphs, each copy numbered, with a tiny 32-d embedder so building 10⁶ chunks
+       stays affordable; queries load the same embedder.
 """
 
 from __future__ import annotations
@@ -162,8 +168,44 @@ def sequential_client(url: str, path: str, n_predict: int) -> None:
         print(json.dumps({"id": item["id"], "stats": {"generated_tokens": n}}))
 
 
+def tiny_model_child(root: str) -> None:
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from pathlib import Path
+
+    from tinyst import write_tiny_models
+
+    print(json.dumps({"model": str(write_tiny_models(Path(root))["st32"])}))
+
+
+def open_child(idx: str, query: str) -> None:
+    """Bytes read through read() by an Index open, one BM25 query and its hits' rows (Linux), after
+    one such round has done the imports: what the index costs, not Python's modules."""
+    from llmkit.rag.index.reader import Index
+    from llmkit.rag.retrieve.hits import Hit, fetch
+
+    def rchar() -> int:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("rchar"))
+
+    def once() -> int:
+        ix = Index(idx)
+        rows, scores = ix.bm25_list(ix.tok(query), 10)
+        fetch(ix, [Hit(r, s) for r, s in zip(rows, scores)])
+        ix.close()
+        return len(rows)
+
+    once()
+    before = rchar()
+    hits = once()
+    print(json.dumps({"read_kb": (rchar() - before) / 1024, "hits": hits}))
+
+
 def child(argv):
-    if argv[0] == "store":
+    if argv[0] == "tinymodel":
+        tiny_model_child(argv[1])
+    elif argv[0] == "open":
+        open_child(argv[1], argv[2])
+    elif argv[0] == "store":
         store_child(argv[1], argv[2])
     elif argv[0] == "ray":
         ray_child(argv[1], argv[2])
@@ -269,11 +311,55 @@ def batch_rows(cfg, items: int, n_predict: int) -> list[Row]:
                 f"4 slots {ratio(s['server batch, 4 slots'].median, base.median)} sequential", "", cmds_of(*cmds))]
 
 
+def _disk_mb(path: str) -> float:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs) / 2**20
+
+
+def query_rows(cfg, sizes: list[int]) -> list[Row]:
+    """Fresh-process `rag query` at growing index sizes (module doc)."""
+    from harness import rss
+
+    work = cfg.tmp("scale-query")
+    env = {**os.environ, **BASE_ENV}
+    model = json.loads(subprocess.run([PY, ME, "tinymodel", work], check=True, capture_output=True, text=True,
+                                      env=env).stdout.splitlines()[-1])["model"]
+    paras = paragraphs(10**9)
+    query = " ".join(paragraphs(200)[123].split(". ")[0].split()[:8])
+    langs = ("c", "py", "md", "rs")
+    out, first = [], {}
+    for n in sizes:
+        docs, idx = os.path.join(work, f"docs-{n}.jsonl"), os.path.join(work, f"idx-{n}")
+        with open(docs, "w") as f:
+            for i in range(n):
+                text = f"{paras[i % len(paras)]} (copy {i // len(paras)})"
+                f.write(json.dumps({"id": i, "text": text, "lang": langs[i % 4]}) + "\n")
+        built = subprocess.run([PY, "-m", "llmkit", "-q", "rag", "index", idx, docs, "--model", model, "--dedupe", "off",
+                                "--no-tune", "--json"], check=True, capture_output=True, text=True, env=env)
+        chunks = json.loads(built.stdout)["chunks_indexed"]
+        base = [PY, "-m", "llmkit", "-q", "rag", "query", idx, query, "-k", 10]
+        cmds = [Cmd("bm25", base + ["--mode", "bm25"]), Cmd("hybrid", base),
+                Cmd("hybrid --filter", base + ["--filter", "lang=py"])]
+        runs = compare(cmds, cfg)
+        got = {c.label: (walls(runs[c.label]), rss(runs[c.label])) for c in cmds}
+        opened = compare([Cmd("open", [PY, ME, "open", idx, query])], cfg, warmup=False, min_runs=1, fast_runs=1)
+        read_kb = field_stat(opened["open"], "read_kb")
+        first = first or {k: s.median for k, (s, _) in got.items()}
+        figures = "; ".join(f"{k} {s.fmt()}, peak RSS {r:.0f} MB" for k, (s, r) in got.items())
+        growth = ", ".join(f"{k} {ratio(s.median, first[k])}" for k, (s, _) in got.items())
+        out.append(Row(f"scale-query-{n}", f"fresh `rag query` process over {chunks} chunks (tiny 32-d embedder; "
+                       f"index {_disk_mb(idx):.1f} MB on disk)", "smallest index" if n == sizes[0] else
+                       f"{sizes[0]} records: " + ", ".join(f"{k} {v:.2f} s" for k, v in first.items()),
+                       figures, growth, f"open + BM25 query + hits read {read_kb.median:.0f} KB through read()",
+                       cmds_of(*cmds, Cmd("open", [PY, ME, "open", idx, query]))))
+    return out
+
+
 def rows(cfg):
-    out = store_rows(cfg, cfg.pick(3000, 400, 60))
+    out = query_rows(cfg, cfg.pick([10_000, 100_000, 1_000_000], [2_000, 20_000], [100, 400]))
+    out += store_rows(cfg, cfg.pick(3000, 400, 60))
     out += ray_rows(cfg, cfg.pick(600, 200, 40))
     out += batch_rows(cfg, cfg.pick(16, 8, 4), cfg.pick(64, 16, 8))
-    return "Milvus Lite, Ray, llama-server batching", [
+    return "query path at growing sizes, Milvus Lite, Ray, llama-server batching", [
         "paragraphs of tests/fixtures/kernel-docs.txt.gz (150–1500 characters); store queries: first sentences of "
         "200 further paragraphs",
         "batch: each client (a plain sequential HTTP loop, or `llmkit server batch`) is a whole process timed "
