@@ -55,8 +55,11 @@ def train_bpe(
     progress: Progress | None = None,
     trace: Trace | None = None,
     trace_top: int = 5,
+    work_bytes: int = 0,
 ) -> BPETrainResult:
-    """Learn merges from {word: count} until the vocabulary has `vocab_size` entries.
+    """Learn merges from {word: count} until the vocabulary has `vocab_size` entries; the compiled
+    loop (`bpe_train_native`) runs it when the kernels are available, no trace is asked for and
+    there is no continuing-subword prefix (`work_bytes`: see native.kernels).
 
     >>> r = train_bpe({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 10)
     >>> r.merges
@@ -78,6 +81,15 @@ def train_bpe(
             ids.append(vocab.add(ch if (j == 0 or not prefix) else prefix + ch))
         words.append(ids)
         counts.append(c)
+    if trace is None and not prefix:
+        from llmkit.tokenize import bpe_train_native
+
+        done = bpe_train_native.train(vocab, bpe_train_native.words_from_lists(words, counts), vocab_size,
+                                      min_frequency, progress, work_bytes)
+        if done is not None:
+            tokens, merges = done
+            return BPETrainResult(vocab=tokens, merges=[(tokens[a], tokens[b]) for a, b in merges],
+                                  special_tokens=specials)
     m = BPEMerges(vocab, words, counts, prefix, min_frequency, trace_top)
     m.run(vocab_size, progress, trace)
     tokens = vocab.tokens

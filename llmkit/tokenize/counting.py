@@ -2,7 +2,9 @@
 BPE's and BERT's pre-tokenizers over whole blocks of lines, distinct words in first-seen order.
 
 `count_compiled` returns None when the kernels cannot count for these settings; `train.count_words`
-then keeps its Python loop, which gives the same counts in the same order.
+then keeps its Python loop, which gives the same counts in the same order. Under a memory bound
+(`wordbound.Bound`) the table drops its rare words when it outgrows the bound, keeping the others
+in first-seen order.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Iterable, Iterator
 
 from llmkit.tokenize import native, pretok
 
-BLOCK_CHARS = 4 << 20
+BLOCK_CHARS = 1 << 20
 MODES = {"bpe": 0, "wordpiece": 1}
 
 
@@ -27,8 +29,9 @@ def _addr(buf) -> int:
 class WordTable:
     """Distinct words (UTF-8 bytes) and their counts, grown as the kernel asks."""
 
-    def __init__(self, k: native.Kernels, mode: int):
+    def __init__(self, k: native.Kernels, mode: int, bound=None):
         self.k = k
+        self.bound = bound
         self.mode = mode
         self.cls = native.class_table()
         self.bcls = native.bert_class_table() if mode == 1 else self.cls
@@ -55,8 +58,40 @@ class WordTable:
             pos = self.k.count_words(text, n, pos, self.mode, 0, *addr, _addr(self.slots), self.scap, _addr(self.arena),
                                      _addr(self.woff), _addr(self.wcount), _addr(self.whash), _addr(self.st), _addr(buf))
             if pos == n:
-                return
+                break
             self._grow(n - pos)
+        nw = self.st[0]
+        if self.bound is not None and self.bound.over(nw, self.woff[nw]):
+            self.prune()
+
+    def prune(self) -> None:
+        """Drop the words seen at most t times (t from the bound), keeping the rest in order."""
+        import numpy as np
+
+        nw = self.st[0]
+        woff = np.frombuffer(self.woff, dtype=np.int64)[:nw + 1]
+        lens = np.diff(woff)
+        cnt = np.frombuffer(self.wcount, dtype=np.int64)[:nw]
+        t = self.bound.threshold(cnt, lens.astype(np.float64))
+        keep = cnt > t
+        self.bound.note(t, int(nw - keep.sum()), int(cnt[~keep].sum()))
+        arena = np.frombuffer(self.arena, dtype=np.uint8)[:int(woff[-1])][np.repeat(keep, lens)].tobytes()
+        kept_off = np.concatenate([[0], np.cumsum(lens[keep])]).astype(np.int64).tobytes()
+        kept_cnt, kept_hash = cnt[keep].tobytes(), np.frombuffer(self.whash, dtype=np.int64)[:nw][keep].tobytes()
+        del woff, cnt, lens, keep
+        m = len(kept_cnt) // 8
+        self.arena[:len(arena)] = arena
+        for a, data in ((self.woff, kept_off), (self.wcount, kept_cnt), (self.whash, kept_hash)):
+            memoryview(a).cast("B")[:len(data)] = data
+        self.st[0] = m
+        self.slots = array.array("i", [-1]) * self.scap
+        self.k.rehash_words(_addr(self.slots), self.scap, _addr(self.whash), m)
+
+    def release_arena(self) -> None:
+        """Free the words' bytes and the hash table (the counts stay)."""
+        self.arena = bytearray(1)
+        self.slots = array.array("i")
+        self.whash = array.array("q")
 
     def _grow(self, rest: int) -> None:
         nw = self.st[0]
@@ -96,17 +131,18 @@ def blocks(lines: Iterable[str]) -> Iterator[str]:
         yield "".join(batch)
 
 
-def count_compiled(lines: Iterable[str], algorithm: str, splitter, lowercase: bool, work_bytes: int) -> Counter | None:
-    """The trainers' word counts through the kernels, or None when they do not serve this algorithm
-    (Unigram) or are not available. Special tokens are cut out of a block before it is counted:
-    BPE counts each piece on its own (as its Python loop does), WordPiece joins them with newlines."""
+def count_table(lines: Iterable[str], algorithm: str, splitter, work_bytes: int, bound=None) -> WordTable | None:
+    """The words of the lines in the kernels' table, or None when the kernels do not serve this
+    algorithm (Unigram) or are not available. Special tokens are cut out of a block before it is
+    counted: BPE counts each piece on its own (as its Python loop does), WordPiece joins them with
+    newlines."""
     mode = MODES.get(algorithm)
     if mode is None:
         return None
     k = native.kernels(work_bytes)
     if k is None:
         return None
-    table = WordTable(k, mode)
+    table = WordTable(k, mode, bound)
     for block in blocks(lines):
         if splitter is None or not splitter.search(block):
             table.add(block.encode("utf-8", "surrogatepass"))
@@ -116,6 +152,19 @@ def count_compiled(lines: Iterable[str], algorithm: str, splitter, lowercase: bo
             for line in block.splitlines(keepends=True):
                 for part in splitter.split(line):
                     table.add(part.encode("utf-8", "surrogatepass"))
+    if bound is not None:
+        bound.finish(table.st[0], sum(table.wcount[:table.st[0]]))
+    return table
+
+
+def count_compiled(lines: Iterable[str], algorithm: str, splitter, lowercase: bool, work_bytes: int,
+                   bound=None) -> Counter | None:
+    """The trainers' word counts through the kernels as a Counter in first-seen order, or None
+    (see `count_table`)."""
+    table = count_table(lines, algorithm, splitter, work_bytes, bound)
+    if table is None:
+        return None
+    mode = table.mode
     out: Counter = Counter()
     if mode == 0:
         inverse = pretok._byte_translation()

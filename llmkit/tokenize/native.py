@@ -36,8 +36,9 @@ _ARGTYPES = {
     "rehash_words": [C.c_void_p, C.c_int64, C.c_void_p, C.c_int64],
     "wp_run": [C.c_void_p] * 33 + [C.c_int64],
     "rehash_pairs": [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p, C.c_int64],
+    "bpe_run": [C.c_void_p] * 26 + [C.c_int64],
 }
-MODULES = ("_bpe_kernels", "_train_kernels")
+MODULES = ("_bpe_kernels", "_train_kernels", "_bpe_train_kernels")
 
 
 class Kernels:
@@ -104,10 +105,10 @@ def _compile() -> Kernels | None:
     """Compile with numba; link a library for the next processes when a linker is at hand."""
     os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir()))
     try:
-        from llmkit.tokenize import _bpe_kernels, _train_kernels
+        from llmkit.tokenize import _bpe_kernels, _bpe_train_kernels, _train_kernels
     except ImportError:
         return None
-    kernels = {**_bpe_kernels.KERNELS, **_train_kernels.KERNELS}
+    kernels = {**_bpe_kernels.KERNELS, **_train_kernels.KERNELS, **_bpe_train_kernels.KERNELS}
     _link(kernels)
     lib = _load_library()
     if lib is not None:

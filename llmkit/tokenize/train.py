@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Iterable
 
 import regex
 
 from llmkit.errors import BadInput, OptionError
 from llmkit.tokenize import pretok
 from llmkit.tokenize.bpe import BPE, train_bpe
-from llmkit.tokenize.pieces import Progress, Trace
+from llmkit.tokenize.pieces import Progress, Trace, Vocab, check_vocab_size
 from llmkit.tokenize.tokenizer import AddedToken, Tokenizer
 from llmkit.tokenize.unigram import Unigram
 from llmkit.tokenize.unigram_train import train_unigram
+from llmkit.tokenize.wordbound import Bound, BoundedCounter, Pruning
 from llmkit.tokenize.wordpiece import WordPiece, train_wordpiece
 
 ALGORITHMS = ("bpe", "wordpiece", "unigram")
@@ -21,40 +22,50 @@ DEFAULT_SPECIALS = {"bpe": [], "wordpiece": ["[UNK]"], "unigram": ["<unk>"]}
 
 
 def count_words(lines: Iterable[str], algorithm: str, special_tokens: Iterable[str] = (), lowercase: bool = False,
-                work_bytes: int = 0) -> Counter:
+                work_bytes: int = 0, bound: Bound | None = None) -> Counter:
     """Pre-tokenize every line the way the algorithm's tokenizer will, and count the words (in the
     order they first appear); the compiled kernels do it when they serve the algorithm (see
-    `counting`; `work_bytes` decides whether compiling them pays).
+    `counting`; `work_bytes` decides whether compiling them pays). Under a `bound` rare words are
+    pruned when the table outgrows it (`wordbound`; what was dropped is in `bound.report`).
 
     >>> dict(count_words(["the cat the"], "bpe"))
     {'the': 1, 'Ġcat': 1, 'Ġthe': 1}
     """
     from llmkit.tokenize.counting import count_compiled
 
-    specials = [s for s in special_tokens if s]
-    splitter = regex.compile("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True))) if specials else None
     if algorithm not in ALGORITHMS:
         raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
-    if not any("\n" in s for s in specials):
-        counted = count_compiled(lines, algorithm, splitter, lowercase, work_bytes)
+    splitter = _splitter(special_tokens)
+    if _compiled_counting_serves(special_tokens):
+        counted = count_compiled(lines, algorithm, splitter, lowercase, work_bytes, bound)
         if counted is not None:
             return counted
-    return count_words_python(lines, algorithm, splitter, lowercase)
+    return count_words_python(lines, algorithm, splitter, lowercase, bound)
 
 
-def count_words_python(lines: Iterable[str], algorithm: str, splitter, lowercase: bool) -> Counter:
+def _splitter(special_tokens: Iterable[str]):
+    specials = [s for s in special_tokens if s]
+    return regex.compile("|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True))) if specials else None
+
+
+def _compiled_counting_serves(special_tokens: Iterable[str]) -> bool:
+    return not any("\n" in s for s in special_tokens)
+
+
+def count_words_python(lines: Iterable[str], algorithm: str, splitter, lowercase: bool, bound: Bound | None = None) -> Counter:
     """count_words without the kernels, line by line."""
-    raw: Counter = Counter()
+    counter = BoundedCounter(bound)
     if algorithm == "bpe":
         findall = pretok.compile_pattern(pretok.GPT2_PATTERN).findall
         for line in lines:
             if splitter is not None:
                 for part in splitter.split(line):
-                    raw.update(findall(part))
+                    counter.update(findall(part))
             else:
-                raw.update(findall(line))
+                counter.update(findall(line))
+            counter.line_done()
         out: Counter = Counter()
-        for w, c in raw.items():
+        for w, c in counter.result().items():
             out[pretok.to_byte_symbols(w)] += c
         return out
     for line in lines:
@@ -63,13 +74,14 @@ def count_words_python(lines: Iterable[str], algorithm: str, splitter, lowercase
         parts = splitter.split(line) if splitter is not None else [line]
         for part in parts:
             if algorithm == "wordpiece":
-                raw.update(pretok.split_bert(pretok.bert_normalize(part, lowercase)))
+                counter.update(pretok.split_bert(pretok.bert_normalize(part, lowercase)))
             elif algorithm == "unigram":
                 if part:
-                    raw.update(pretok.split_metaspace(part.lower() if lowercase else part))
+                    counter.update(pretok.split_metaspace(part.lower() if lowercase else part))
             else:
                 raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
-    return raw
+        counter.line_done()
+    return counter.result()
 
 
 def train(
@@ -82,8 +94,12 @@ def train(
     progress: Progress | None = None,
     trace: Trace | None = None,
     work_bytes: int = 0,
+    max_memory: int | None = None,
+    pruned: Callable[[Pruning], None] | None = None,
 ) -> Tokenizer:
-    """Train a tokenizer of `algorithm` on text lines (`work_bytes`: their size, when known)."""
+    """Train a tokenizer of `algorithm` on text lines (`work_bytes`: their size, when known), the
+    distinct words held within `max_memory` bytes (None: a share of the machine's memory; see
+    `wordbound`); `pruned` is told what the bound dropped, if anything, once the words are counted."""
     if algorithm not in ALGORITHMS:
         raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
     if vocab_size < 1:
@@ -98,9 +114,17 @@ def train(
                 seen_text = True
             yield line
 
-    counts = count_words(watched(lines), algorithm, specials, lowercase, work_bytes)
+    bound = Bound(algorithm, max_memory)
+    if algorithm == "bpe" and trace is None and _compiled_counting_serves(specials):
+        done = _train_bpe_compiled(watched(lines), vocab_size, min_frequency, specials, progress, work_bytes, bound,
+                                   lambda: seen_text, pruned)
+        if done is not None:
+            return done
+    counts = count_words(watched(lines), algorithm, specials, lowercase, work_bytes, bound)
     if not counts or not seen_text:
-        raise BadInput("the corpus is empty (no words after pre-tokenization). Pass a non-empty text corpus.")
+        raise BadInput(EMPTY)
+    if pruned is not None:
+        pruned(bound.report)
     if algorithm == "bpe":
         # all 256 byte symbols are in the vocabulary, so any text encodes (HF: ByteLevel.alphabet())
         r = train_bpe(counts, vocab_size, min_frequency=min_frequency, special_tokens=specials,
@@ -124,6 +148,39 @@ def train(
         model = Unigram(r.pieces, r.unk_id)
         added = [AddedToken(s, i) for i, s in enumerate(r.special_tokens)]
     return Tokenizer(model, added)
+
+
+EMPTY = "the corpus is empty (no words after pre-tokenization). Pass a non-empty text corpus."
+
+
+def _train_bpe_compiled(lines, vocab_size, min_frequency, specials, progress, work_bytes, bound, seen_text,
+                        pruned) -> Tokenizer | None:
+    """Byte-level BPE from the compiled counter's table straight into the compiled merge loop (no
+    Python object per distinct word), or None when the kernels are not available."""
+    from llmkit.tokenize import bpe_train_native
+    from llmkit.tokenize.counting import count_table
+
+    table = count_table(lines, "bpe", _splitter(specials), work_bytes, bound)
+    if table is None:
+        return None
+    if not table.st[0] or not seen_text():
+        raise BadInput(EMPTY)
+    if pruned is not None:
+        pruned(bound.report)
+    vocab = Vocab(dict.fromkeys(specials))
+    byte_char = pretok.bytes_to_unicode()
+    for ch in sorted(byte_char.values(), key=ord):  # the whole byte alphabet, as HF's ByteLevel.alphabet()
+        vocab.add(ch)
+    check_vocab_size(vocab_size, len(vocab))
+    words = bpe_train_native.words_from_table(table, [vocab.ids[byte_char[b]] for b in range(256)])
+    del table
+    done = bpe_train_native.train(vocab, words, vocab_size, min_frequency, progress, work_bytes)
+    if done is None:
+        raise RuntimeError("the compiled BPE loop could not start")  # cannot happen: the kernels just counted
+    tokens, merges = done
+    ids = {t: i for i, t in enumerate(tokens)}
+    model = BPE(ids, [(tokens[a], tokens[b]) for a, b in merges], byte_level=True)
+    return Tokenizer(model, [AddedToken(s, ids[s]) for s in dict.fromkeys(specials)])
 
 
 def step_text(algo: str, s: dict) -> str:
