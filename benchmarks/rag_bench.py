@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import PY, ROOT, Cmd, Row, cmds_of, compare, field_stat, ratio, run_once, speed, walls  # noqa: E402
 
 ME = os.path.abspath(__file__)
-CRANFIELD = os.path.join(ROOT, "..", "shared", "data", "cranfield")
+CRANFIELD = os.path.join(ROOT, "examples", "data", "cranfield")  # shipped gzipped; scripts/cranfield.py reads it
 
 
 # -- children ---------------------------------------------------------------------------------------
@@ -578,7 +578,7 @@ def rows(cfg):
     out.append(build_row(cfg, work, cfg.pick(300, 50, 10), 6))
     out += cranfield_rows(cfg)
     setup = [f"corpus: {desc}", "BM25 tokens: llmkit's tokenizer applied once in setup; every side gets the same "
-             "token lists", "Cranfield: ../shared/data/cranfield converted by scripts/cranfield.py",
+             "token lists", "Cranfield: examples/data/cranfield converted by scripts/cranfield.py",
              "faiss with 1 thread (NOTES.md: faster for single queries here)"]
     return "BM25 (rank-bm25, bm25s), dense, hybrid, indexing, Cranfield", setup, out
 

@@ -13,7 +13,7 @@ judged queries, scored on the other half); and `--graph` on a tuned index built 
 Both sides are scored by the same function (`llmkit.rag.evaluate.ndcg`, graded qrels).
 
 Collections:
-- cranfield: ../shared/data/cranfield (`rag cranfield`), 1400 abstracts, 225 queries;
+- cranfield: examples/data/cranfield (shipped; scripts/cranfield.py's conversion), 1400 abstracts, 225 queries;
 - dict: WordNet glosses -> Webster 1913 entries (benchmarks/dictionary_collection.py; fetches the
   Debian packages dict-gcide and wordnet-base with apt-get download unless --dict-src is given);
 - code: a bounded part of the Python standard library with its docstrings removed; a query is a
@@ -469,8 +469,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-w", "--work", required=True, help="Work directory (collections, indexes, vector cache).")
     ap.add_argument("-c", "--collections", default="cranfield,dict,code,code-heldout")
-    ap.add_argument("--cranfield", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
-                                                        "cranfield"))
+    ap.add_argument("--cranfield", default=os.path.join(os.path.dirname(__file__), "..", "examples", "data",
+                                                        "cranfield"), help="Cranfield's files, plain or gzipped.")
     ap.add_argument("--dict-src", help="Extracted dict-gcide + wordnet-base packages (default: apt-get download).")
     ap.add_argument("--index-args", default="", help="Extra `rag index` arguments for the llmkit side.")
     ap.add_argument("--no-graph", action="store_true", help="Skip the --graph index.")

@@ -42,7 +42,7 @@ def eval_cmd(index_dir, judged, configs, recall_k, llm_path, limit, jsonl, plot_
     """Evaluate retrieval configurations on judged queries: nDCG@10, Recall@k, MRR, latency.
 
     \b
-    python scripts/cranfield.py ../shared/data/cranfield -o cran
+    python scripts/cranfield.py -o cran     # the Cranfield copy in examples/data/cranfield (or pass a directory)
     llmkit rag index cran-idx cran/docs.jsonl
     llmkit rag eval cran-idx --queries cran/queries.jsonl --qrels cran/qrels.txt --config bm25 --config dense --config hybrid
     llmkit rag eval cran-idx --queries cran/queries.jsonl --qrels cran/qrels.txt --plot eval.svg
