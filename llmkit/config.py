@@ -55,6 +55,15 @@ VARIABLES = {v.name: v for v in [
     _V("LLMKIT_MAX_PARSE_SECONDS", 120, "seconds to parse one HTML page", "seconds"),
     _V("LLMKIT_INDEX_BATCH", 1024, "chunks `rag index` embeds per batch; each batch's vectors are committed "
        "as it finishes, so an interrupted run loses at most one batch", "size"),
+    # OpenAI-compatible endpoints for `rag` (llmkit.rag.endpoint)
+    _V("LLMKIT_EMBED_URL", None, "embedding endpoint URL[#MODEL] a new `rag index` embeds through when no --model is "
+       "given"),
+    _V("LLMKIT_LLM_URL", None, "chat endpoint URL[#MODEL] for the LLM steps of `rag` when no --llm is given (before "
+       "LLMKIT_MODEL)"),
+    _V("LLMKIT_API_KEY", None, "key sent to those endpoints as a bearer token (default: OPENAI_API_KEY)"),
+    _V("LLMKIT_ENDPOINT_SECONDS", 120, "seconds to wait for one endpoint request", "seconds"),
+    _V("LLMKIT_ENDPOINT_TOKENS", 256, "tokens of a text an embedding endpoint's model reads (longer texts are cut, "
+       "chunks sized to fit)", "size"),
     _V("LLMKIT_STORE_WAIT_SECONDS", 600, "seconds to wait for an embedded vector store another process has open",
        "seconds"),
 ]}

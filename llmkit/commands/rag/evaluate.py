@@ -34,7 +34,8 @@ def parse_config(spec: str, llm_path: str | None = None):
                    "tuned (the index's `rag tune` choice); repeatable (default: bm25, dense, hybrid, and tuned "
                    "when the index has one).")
 @click.option("--recall-k", default=100, show_default=True, type=int)
-@click.option("--llm", "llm_path", help="Local GGUF model for configurations that need one.")
+@click.option("--llm", "llm_path", help="Local GGUF model, or OpenAI-compatible chat endpoint URL[#MODEL], for "
+              "configurations that need one.")
 @click.option("--limit", default=0, type=int, help="Only the first N queries.")
 @click.option("--jsonl", is_flag=True, help="One JSON object per configuration (with its recall curve).")
 @plot_option("nDCG@10 per configuration and each one's Recall@k curve")

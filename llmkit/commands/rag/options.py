@@ -22,7 +22,8 @@ FLAGS = {"parent_size": "--parent-size", "csv_meta": "--csv-meta", "model": "--m
          "queries": "--queries", "qrels": "--qrels", "batch_size": "--batch-size", "tokens": "--tokens",
          "analysis": "--analysis", "method": "--fusion", "norm": "--norm", "expand": "--expand",
          "rerank_depth": "--rerank-depth", "dedupe": "--dedupe", "ray_workers": "--ray workers=",
-         "ray_batch": "--ray batch=", "graph_llm": "--graph-llm"}
+         "ray_batch": "--ray batch=", "graph_llm": "--graph-llm",
+         "embed_precision": "--embed-precision"}
 RUNTIMES = ("onnx", "torch")
 
 
@@ -135,8 +136,9 @@ def _embed(model, embed_precision, runtime, query_prompt, passage_prompt, ray_sp
 
 
 embed_options = bundle("embed", [
-    click.option("-m", "--model", help="Embedding model: a sentence-transformers directory or an embedding GGUF run "
-                 "by llama.cpp (default: the packaged all-MiniLM-L6-v2)."),
+    click.option("-m", "--model", help="Embedding model: a sentence-transformers directory, an embedding GGUF run by "
+                 "llama.cpp, or an OpenAI-compatible endpoint URL[#MODEL] (/v1/embeddings; key in LLMKIT_API_KEY) "
+                 "(default: LLMKIT_EMBED_URL, else the packaged all-MiniLM-L6-v2)."),
     click.option("--embed-precision", type=click.Choice(["fp32", "bf16", "int8"]), default=None,
                  help="Embedding precision, fixed when the index is created (default: bf16 where the CPU multiplies "
                       "bf16 natively, e.g. Intel AMX, else fp32): bf16 embeds passages through OpenVINO within "

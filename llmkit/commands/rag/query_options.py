@@ -42,14 +42,16 @@ STEPS = [
     click.option("--rewrite", default=0, type=int, help="Also search N LLM paraphrases of the query (needs --llm)."),
     click.option("--subqueries", is_flag=True, help="Also search LLM sub-queries of the question (needs --llm)."),
     click.option("--hyde", is_flag=True, help="Embed the query with an LLM-written hypothetical answer (needs --llm)."),
-    click.option("--llm", "llm_path", help="Local GGUF model for --rewrite/--subqueries/--hyde/answer "
-                 "(default: LLMKIT_MODEL or the packaged SmolLM2)."),
+    click.option("--llm", "llm_path", help="Local GGUF model, or OpenAI-compatible chat endpoint URL[#MODEL], for "
+                 "--rewrite/--subqueries/--hyde/answer (default: LLMKIT_LLM_URL, else LLMKIT_MODEL or the packaged "
+                 "SmolLM2)."),
     click.option("--rerank", help="Re-rank the top candidates: a cross-encoder FILE.gguf (llama.cpp), "
                  "cross-encoder:DIR (needs sentence-transformers) or llm:MODEL.gguf."),
     click.option("--rerank-depth", default=20, show_default=True, type=int),
 ]
 EMBED = [
-    click.option("--model", help="Embedding model override (must match the index's dimension)."),
+    click.option("--model", help="Embedding model override (must match the index's dimension); for an index "
+                 "embedded through an endpoint, the same model served at URL[#MODEL]."),
     click.option("--runtime", type=click.Choice(RUNTIMES), default="onnx", show_default=True,
                  help="Embedding runtime for queries (ONNX Runtime needs no torch: fast start)."),
 ]

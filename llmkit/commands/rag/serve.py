@@ -11,9 +11,10 @@ from llmkit.commands.rag.options import RUNTIMES
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.")
-@click.option("--llm", "llm_path", help="Local GGUF model for the answer tool (default: LLMKIT_MODEL or the "
-              "packaged SmolLM2).")
-@click.option("--model", help="Embedding model override for queries (must match the index's dimension).")
+@click.option("--llm", "llm_path", help="Local GGUF model, or OpenAI-compatible chat endpoint URL[#MODEL], for the "
+              "answer tool (default: LLMKIT_LLM_URL, else LLMKIT_MODEL or the packaged SmolLM2).")
+@click.option("--model", help="Embedding model override for queries (must match the index's dimension); for an "
+              "index embedded through an endpoint, the same model served at URL[#MODEL].")
 @click.option("--runtime", type=click.Choice(RUNTIMES), default="onnx", show_default=True,
               help="Embedding runtime for queries.")
 def serve_cmd(index_dir, port, llm_path, model, runtime):

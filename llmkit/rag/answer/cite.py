@@ -32,6 +32,10 @@ def compress_for(pipe, llm, query: str, texts: list[str], budget: int):
     embedding model's, else BM25 words) and the pipeline's embedder for sentence relevance."""
     from llmkit.rag.answer.compress import compress
 
+    if getattr(llm, "remote", False):
+        from llmkit.rag.remote_llm import no_compression
+
+        raise no_compression()
     dense = pipe.opts.mode != "bm25"
     if llm is not None:
         count = llm.count_tokens

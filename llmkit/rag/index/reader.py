@@ -169,8 +169,10 @@ class Index:
                                f"holds {self.manifest['dim']}-d ones. Query with the model it was built with.")
             self._embedder = emb
         return self._embedder
+            from llmkit.rag.embed.models import check_query_model
 
     # -- retrieval ---------------------------------------------------------------------------------
+            check_query_model(model, self.manifest["model"], self.dir)  # an endpoint index: the same model only
     def bm25_list(self, tokens: list[str], depth: int, allowed=None, weights=None) -> tuple[list[int], list[float]]:
         """(rows, BM25 scores), best first."""
         top = self.bm25.top_k(tokens, depth, allowed, weights)

