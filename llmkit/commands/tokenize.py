@@ -6,10 +6,11 @@ import json
 
 import click
 
-from llmkit.commands._common import Output, progress_bar, read_text_arg, resolve_inputs
+from llmkit.commands._common import Output, read_text_arg, resolve_inputs
 from llmkit.commands.deprecated import Renamed, not_a_number, renamed
 from llmkit.commands.plot_option import plot_option
 from llmkit.commands.tokenize_count import count_cmd, split_cmd, truncate_cmd
+from llmkit.commands.tokenize_train import train_cmd
 
 
 @click.group("tokenize")
@@ -20,7 +21,7 @@ def group():
     """
 
 
-for _cmd in (count_cmd, truncate_cmd, split_cmd):  # defined in tokenize_count.py (this module's size)
+for _cmd in (train_cmd, count_cmd, truncate_cmd, split_cmd):  # in tokenize_train.py and tokenize_count.py (size)
     group.add_command(_cmd)
 
 
@@ -28,56 +29,6 @@ def _load(path: str):
     from llmkit import tokenize
 
     return tokenize.load(path)
-
-
-@group.command("train")
-@click.argument("inputs", nargs=-1)
-@click.option("--algo", type=click.Choice(["bpe", "wordpiece", "unigram"]), default="bpe", show_default=True,
-              help="Subword algorithm.")
-@click.option("--vocab-size", type=click.IntRange(min=1), required=True, help="Target vocabulary size (special tokens included).")
-@click.option("--min-frequency", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Stop merging below this pair count (Unigram: drop rarer words).")
-@click.option("--special", "specials", multiple=True, help="Special token (repeatable). Default: none for BPE, [UNK] for WordPiece, <unk> for Unigram.")
-@click.option("--lowercase", is_flag=True, help="Lower-case text first (WordPiece, Unigram).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write tokenizer.json here (default: stdout).")
-@click.option("--trace", is_flag=True, help="Print every training step (merges/scores/pruning).")
-@click.option("--jsonl", is_flag=True, help="With --trace: one JSON object per step.")
-def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, output, trace, jsonl):
-    """Train a tokenizer on text FILES, directories or '-' (stdin).
-
-    \b
-    llmkit tokenize train --algo bpe --vocab-size 8000 -o tok.json corpus/
-    cat notes.txt | llmkit tokenize train --algo unigram --vocab-size 500 --trace > tok.json
-    """
-    from llmkit.io import expand_inputs, iter_lines
-    from llmkit.tokenize.train import input_bytes, step_text, train
-
-    out = Output(jsonl=jsonl)
-    paths = expand_inputs(resolve_inputs(inputs, "corpus"))
-    if not paths:
-        from llmkit.errors import BadInput
-
-        raise BadInput("no text files found in the given inputs. Pass .txt/.md files or directories containing them.")
-    trace_fn = None
-    if trace:
-        to_stdout = output is not None
-
-        def trace_fn(step: dict) -> None:
-            line = json.dumps(step, ensure_ascii=False) if jsonl else step_text(algo, step)
-            if to_stdout:
-                out.data(line)
-            else:
-                click.echo(line, err=True)
-
-    with progress_bar(f"training {algo}") as bar:
-        tok = train(iter_lines(paths), algo, vocab_size, min_frequency=min_frequency,
-                    special_tokens=list(specials) if specials else None, lowercase=lowercase,
-                    progress=bar, trace=trace_fn, work_bytes=input_bytes(paths))
-    if output:
-        tok.save(output)
-        out.info(f"{algo}: {tok.vocab_size} tokens -> {output}")
-    else:
-        out.data(json.dumps(tok.to_hf(), ensure_ascii=False))
 
 
 THREADS_HELP = "Threads for large inputs (default: the idle cores; more than the cores is clamped)."

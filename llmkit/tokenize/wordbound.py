@@ -160,5 +160,8 @@ class BoundedCounter:
 
     def result(self) -> Counter:
         if self.bound is not None:
+            n = len(self.counts)
+            if n and self.bound.over(n, sum(len(w.encode("utf-8", "surrogatepass")) for w in self.counts)):
+                self.prune()
             self.bound.finish(len(self.counts), sum(self.counts.values()))
         return self.counts
