@@ -122,14 +122,25 @@ def drop_superseded(con: sqlite3.Connection, gen: int) -> None:
 
 
 def live_chunks(con: sqlite3.Connection, gen: int):
-    """(id, text, text_hash, dup_key, minhash, collection, parent_id, doc_id, a unit of its own) of
+    """(id, None, text_hash, dup_key, minhash, collection, parent_id, doc_id, a unit of its own) of
     generation `gen`'s chunks; a unit of its own: a section the reader cut itself (a code definition,
-    with line numbers; table rows, with row numbers), which results rank apart from its file's others."""
+    with line numbers; table rows, with row numbers), which results rank apart from its file's others.
+    The text is left out (`texts_of` streams it): it is most of a chunk row's size."""
     return con.execute(
-        "SELECT c.id, c.text, c.text_hash, c.dup_key, c.minhash, c.collection, c.parent_id, c.doc_id, "
+        "SELECT c.id, NULL, c.text_hash, c.dup_key, c.minhash, c.collection, c.parent_id, c.doc_id, "
         "json_extract(c.meta, '$.line_start') IS NOT NULL OR json_extract(c.meta, '$.row_start') IS NOT NULL "
         "FROM chunks c "
         f"JOIN docs d ON d.id = c.doc_id WHERE {LIVE} ORDER BY c.id", (gen, gen)).fetchall()
+
+
+def texts_of(con: sqlite3.Connection, ids):
+    """The texts of these chunk ids, in their order, read a few hundred at a time."""
+    ids = [int(i) for i in ids]
+    for lo in range(0, len(ids), 500):
+        part = ids[lo:lo + 500]
+        got = dict(con.execute(f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
+        for i in part:
+            yield got[i]
 
 
 def live_fields(con: sqlite3.Connection, gen: int) -> list[str]:

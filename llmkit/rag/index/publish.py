@@ -58,7 +58,8 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
         if progress:
             progress("BM25", 0, 1)
         how, idents = manifest["analysis"], manifest["bm25_idents"]
-        BM25Index.build([doc_terms(r[1], how, idents) for r in rows]).save(os.path.join(gdir, "bm25"))
+        texts = db.texts_of(con, [r[0] for r in rows])  # streamed: BM25 keeps postings, not texts
+        BM25Index.build(doc_terms(t, how, idents) for t in texts).save(os.path.join(gdir, "bm25"))
         if manifest["ranking"] == "documents":  # the unit a hit stands for: a document, a code definition
             _, unit = np.unique([(1, r[6]) if r[8] else (0, r[7]) for r in rows], axis=0, return_inverse=True)
             np.save(os.path.join(gdir, "unit.npy"), unit.reshape(-1).astype(np.int64))
@@ -167,7 +168,8 @@ def _publish_graph(con, rows, gdir, report, llm=None) -> None:
     from llmkit.rag.index import graph
 
     have = {cid for (cid,) in con.execute("SELECT DISTINCT chunk_id FROM chunk_entities")}
-    missing = [(r[0], r[1]) for r in rows if r[0] not in have]
+    ids = [r[0] for r in rows if r[0] not in have]
+    missing = list(zip(ids, db.texts_of(con, ids)))
     if missing:
         con.execute("BEGIN")
         db.add_entities(con, missing, llm)
@@ -215,7 +217,7 @@ def _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report
     reuse = [i for i in reuse if key_to_prev[keys[i]] in got]
     fresh = sorted(set(need.tolist()) - set(reuse))
     if fresh:
-        dim = _embed_missing(con, manifest, opts, [(keys[i].decode(), rows[i][1]) for i in fresh], dim, report,
+        dim = _embed_missing(con, manifest, opts, [(keys[i].decode(), rows[i][0]) for i in fresh], dim, report,
                              progress)
     vecs = np.zeros((len(need), dim or 0), np.float32)
     pos = {r: j for j, r in enumerate(need.tolist())}
@@ -265,14 +267,14 @@ def _space(manifest) -> str:
 
 
 def _embed_missing(con, manifest, opts, items, dim, report, progress) -> int | None:
-    """Embed the (text hash, text) pairs the journal does not hold yet, in batches of
+    """Embed the texts of the (text hash, chunk id) pairs the journal does not hold yet, in batches of
     LLMKIT_INDEX_BATCH chunks, each committed to the journal as it finishes (a killed run keeps
     them); returns the vectors' dimension (None: nothing embedded, none known). Texts are tokenized
     batch by batch, and only one batch of vectors is in memory at a time."""
     from llmkit import config
 
     space = _space(manifest)
-    texts = dict(items)  # unique text hashes (a corpus kept without dedupe may repeat a text)
+    texts = dict(items)  # unique text hashes (a corpus kept without dedupe may repeat a text) -> a chunk id
     held = db.journal_get(con, space, list(texts))
     report.vectors_resumed = len(held)
     if held and not dim:
@@ -292,7 +294,7 @@ def _embed_missing(con, manifest, opts, items, dim, report, progress) -> int | N
     step = batch if emb is not None else max(batch, 4096)  # a Ray round spreads over its actors
     for lo in range(0, len(todo), step):
         keys = todo[lo:lo + step]
-        part = [texts[k] for k in keys]
+        part = list(db.texts_of(con, [texts[k] for k in keys]))
         if emb is not None:
             report.over_window += sum(1 for x in part if emb.count_tokens(x) > emb.window)
             new, got_dim = emb.passages(part), emb.dim
@@ -342,7 +344,7 @@ def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, 
     key_list = keys.tolist()
     need = [i for i, k in enumerate(key_list) if k not in reuse_at]
     have = [i for i, k in enumerate(key_list) if k in reuse_at]
-    dim = _embed_missing(con, manifest, opts, [(key_list[i].decode(), rows[i][1]) for i in need], manifest["dim"],
+    dim = _embed_missing(con, manifest, opts, [(key_list[i].decode(), rows[i][0]) for i in need], manifest["dim"],
                          report, progress)
     dim = dim or manifest["dim"] or (old_vecs.shape[1] if old_vecs is not None else 0)
     vectors = np.lib.format.open_memmap(out, "w+", np.float32, (len(rows), dim))
