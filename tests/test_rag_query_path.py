@@ -158,6 +158,7 @@ def test_index_opens_mapped_and_a_bm25_query_never_parses_a_vocabulary(meta_inde
     from llmkit.rag.index.reader import Index
 
     _, idx = meta_index
+    assert (idx / "gen-1" / "lead.npy").exists()
     loads = []
     real = json.loads
     monkeypatch.setattr(json, "loads", lambda s, *a, **k: loads.append(len(s)) or real(s, *a, **k))
@@ -169,6 +170,9 @@ def test_index_opens_mapped_and_a_bm25_query_never_parses_a_vocabulary(meta_inde
                                                       ix.bm25.vocab.data, ix.vector_store.vectors()))
         assert max(loads) < 4096  # the manifest and params.json: no vocabulary, no per-row data
         assert not (Path(ix.gdir) / "faiss.index").exists()  # flat: the mapped vectors are the index
+        from llmkit.rag.index.reader import unit_leads
+
+        assert isinstance(ix.lead, np.memmap) and np.array_equal(ix.lead, unit_leads(np.asarray(ix.unit)))
     finally:
         ix.close()
 

@@ -63,6 +63,9 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
         if manifest["ranking"] == "documents":  # the unit a hit stands for: a document, a code definition
             _, unit = np.unique([(1, r[6]) if r[8] else (0, r[7]) for r in rows], axis=0, return_inverse=True)
             np.save(os.path.join(gdir, "unit.npy"), unit.reshape(-1).astype(np.int64))
+            from llmkit.rag.index.reader import unit_leads
+
+            np.save(os.path.join(gdir, "lead.npy"), unit_leads(unit.reshape(-1)))  # read mapped by queries
         manifest["dim"] = dim
         if manifest["graph"]:
             if progress:

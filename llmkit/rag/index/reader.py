@@ -18,6 +18,19 @@ from llmkit.rag.index.manifest import DB, pin_generation, read_manifest
 from llmkit.rag.index.vectors import FaissStore, VectorStore, rows_of_ids
 
 
+def unit_leads(unit: np.ndarray) -> np.ndarray:
+    """Unit id -> the first row of that unit (-1 for an id no row has); the writer stores it as
+    gen-N/lead.npy so that a query does not sort every row's unit.
+
+    >>> unit_leads(np.array([2, 0, 2, 0, 3]))
+    array([ 1, -1,  0,  4])
+    """
+    units, first = np.unique(unit, return_index=True)
+    lead = np.full(int(units[-1]) + 1 if len(units) else 0, -1, np.int64)
+    lead[units] = first
+    return lead
+
+
 class Index:
     """A read-only view of one generation of an index directory."""
 
@@ -85,11 +98,10 @@ class Index:
     @property
     def lead(self) -> np.ndarray | None:
         """Unit -> its first row (a document's opening chunk; chunks of a document are added in order),
-        for indexes that rank units."""
+        for indexes that rank units: gen-N/lead.npy mapped, or computed for a generation without it."""
         if self._lead is None and self.unit is not None and len(self.unit):
-            units, first = np.unique(self.unit, return_index=True)
-            self._lead = np.full(int(units[-1]) + 1, -1, np.int64)
-            self._lead[units] = first
+            path = os.path.join(self.gdir, "lead.npy")
+            self._lead = np.load(path, mmap_mode="r") if os.path.exists(path) else unit_leads(self.unit)
         return self._lead
 
     @property
