@@ -115,9 +115,9 @@ def train(
             yield line
 
     bound = Bound(algorithm, max_memory)
-    if algorithm == "bpe" and trace is None and _compiled_counting_serves(specials):
-        done = _train_bpe_compiled(watched(lines), vocab_size, min_frequency, specials, progress, work_bytes, bound,
-                                   lambda: seen_text, pruned)
+    if algorithm != "unigram" and trace is None and not lowercase and _compiled_counting_serves(specials):
+        done = _train_compiled(algorithm, watched(lines), vocab_size, min_frequency, specials, progress, work_bytes,
+                               bound, lambda: seen_text, pruned)
         if done is not None:
             return done
     counts = count_words(watched(lines), algorithm, specials, lowercase, work_bytes, bound)
@@ -133,9 +133,7 @@ def train(
         model = BPE(vocab, r.merges, byte_level=True)
         added = [AddedToken(s, vocab[s]) for s in r.special_tokens]
     elif algorithm == "wordpiece":
-        unk = "[UNK]" if "[UNK]" in specials else (specials[0] if specials else "[UNK]")
-        if unk not in specials:
-            specials = [unk] + specials
+        unk, specials = _wordpiece_unk(specials)
         r = train_wordpiece(counts, vocab_size, min_frequency=min_frequency, special_tokens=specials,
                             progress=progress, trace=trace, work_bytes=work_bytes)
         vocab = {t: i for i, t in enumerate(r.vocab)}
@@ -153,20 +151,34 @@ def train(
 EMPTY = "the corpus is empty (no words after pre-tokenization). Pass a non-empty text corpus."
 
 
-def _train_bpe_compiled(lines, vocab_size, min_frequency, specials, progress, work_bytes, bound, seen_text,
-                        pruned) -> Tokenizer | None:
-    """Byte-level BPE from the compiled counter's table straight into the compiled merge loop (no
+def _wordpiece_unk(specials: list[str]) -> tuple[str, list[str]]:
+    """The unknown token and the specials with it (first when it had to be added)."""
+    unk = "[UNK]" if "[UNK]" in specials else (specials[0] if specials else "[UNK]")
+    return unk, (specials if unk in specials else [unk] + specials)
+
+
+def _train_compiled(algorithm, lines, vocab_size, min_frequency, specials, progress, work_bytes, bound, seen_text,
+                    pruned) -> Tokenizer | None:
+    """BPE or WordPiece from the compiled counter's table straight into the compiled merge loop (no
     Python object per distinct word), or None when the kernels are not available."""
-    from llmkit.tokenize import bpe_train_native
+    from llmkit.tokenize import bpe_train_native, wordpiece_native
     from llmkit.tokenize.counting import count_table
 
-    table = count_table(lines, "bpe", _splitter(specials), work_bytes, bound)
+    table = count_table(lines, algorithm, _splitter(specials), work_bytes, bound)
     if table is None:
         return None
     if not table.st[0] or not seen_text():
         raise BadInput(EMPTY)
     if pruned is not None:
         pruned(bound.report)
+    if algorithm == "wordpiece":
+        unk, specials = _wordpiece_unk(specials)
+        vocab, words = wordpiece_native.words_from_table(table, list(dict.fromkeys(specials)), "##")
+        del table
+        check_vocab_size(vocab_size, len(vocab))
+        tokens = wordpiece_native.train_words(vocab, words, vocab_size, "##", min_frequency, progress, work_bytes)
+        ids = {t: i for i, t in enumerate(tokens)}
+        return Tokenizer(WordPiece(ids, unk_token=unk), [AddedToken(s, ids[s]) for s in dict.fromkeys(specials)])
     vocab = Vocab(dict.fromkeys(specials))
     byte_char = pretok.bytes_to_unicode()
     for ch in sorted(byte_char.values(), key=ord):  # the whole byte alphabet, as HF's ByteLevel.alphabet()
@@ -174,10 +186,7 @@ def _train_bpe_compiled(lines, vocab_size, min_frequency, specials, progress, wo
     check_vocab_size(vocab_size, len(vocab))
     words = bpe_train_native.words_from_table(table, [vocab.ids[byte_char[b]] for b in range(256)])
     del table
-    done = bpe_train_native.train(vocab, words, vocab_size, min_frequency, progress, work_bytes)
-    if done is None:
-        raise RuntimeError("the compiled BPE loop could not start")  # cannot happen: the kernels just counted
-    tokens, merges = done
+    tokens, merges = bpe_train_native.train(vocab, words, vocab_size, min_frequency, progress, work_bytes)
     ids = {t: i for i, t in enumerate(tokens)}
     model = BPE(ids, [(tokens[a], tokens[b]) for a, b in merges], byte_level=True)
     return Tokenizer(model, [AddedToken(s, ids[s]) for s in dict.fromkeys(specials)])

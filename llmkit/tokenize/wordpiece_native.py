@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 
 from llmkit.tokenize import native
+from llmkit.tokenize.bpe_train_native import Words, words_from_lists
 from llmkit.tokenize.pieces import Progress, Vocab
 
 I32, I64, F64 = "i", "q", "d"
@@ -44,18 +45,14 @@ class _Buffers:
             ("hpos", I32, -1), ("pflag", I32, 0), ("whead", I32, -1), ("heap", I32, 0), ("tlist", I32, 0),
             ("tstamp", I32, 0))
 
-    def __init__(self, vocab: Vocab, words: list[list[int]], counts: list[int], vocab_size: int, prefix: str,
-                 min_frequency: int, pair_room: int):
-        n_sym = sum(map(len, words))
-        W, V = len(words), max(vocab_size, len(vocab))
-        self.sym = array.array(I32, [t for w in words for t in w])
-        self.woff = array.array(I64, [0]) * (W + 1)
-        total = 0
-        for i, w in enumerate(words):
-            total += len(w)
-            self.woff[i + 1] = total
-        self.wlen = array.array(I32, map(len, words))
-        self.wcnt = array.array(I64, counts)
+    def __init__(self, vocab: Vocab, words: Words, vocab_size: int, prefix: str, min_frequency: int, pair_room: int):
+        import numpy as np
+
+        n_sym = words.n_symbols
+        W, V = len(words.cnt), max(vocab_size, len(vocab))
+        self.sym, self.woff, self.wcnt = words.sym, words.woff, words.cnt
+        self.wlen = array.array(I32)
+        self.wlen.frombytes(np.diff(np.frombuffer(self.woff, dtype=np.int64)).astype(np.int32).tobytes())
         texts = [[ord(c) for c in t] for t in vocab.tokens]
         self.tcp = array.array(I32, [c for t in texts for c in t])
         self.tcp.extend(_zeros(I32, TEXT_PER_TOKEN * V + 16))
@@ -128,15 +125,53 @@ class _Buffers:
 def train(vocab: Vocab, words: list[list[int]], counts: list[int], vocab_size: int, prefix: str, min_frequency: int,
           progress: Progress | None, work_bytes: int) -> list[str] | None:
     """The trained vocabulary (tokens in id order), or None without the kernels."""
-    k = native.kernels(work_bytes)
-    if k is None or not words:
+    if not words or native.kernels(work_bytes) is None:
         return None
-    n_sym = sum(map(len, words))
+    return train_words(vocab, words_from_lists(words, counts), vocab_size, prefix, min_frequency, progress, work_bytes)
+
+
+def words_from_table(table, specials: list[str], prefix: str) -> tuple[Vocab, Words]:
+    """The initial vocabulary (specials, first characters, prefixed other characters, each sorted by
+    code point) and the words as its ids, straight from the compiled counter's table (UTF-8 words)."""
+    import numpy as np
+
+    n = table.st[0]
+    woff = np.frombuffer(table.woff, dtype=np.int64)[:n + 1]
+    raw = bytes(memoryview(table.arena)[:int(woff[-1])])
+    table.release_arena()
+    lead = (np.frombuffer(raw, dtype=np.uint8) & 0xC0) != 0x80
+    cp_before = np.concatenate([[0], np.cumsum(lead)])  # characters before each byte offset
+    coff = cp_before[woff]
+    del lead, cp_before
+    cps = np.frombuffer(raw.decode("utf-8", "surrogatepass").encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    del raw
+    first = np.zeros(len(cps), dtype=bool)
+    first[coff[:-1]] = True
+    firsts, rests = np.unique(cps[first]), np.unique(cps[~first])
+    vocab = Vocab(specials + [chr(c) for c in firsts.tolist()] + [prefix + chr(c) for c in rests.tolist()])
+    lut_first = np.array([vocab.ids[chr(c)] for c in firsts.tolist()], dtype=np.int32)
+    lut_rest = np.array([vocab.ids[prefix + chr(c)] for c in rests.tolist()], dtype=np.int32)
+    out = Words(_zeros(I32, len(cps)), array.array(I64), array.array(I64))
+    sym = np.frombuffer(out.sym, dtype=np.int32)
+    sym[first] = lut_first[np.searchsorted(firsts, cps[first])]
+    sym[~first] = lut_rest[np.searchsorted(rests, cps[~first])]
+    out.woff.frombytes(coff.astype(np.int64).tobytes())
+    out.cnt.frombytes(np.frombuffer(table.wcount, dtype=np.int64)[:n].tobytes())
+    return vocab, out
+
+
+def train_words(vocab: Vocab, words: Words, vocab_size: int, prefix: str, min_frequency: int,
+                progress: Progress | None, work_bytes: int) -> list[str] | None:
+    """`train` on words as flat arrays (`words_from_table`)."""
+    k = native.kernels(work_bytes)
+    if k is None or not len(words.cnt):
+        return None
+    n_sym = words.n_symbols
     # distinct pairs are usually far fewer than symbols: start with a quarter, and start again with
     # twice the room when the corpus's pairs do not fit (counting them is the cheap part)
     room = max(1, n_sym // FIRST_PAIR_SHARE)
     while True:
-        b = _Buffers(vocab, words, counts, vocab_size, prefix, min_frequency, room)
+        b = _Buffers(vocab, words, vocab_size, prefix, min_frequency, room)
         r = k.wp_run(*b.args(), -1)
         if r == MORE:
             break
