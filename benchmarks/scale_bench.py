@@ -19,6 +19,12 @@ query  a fresh `llmkit rag query` process (BM25, hybrid, hybrid with a --filter)
        index is the anchor, so the ratio is the growth. The indexes are built (not timed) from
        kernel-doc paragraphs, each copy numbered, with a tiny 32-d embedder so building 10⁶ chunks
        stays affordable; queries load the same embedder.
+build  `llmkit rag index` of a tree of text files (kernel-doc paragraphs, numbered copies, 10 per
+       file, 1000 files per directory) with the same tiny embedder, at growing sizes: a first run
+       (wall, peak RSS, chunks/s against the smallest tree's), a re-run with nothing changed, a
+       re-run after one file was edited (whole commands), and a first run killed with SIGKILL once
+       the embedding journal holds half the chunks followed by the run that resumes it (its time
+       against a full run's; the resumed index's chunks and top-10 hits compared with the full run's).
 """
 
 from __future__ import annotations
@@ -200,8 +206,69 @@ def open_child(idx: str, query: str) -> None:
     print(json.dumps({"read_kb": (rchar() - before) / 1024, "hits": hits}))
 
 
+def resume_child(tree: str, idx: str, model: str, full_idx: str, queries: str) -> None:
+    """A first `rag index` killed with SIGKILL once its journal holds half the chunks, then the run
+    that resumes it, timed; the result compared with the index of a full run."""
+    import signal
+    import sqlite3
+
+    import numpy as np
+
+    env = {**os.environ, **BASE_ENV, "LLMKIT_INDEX_BATCH": "256"}
+    argv = [PY, "-m", "llmkit", "-q", "rag", "index", idx, tree, "--model", model, "--size", "1000", "--dedupe",
+            "off", "--no-tune", "--json"]
+    want = json.load(open(os.path.join(full_idx, "manifest.json")))["collections"]["default"]["chunks"] // 2
+
+    def journal() -> int:
+        try:
+            con = sqlite3.connect(f"file:{os.path.join(idx, 'chunks.sqlite')}?mode=ro", uri=True, timeout=1)
+            try:
+                return con.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return 0
+
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while p.poll() is None and journal() < want:
+        time.sleep(0.02)
+    killed = p.poll() is None
+    if killed:
+        os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    kept = journal()
+    t = time.perf_counter()
+    rep = json.loads(subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout)
+    dt = time.perf_counter() - t
+
+    def chunks(d):
+        m = json.load(open(os.path.join(d, "manifest.json")))
+        ids = np.load(os.path.join(d, f"gen-{m['generation']}", "rows.npy")).tolist()
+        con = sqlite3.connect(os.path.join(d, "chunks.sqlite"))
+        got = set()
+        for lo in range(0, len(ids), 500):
+            part = ids[lo:lo + 500]
+            got.update(con.execute(f"SELECT d.path, c.text FROM chunks c JOIN docs d ON d.id = c.doc_id WHERE c.id IN "
+                                   f"({','.join('?' * len(part))})", part).fetchall())
+        con.close()
+        return got
+
+    def top(d, q):
+        out = subprocess.run([PY, "-m", "llmkit", "-q", "rag", "query", d, q, "-k", "10", "--jsonl"], env=env,
+                             check=True, capture_output=True, text=True).stdout
+        return [(h["doc"], h["text"]) for h in map(json.loads, out.splitlines())]
+
+    qs = json.load(open(queries))
+    print(json.dumps({"killed": killed, "kept": kept, "rerun_s": dt, "embedded": rep["embedded"],
+                      "resumed": rep["vectors_resumed"], "chunks": rep["chunks_indexed"],
+                      "same_chunks": chunks(idx) == chunks(full_idx),
+                      "same_top10": sum(top(idx, q) == top(full_idx, q) for q in qs), "queries": len(qs)}))
+
+
 def child(argv):
-    if argv[0] == "tinymodel":
+    if argv[0] == "resume":
+        resume_child(*argv[1:6])
+    elif argv[0] == "tinymodel":
         tiny_model_child(argv[1])
     elif argv[0] == "open":
         open_child(argv[1], argv[2])
@@ -354,12 +421,94 @@ def query_rows(cfg, sizes: list[int]) -> list[Row]:
     return out
 
 
+def _tree(root: str, n: int, paras: list[str]) -> None:
+    """n paragraphs (numbered copies once the fixture runs out) in files of 10, 1000 files per
+    directory, every file's mtime an hour back (a stat taken now is then trusted)."""
+    old = time.time() - 3600
+    for f in range(0, n, 10):
+        d = os.path.join(root, f"d{f // 10000:03d}")
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, f"f{f // 10:06d}.txt")
+        with open(path, "w") as out:
+            out.write("\n\n".join(f"{paras[i % len(paras)]} (copy {i // len(paras)})" for i in range(f, min(f + 10, n))))
+        os.utime(path, (old, old))
+
+
+def build_rows(cfg, sizes: list[int]) -> list[Row]:
+    """`rag index` at growing sizes: first run, unchanged re-run, one edited file, SIGKILL and resume."""
+    import shutil
+
+    from harness import rss
+
+    work = cfg.tmp("scale-build")
+    env = {**os.environ, **BASE_ENV}
+    model = json.loads(subprocess.run([PY, ME, "tinymodel", work], check=True, capture_output=True, text=True,
+                                      env=env).stdout.splitlines()[-1])["model"]
+    paras = paragraphs(10**9)
+    queries = os.path.join(work, "queries.json")
+    json.dump([" ".join(p.split(". ")[0].split()[:8]) for p in paras[100:105]], open(queries, "w"))
+    out, first_rate = [], None
+    for n in sizes:
+        tree, idx = os.path.join(work, f"tree-{n}"), os.path.join(work, f"idx-{n}")
+        _tree(tree, n, paras)
+        argv = [PY, "-m", "llmkit", "-q", "rag", "index", idx, tree, "--model", model, "--size", "1000", "--dedupe",
+                "off", "--no-tune", "--json"]
+        full = Cmd("first run", argv)
+        runs = compare([full], cfg, warmup=False, min_runs=cfg.pick(1 if n > sizes[0] else 3, 1, 1), fast_runs=1,
+                       between=lambda _: shutil.rmtree(idx, ignore_errors=True))
+        w, chunks = walls(runs["first run"]), runs["first run"][-1].report["chunks_indexed"]
+        rate = chunks / w.median
+        first_rate = first_rate or rate
+        cmds = [full]
+        out.append(Row(f"scale-build-index-{n}", f"`rag index` of {n // 10} files, {chunks} chunks (tiny 32-d embedder), "
+                       "whole process", "smallest tree" if n == sizes[0] else f"{first_rate:.0f} chunks/s",
+                       f"{w.fmt()}, peak RSS {rss(runs['first run']):.0f} MB, {rate:.0f} chunks/s",
+                       f"chunks/s {ratio(rate, first_rate)} the smallest tree's", "", cmds_of(full)))
+        same = Cmd("unchanged re-run", argv)
+        runs = compare([same], cfg, warmup=False, fast_runs=1)
+        rep = runs["unchanged re-run"][-1].report
+        out.append(Row(f"scale-build-unchanged-{n}", f"`rag index` again, nothing changed ({n // 10} files)", "–",
+                       f"{walls(runs['unchanged re-run']).fmt()}, peak RSS {rss(runs['unchanged re-run']):.0f} MB",
+                       f"{ratio(walls(runs['unchanged re-run']).median, w.median)} the first run's",
+                       f"docs read again: {rep['docs_added']}; generation kept: {rep['generation']}", cmds_of(same)))
+        edited = os.path.join(tree, "d000", "f000000.txt")
+        count = [0]
+
+        def edit(_):
+            count[0] += 1
+            with open(edited, "a") as f:
+                f.write(f"\n\nAn edit, number {count[0]}, about interrupt handlers.")
+
+        one = Cmd("one file edited", argv)
+        runs = compare([one], cfg, warmup=False, fast_runs=1, between=edit)
+        rep = runs["one file edited"][-1].report
+        out.append(Row(f"scale-build-onefile-{n}", f"`rag index` after one file was edited ({n // 10} files)", "–",
+                       f"{walls(runs['one file edited']).fmt()}, peak RSS {rss(runs['one file edited']):.0f} MB",
+                       f"{ratio(walls(runs['one file edited']).median, w.median)} the first run's",
+                       f"documents added {rep['docs_added']}, embedded {rep['embedded']}", cmds_of(one)))
+        res_idx = os.path.join(work, f"resume-{n}")
+        resume = Cmd("killed, then resumed", [PY, ME, "resume", tree, res_idx, model, idx, queries])
+        shutil.rmtree(idx, ignore_errors=True)
+        subprocess.run(argv, check=True, capture_output=True, env=env)  # the reference: a clean full run
+        runs = compare([resume], cfg, warmup=False, min_runs=1, fast_runs=1,
+                       between=lambda _: shutil.rmtree(res_idx, ignore_errors=True))
+        r = runs["killed, then resumed"][-1].report
+        out.append(Row(f"scale-build-resume-{n}", f"a first run SIGKILLed once half its chunks were embedded, then "
+                       f"the run that resumes it ({r['chunks']} chunks)", f"full run {w.median:.2f} s",
+                       f"resuming run {r['rerun_s']:.2f} s: embedded {r['embedded']}, from the journal {r['resumed']}",
+                       f"{ratio(r['rerun_s'], w.median)} a full run's",
+                       f"killed mid-run: {r['killed']}; same chunks as a full run: {r['same_chunks']}; same top-10: "
+                       f"{r['same_top10']}/{r['queries']} queries", cmds_of(resume)))
+    return out
+
+
 def rows(cfg):
-    out = query_rows(cfg, cfg.pick([10_000, 100_000, 1_000_000], [2_000, 20_000], [100, 400]))
+    out = build_rows(cfg, cfg.pick([10_000, 100_000], [2_000], [200]))
+    out += query_rows(cfg, cfg.pick([10_000, 100_000, 1_000_000], [2_000, 20_000], [100, 400]))
     out += store_rows(cfg, cfg.pick(3000, 400, 60))
     out += ray_rows(cfg, cfg.pick(600, 200, 40))
     out += batch_rows(cfg, cfg.pick(16, 8, 4), cfg.pick(64, 16, 8))
-    return "query path at growing sizes, Milvus Lite, Ray, llama-server batching", [
+    return "index and query paths at growing sizes, Milvus Lite, Ray, llama-server batching", [
         "paragraphs of tests/fixtures/kernel-docs.txt.gz (150–1500 characters); store queries: first sentences of "
         "200 further paragraphs",
         "batch: each client (a plain sequential HTTP loop, or `llmkit server batch`) is a whole process timed "
