@@ -294,7 +294,7 @@ def _embed_missing(con, manifest, opts, items, dim, report, progress) -> int | N
         _check_dim(emb.dim, dim)  # before embedding: a wrong model is refused at once
         report.window = emb.window
         emb.expect(len(todo))  # a long run pays for the faster bulk session once
-    step = batch if emb is not None else max(batch, 4096)  # a Ray round spreads over its actors
+    step = batch if emb is not None else batch * 64  # a Ray round starts its runtime and actors: fewer, larger
     for lo in range(0, len(todo), step):
         keys = todo[lo:lo + step]
         part = list(db.texts_of(con, [texts[k] for k in keys]))
