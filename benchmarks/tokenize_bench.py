@@ -15,6 +15,10 @@
   Linux checkout, else this Python's standard library) against `llmkit tokenize encode` on the same
   bytes (the counted files concatenated), both whole processes, -t 1 and -t 2. Check: every file's
   count equals the ids HF `tokenizers` gives for its whole text (add_special_tokens=False).
+- Training at scale (`tok-train-*-prose-*`, `-code-*`): 10 MB, 300 MB and 1 GB of prose (the Debian
+  text) and of code (this Python's site-packages .py files), shorter sources continued with varied
+  repetitions (a quarter of the words rotated, so rare words keep appearing); time and peak RSS
+  against HF, BPE merges compared.
 - GGUF vocabulary read: `llmkit gguf inspect --json --full` vs the `gguf` package's GGUFReader on
   a 151,936-token vocabulary (Qwen2.5's size; models/qwen2.5-coder-1.5b... if present, else a tiny
   random-weight model with that many tokens built here).
@@ -456,6 +460,98 @@ def vocab_row(cfg) -> Row:
                f"llmkit under a second: {'yes' if b.hi < 1 else 'no'} (max {b.hi:.2f} s)", cmds_of(*cmds, gg, lk))
 
 
+_WORD = None
+
+
+def varied(text: str, k: int) -> str:
+    """The k-th repetition of a text with about a quarter of its words of 4+ letters rotated by k
+    letters (which words depends on k): a repeated corpus keeps gaining rare distinct words, as a
+    larger real corpus does, instead of only raising the counts of the same ones."""
+    import re
+    import zlib
+
+    global _WORD
+    if k == 0:
+        return text
+    _WORD = _WORD or re.compile(r"[A-Za-z]{4,}")
+
+    def turn(m):
+        w = m.group(0)
+        if zlib.crc32(f"{w}{k}".encode()) % 4:
+            return w
+        r = k % len(w)
+        return w[r:] + w[:r]
+
+    return _WORD.sub(turn, text)
+
+
+def code_text(limit: int) -> tuple[bytes, str]:
+    """Python source as found in this Python's site-packages (.py files in path order, UTF-8 ones),
+    up to `limit` bytes."""
+    import sysconfig
+
+    root = sysconfig.get_paths()["purelib"]
+    parts, n = [], 0
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        for f in sorted(files):
+            if not f.endswith(".py"):
+                continue
+            try:
+                b = open(os.path.join(d, f), "rb").read()
+                b.decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            parts.append(b.replace(b"\r", b"") + (b"" if b.endswith(b"\n") else b"\n"))
+            n += len(parts[-1])
+            if n >= limit:
+                return b"".join(parts), f"the .py files of {root}"
+    return b"".join(parts), f"the .py files of {root}"
+
+
+def scale_corpus(cfg, kind: str, mb: float) -> tuple[str, str]:
+    """~`mb` MB of prose (the Debian text, else the kernel docs fixture) or code (site-packages .py),
+    the distinct text followed by `varied` repetitions when it is shorter."""
+    want = int(mb * 1e6)
+    path = os.path.join(cfg.tmp("tokenize-scale"), f"{kind}-{mb:g}mb.txt")
+    if kind == "code":
+        base, name = code_text(want)
+    else:
+        base, name = debian_text(cfg) if mb > 2 else (b"", "")
+        if not base:
+            with gzip.open(os.path.join(ROOT, "tests/fixtures/kernel-docs.txt.gz")) as f:
+                base, name = f.read(), "tests/fixtures/kernel-docs.txt.gz"
+    text = base.decode("utf-8", "replace")
+    n, k = 0, 0
+    with open(path, "w", encoding="utf-8") as out:
+        while n < want:
+            whole = varied(text, k)
+            k += 1
+            part = whole[: want - n]
+            if len(part) < len(whole):
+                part = part[: part.rfind("\n") + 1] or part
+            out.write(part)
+            n += len(part.encode("utf-8"))
+            if len(part) < len(whole):
+                break
+    rep = f", then {k - 1} varied repetitions" if k > 1 else ""
+    return path, f"{n / 1e6:.1f} MB of {name} ({len(base) / 1e6:.1f} MB distinct{rep})"
+
+
+def scale_rows(cfg) -> tuple[list[Row], list[str]]:
+    """Training time and peak RSS against HF at 10 MB, 300 MB and 1 GB of prose and of code: BPE and
+    WordPiece at every size, Unigram up to 50 MB (its EM over every seed piece takes minutes per 20 MB)."""
+    rows, notes = [], []
+    for mb in cfg.pick([10, 300, 1000], [10, 300], [0.3]):
+        for kind in ("prose", "code"):
+            corpus, desc = scale_corpus(cfg, kind, mb)
+            notes.append(f"-{kind}-{mb:g}mb rows: {desc}")
+            jobs = ["bpe8k", "wp8k"] + (["uni8k"] if mb <= 50 else [])
+            rows += train_rows(cfg, corpus, jobs, tag=f"-{kind}-{mb:g}mb")
+            os.remove(corpus)
+    return rows, notes
+
+
 def rows(cfg):
     corpus, desc = corpus_file(cfg, cfg.pick(10, 2, 0.1))
     jobs = cfg.pick(list(JOBS), list(JOBS), ["bpe8k", "wp8k", "uni8k"])
@@ -470,12 +566,14 @@ def rows(cfg):
     # row uses the first 20 MB of the same text
     mid = head_of(big, cfg.pick(20, 20, 0.5), cfg.tmp("tokenize"))
     out += train_rows(cfg, mid, ["uni8k"], tag="-20mb")
+    scaled, scale_notes = scale_rows(cfg)
+    out += scaled
     setup_lines = [f"corpus: {desc}", f"large corpus (-big rows): {big_desc}; the -20mb row: its first "
                    f"{os.path.getsize(mid) / 1e6:.1f} MB",
                    "HF tokenizers single-threaded (RAYON_NUM_THREADS=1) except in the -t2 rows; tiktoken's Encoding "
                    "built from the HF BPE's vocabulary (ranks = HF ids) and GPT-2's pattern, since tiktoken cannot "
                    "download its files here; every encode row uses the HF BPE 8k trained on the first corpus",
-                   "training rows: one run per side per round, no warm-up round (the runs are long)"]
+                   "training rows: one run per side per round, no warm-up round (the runs are long)", *scale_notes]
     return "llmkit vs HF tokenizers / tiktoken / gguf", setup_lines, out
 
 
