@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from llmkit.errors import OptionError
 
 # bytes per distinct word and per byte of the distinct words, by what trains on them
-COST = {"bpe": (160, 48), "wordpiece": (420, 80), "unigram": (300, 900)}
-BASE_BYTES = 160 << 20  # the interpreter, the libraries, the kernels and the blocks being read
+COST = {"bpe": (100, 20), "wordpiece": (120, 30), "unigram": (200, 400)}
+BASE_BYTES = 100 << 20  # the interpreter, the libraries, the kernels and the blocks being read
 REFILL = 0.6  # a prune leaves the words at most this share of the bound
 AUTO_SHARE = 0.75  # without --max-memory: this share of the machine's memory
 
