@@ -11,7 +11,9 @@ rag-quality (llmkit's retrieval quality against the naive baseline; about 40 min
 empty vector cache), quant-quality (size budgets against llama.cpp's mixes on a real model,
 --quant-model/--quant-imatrix; about 45 minutes) and quant-gptq (GPTQ against llama.cpp's rounding,
 also --quant-calib; about 70 minutes) and setup (the README's install and test commands on a fresh
-clone of HEAD, about 20 minutes): --quick leaves those four out, `--area NAME` runs them.
+clone of HEAD, about 20 minutes): --quick leaves those four out, `--area NAME` runs them. The long
+area (contexts to 128k, a 20k-token prompt and slot, speculation as whole processes) takes about 40
+minutes with the Qwen models of scripts/fetch_models.sh.
 quant_sections.py writes three more areas (quant-formats, quant-startup, quant-7b); this script
 keeps their sections when it rewrites the file.
 """
@@ -33,10 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench", "generate": "generate_bench",
-         "kv": "kv_bench", "scale": "scale_bench", "rag-quality": "quality_bench",
+         "kv": "kv_bench", "long": "longctx_bench", "scale": "scale_bench", "rag-quality": "quality_bench",
          "quant-quality": "quant_quality_bench", "quant-gptq": "gptq_bench", "setup": "setup_bench"}
 # long runs: only with --area (or a full run), not in --quick
-NOT_QUICK = {"rag-quality", "quant-quality", "quant-gptq", "setup"}
+NOT_QUICK = {"rag-quality", "quant-quality", "quant-gptq", "setup", "long"}
 QUALITY = {"rag-quality"}  # areas of quality figures only (no clock)
 BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
 

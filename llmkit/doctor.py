@@ -28,7 +28,7 @@ FEATURES = {
     "adapt": "rag adapt: fine-tuning the embedder (sentence-transformers, torch)",
     "store": "rag indexes with vectors in Milvus (pymilvus, Milvus Lite)",
     "cluster": "rag: embedding on a Ray cluster (Ray Data)",
-    "plot": "kv simulate's plots (matplotlib)",
+    "plot": "--plot charts (matplotlib)",
     "dev": "the test suite and benchmark anchors",
 }
 _FIX_EXTRA = "pip install 'llmkit[{extra}]'   (in a checkout: scripts/install.sh)"

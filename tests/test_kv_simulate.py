@@ -53,6 +53,8 @@ def test_bad_traces_and_budgets():
 
 
 def test_cli_simulate_trace_file_json_and_plot(tmp_path):
+    from chartread import png_size, svg_series
+
     trace = tmp_path / "t.jsonl"
     trace.write_text("\n".join(json.dumps({"arrival": i * 0.1, "prompt_tokens": 100 + i, "output_tokens": 50,
                                            "prefix_id": "sys", "prefix_tokens": 64}) for i in range(40)) + "\n")
@@ -61,7 +63,10 @@ def test_cli_simulate_trace_file_json_and_plot(tmp_path):
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     assert [x["policy"] for x in d["results"]] == list(POLICIES)
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png_size(png) == (900, 240 * len(POLICIES))
+    svg = tmp_path / "kv.svg"
+    assert run_cli(["kv", "simulate", str(trace), "--budget-tokens", "4000", "--plot", str(svg)]).exit_code == 0
+    assert all(svg_series(svg, p) == {f"series-{p}-{i}" for i in range(4)} for p in range(len(POLICIES)))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt_tokens": 5, "output_tokens": 0}\n')
     r = run_cli(["kv", "simulate", str(bad), "--budget-tokens", "4000"])

@@ -376,31 +376,14 @@ def compare(reqs: list[Request], policies: Iterable[str], budget_tokens: int, bl
     return [simulate(reqs, pol, budget_tokens, block_size, max_len, preempt, step_seconds) for pol in policies]
 
 
-def plot(results: list[SimResult], path: str) -> None:
-    """Memory use over time per policy as a PNG (written atomically)."""
-    import io
+def memory_chart(results: list[SimResult]):
+    """Memory use over time per policy (used, reserved, internal and external fragmentation, stacked)."""
+    from llmkit.plot import Panel, Series
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from llmkit.io import atomic_write_bytes
-
-    fig, axes = plt.subplots(len(results), 1, figsize=(9, 2.4 * len(results)), sharex=True, squeeze=False)
-    for ax, r in zip(axes[:, 0], results):
-        s = r.series
-        ax.stackplot(s["t"], s["used"], s["reserved"], s["internal"], s["external"],
-                     labels=["used", "reserved", "internal frag.", "external frag."],
-                     colors=["#2b8a3e", "#74c0fc", "#ffa94d", "#e03131"])
-        ax.set_ylim(0, 1)
-        ax.set_ylabel("share of KV")
-        ax.set_title(f"{r.policy}: mean batch {r.mean_batch:.1f}, {r.throughput_rps:.2f} req/s, waste "
-                     f"{100 * (r.reserved + r.internal + r.external):.0f}%", fontsize=9)
-    axes[0, 0].legend(loc="upper right", fontsize=7)
-    axes[-1, 0].set_xlabel("simulated seconds")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    parts = (("used", "used", "#2b8a3e"), ("reserved", "reserved", "#74c0fc"),
+             ("internal", "internal frag.", "#ffa94d"), ("external", "external frag.", "#e03131"))
+    return [Panel(f"{r.policy}: mean batch {r.mean_batch:.1f}, {r.throughput_rps:.2f} req/s, waste "
+                  f"{100 * (r.reserved + r.internal + r.external):.0f}%", "simulated seconds", "share of KV",
+                  [Series(label, r.series["t"], r.series[key], style="area", color=color) for key, label, color in parts],
+                  ylim=(0, 1))
+            for r in results]

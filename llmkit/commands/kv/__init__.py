@@ -99,7 +99,7 @@ def plan_cmd(model_paths, ctxs, parallel, cache_type_k, cache_type_v, batch_size
 @click.option("--max-len", default=2048, show_default=True, help="Longest sequence (what 'max' reserves).")
 @click.option("--preempt", type=click.Choice(["recompute", "swap"]), default="recompute", show_default=True)
 @click.option("--step-ms", default=20.0, show_default=True, help="Simulated time of one decoding step.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG of memory use over time.")
+@plot_option("memory use over time per policy")
 @click.option("--json", "as_json", is_flag=True)
 def simulate_cmd(trace, n_requests, rate, prompt_mean, output_mean, shared_prefix, samples, seed, budget_tokens,
                  budget_bytes, model_path, gpu_gb, policies, block_size, max_len, preempt, step_ms, plot_path, as_json):
@@ -127,7 +127,9 @@ def simulate_cmd(trace, n_requests, rate, prompt_mean, output_mean, shared_prefi
         budget_tokens = budget_in_tokens(model_path, max_len, budget_bytes, gpu_gb)
     results = sim.compare(reqs, policies or sim.POLICIES, budget_tokens, block_size, max_len, preempt, step_ms / 1000)
     if plot_path:
-        sim.plot(results, plot_path)
+        from llmkit.plot import draw
+
+        draw(plot_path, sim.memory_chart(results), size=(900, 240 * len(results)))
     out = Output()
     if as_json:
         out.json({"budget_tokens": budget_tokens, "requests": len(reqs), "results": [r.to_dict() for r in results]})
