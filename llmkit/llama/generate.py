@@ -35,7 +35,8 @@ class GenerateStats:
     target_steps: int = 0
     drafted: int = 0
     accepted: int = 0
-    draft_s: float = 0.0
+    draft_s: float = 0.0  # the draft model's evaluations
+    lookup_s: float = 0.0  # finding prompt-lookup drafts
     verify_s: float = 0.0
     stop_reason: str = ""
     draft_lengths: dict = field(default_factory=dict)
@@ -53,8 +54,11 @@ class GenerateStats:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        steps = max(self.target_steps, 1)
         d.update(tokens_per_s=self.tokens_per_s, acceptance=self.acceptance,
-                 mean_accepted_per_step=(self.accepted / self.target_steps) if self.target_steps else 0.0)
+                 mean_accepted_per_step=(self.accepted / self.target_steps) if self.target_steps else 0.0,
+                 # decoding time outside llama.cpp's evaluations: sampling, acceptance, lookup, streaming
+                 python_ms_per_round=1000 * max(self.decode_s - self.verify_s - self.draft_s, 0.0) / steps)
         return d
 
 
@@ -268,7 +272,7 @@ class Generator:
             # a round that only times a verification takes any drafts (verifying them keeps the
             # target's distribution), so the draft model is not loaded for it
             drafts = self.ngram.draft(ctx, k) if self.lookup else [ctx[-1]] * k
-            st.draft_s += time.perf_counter() - t0
+            st.lookup_s += time.perf_counter() - t0
             return drafts, [np.eye(1, self.n_vocab, t).ravel() for t in drafts]
         drafts, qs = self.drafter.draft(ctx, k, self.params, self.rng)
         dt = time.perf_counter() - t0
