@@ -35,8 +35,9 @@ def index_cmd(index_dir, inputs, collection, chunk, meta, embed, read, store, no
     .epub .csv/.tsv (rows, header kept) .ipynb (cells) and source code (.py .js .ts .tsx
     .go .rs .java .c .h .cpp .hpp .cs .rb .php .swift .scala .kt .sh .sql .lua: chunks at
     definitions, with symbol and line numbers). Directories honour .gitignore; files of other types
-    are listed as skipped. Re-running updates changed files (content hash), removes files
-    that disappeared under the given paths, and embeds only new text. At the end the
+    are listed as skipped. Re-running skips files whose size, mtime and inode are unchanged,
+    updates changed files (content hash), removes files that disappeared under the given
+    paths, and embeds only new text; a run killed while embedding is resumed by the next. At the end the
     fusion is tuned on pseudo-queries (enough chunks, changed by > 20 %; --no-tune).
     \b
     llmkit rag index idx docs/ --collection articles
