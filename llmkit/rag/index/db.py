@@ -122,12 +122,13 @@ def drop_superseded(con: sqlite3.Connection, gen: int) -> None:
 
 
 def live_chunks(con: sqlite3.Connection, gen: int):
-    """(id, None, text_hash, dup_key, minhash, collection, parent_id, doc_id, a unit of its own) of
+    """(id, None, text_hash, dup_key, None, collection, parent_id, doc_id, a unit of its own) of
     generation `gen`'s chunks; a unit of its own: a section the reader cut itself (a code definition,
     with line numbers; table rows, with row numbers), which results rank apart from its file's others.
-    The text is left out (`texts_of` streams it): it is most of a chunk row's size."""
+    The text and MinHash signature are left out (`texts_of`, `minhashes_of` read them): they are most
+    of a chunk row's size."""
     return con.execute(
-        "SELECT c.id, NULL, c.text_hash, c.dup_key, c.minhash, c.collection, c.parent_id, c.doc_id, "
+        "SELECT c.id, NULL, c.text_hash, c.dup_key, NULL, c.collection, c.parent_id, c.doc_id, "
         "json_extract(c.meta, '$.line_start') IS NOT NULL OR json_extract(c.meta, '$.row_start') IS NOT NULL "
         "FROM chunks c "
         f"JOIN docs d ON d.id = c.doc_id WHERE {LIVE} ORDER BY c.id", (gen, gen)).fetchall()
@@ -141,6 +142,19 @@ def texts_of(con: sqlite3.Connection, ids):
         got = dict(con.execute(f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
         for i in part:
             yield got[i]
+
+
+def minhashes_of(con: sqlite3.Connection, ids, n_perm: int) -> np.ndarray:
+    """The MinHash signatures of these chunk ids, in their order, as one (n, n_perm) uint32 array."""
+    import numpy as np
+
+    ids = [int(i) for i in ids]
+    out = np.empty((len(ids), n_perm), np.uint32)
+    for lo in range(0, len(ids), 500):
+        part = ids[lo:lo + 500]
+        got = dict(con.execute(f"SELECT id, minhash FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
+        out[lo:lo + len(part)] = [np.frombuffer(got[i], np.uint32) for i in part]
+    return out
 
 
 def live_fields(con: sqlite3.Connection, gen: int) -> list[str]:

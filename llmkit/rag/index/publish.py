@@ -32,7 +32,7 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     rows = db.live_chunks(con, gen)
     if keep_ids is not None:
         rows = [r for r in rows if r[0] in keep_ids]
-    rows = _dedupe(rows, opts.chunk, report) if opts.chunk.dedupe and rows and keep_ids is None else rows
+    rows = _dedupe(con, rows, opts.chunk, report) if opts.chunk.dedupe and rows and keep_ids is None else rows
     report.chunks_indexed = len(rows)
     gdir = os.path.join(directory, f"gen-{gen}")
     shutil.rmtree(gdir, ignore_errors=True)  # a half-built directory of a killed run
@@ -131,7 +131,7 @@ def _delete_remote(directory, manifest, retired, kept, oldest) -> bool:
     return True
 
 
-def _dedupe(rows, chunk, report):
+def _dedupe(con, rows, chunk, report):
     """The rows without exact duplicates (same dup key) and near-duplicates (MinHash) of earlier ones."""
     keep = np.ones(len(rows), bool)
     first: dict[str, int] = {}
@@ -140,7 +140,7 @@ def _dedupe(rows, chunk, report):
             keep[i] = False
     report.exact_duplicates = int((~keep).sum())
     idx = np.flatnonzero(keep)
-    sigs = np.stack([np.frombuffer(rows[i][4], np.uint32) for i in idx])
+    sigs = db.minhashes_of(con, [rows[i][0] for i in idx], dedupe.N_PERM)
     near = dedupe.near_duplicates(sigs, chunk.near_threshold) >= 0
     keep[idx[near]] = False
     report.near_duplicates = int(near.sum())
