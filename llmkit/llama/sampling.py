@@ -47,6 +47,10 @@ def distribution(logits: np.ndarray, params: SamplingParams, history=()) -> np.n
     >>> distribution(np.array([1.0, 3.0, 2.0]), SamplingParams(temp=0)).tolist()
     [0.0, 1.0, 0.0]
     """
+    if params.greedy and (params.repeat_penalty == 1.0 or not len(history)):  # no copy of the logits needed
+        p = np.zeros(len(logits))
+        p[int(np.argmax(logits))] = 1.0
+        return p
     x = np.array(logits, dtype=np.float64)
     if params.repeat_penalty != 1.0 and len(history):
         recent = np.unique(np.asarray(history[-params.repeat_last_n:], dtype=np.int64))
