@@ -240,3 +240,28 @@ def test_a_run_killed_while_embedding_is_resumed(tmp_path, kernel_small, st32, m
     for q in ("scheduler red-black tree", "memory allocation with kmalloc", "interrupt handlers",
               "how are locks taken"):
         assert _top(idx, q) == _top(clean, q), q
+
+
+def test_a_file_that_changes_while_it_is_read_is_read_again(tmp_path, st32, monkeypatch):
+    from llmkit.rag.index import build
+
+    d = tmp_path / "d"
+    _corpus(d, records=False)
+    target = d / "t2.txt"
+    real, calls = build.read_input, []
+
+    def racing(path):
+        data = real(path)
+        if path.endswith("t2.txt") and not calls:  # an editor saves while the first read is under way
+            calls.append(path)
+            target.write_text("Rewritten notes on pipes carry gas, saved during the read.\n")
+            os.utime(target, (OLD + 5, OLD + 5))
+        return data
+
+    monkeypatch.setattr(build, "read_input", racing)
+    assert _index(tmp_path / "idx", d, "--model", st32)["docs_added"] == len(TOPICS)
+    r = run_cli(["rag", "query", str(tmp_path / "idx"), "Rewritten saved", "--mode", "bm25", "--jsonl", "-k", "1"])
+    assert json.loads(r.stdout)["doc"].endswith("t2.txt")  # the version read after the change
+    opened = []
+    monkeypatch.setattr(build, "read_input", lambda path: opened.append(path) or real(path))
+    assert _index(tmp_path / "idx", d)["docs_added"] == 0 and opened == []  # its stat after the read was kept
