@@ -109,8 +109,6 @@ def command(prompt, model_path, opts, sampling, chat, system, context_shift, kee
     echo "Rewrite this sentence." | llmkit generate --chat --lookup 3 -
     llmkit generate -m model.gguf --prompt-cache cache/ "$(cat system.txt) Question: ..."
     """
-    from llmkit.kv.prompt_cache import prompt_cache_kind
-
     out = Output()
     if fixed_draft:
         click.echo(f"Note: `llmkit generate --fixed-draft` is now `--draft-min {draft_max} --draft-max {draft_max}`; "
@@ -118,18 +116,12 @@ def command(prompt, model_path, opts, sampling, chat, system, context_shift, kee
     prompt = read_prompt(prompt)
     path, model, prompt, tokens = open_for_prompt(model_path, opts, prompt, chat, system)
     stream = stdout_stream(not as_json)
-    directory = bool(prompt_cache) and prompt_cache_kind(prompt_cache) == "dir"
-    slot_note = ""
-    if prompt_cache and not directory:
-        from llmkit.kv.slots import restore_slot
+    cache, slot_note = None, ""
+    if prompt_cache:
+        from llmkit.kv.prompt_cache import PromptCache
 
-        restore_slot(model, prompt_cache, path, opts)
-        slot_note = f"restored {prompt_cache};"
-    elif directory:
-        from llmkit.kv.prompt_cache import restore_best
-
-        best = restore_best(model, path, opts, tokens, prompt_cache)
-        slot_note = f"restored {best};" if best else "no cached prefix;"
+        cache = PromptCache(prompt_cache)
+        slot_note = cache.restore(model, path, opts, tokens)
     from llmkit.llama import runtime
     from llmkit.llama.draft import DraftModel
     from llmkit.llama.generate import Generator
@@ -141,11 +133,8 @@ def command(prompt, model_path, opts, sampling, chat, system, context_shift, kee
                     adaptive=adaptive, ignore_eos=sampling.ignore_eos, context_shift=context_shift, keep=keep)
     text, stats = gen.run(tokens, sampling.n_predict, sampling.stop, on_text=stream, reuse_cache=bool(prompt_cache),
                           cache_reuse=cache_reuse)
-    if directory:
-        from llmkit.kv.prompt_cache import save_to_dir
-
-        saved, n_saved = save_to_dir(model, path, opts, prompt_cache, prompt + text)
-        slot_note += f" saved {saved} ({n_saved} tokens);"
+    if cache is not None:
+        slot_note += cache.save(model, path, opts, prompt + text)
     if as_json:
         out.json({"model": path, "text": text, "stats": stats.to_dict(), "peak_rss_bytes": runtime.peak_rss(),
                   **({"slot": slot_note} if slot_note else {})})

@@ -50,6 +50,30 @@ def save_to_dir(model, model_path: str, opts, slot_dir: str, text: str) -> tuple
     return path, len(ids)
 
 
+class PromptCache:
+    """`generate --prompt-cache PATH`: a slot file to continue from, or a directory of slots from which
+    the one sharing the longest prefix is restored and into which the new state is saved."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.directory = prompt_cache_kind(path) == "dir"
+
+    def restore(self, model, model_path: str, opts, tokens: list[int]) -> str:
+        """Load the cached state into the model before generating; a note saying what was restored."""
+        if not self.directory:
+            restore_slot(model, self.path, model_path, opts)
+            return f"restored {self.path};"
+        best = restore_best(model, model_path, opts, tokens, self.path)
+        return f"restored {best};" if best else "no cached prefix;"
+
+    def save(self, model, model_path: str, opts, text: str) -> str:
+        """After generating: save the new state into a directory cache (a slot file is left as it was)."""
+        if not self.directory:
+            return ""
+        saved, n_saved = save_to_dir(model, model_path, opts, self.path, text)
+        return f" saved {saved} ({n_saved} tokens);"
+
+
 def save_prompt(model_path: str | None, opts, text: str, output: str, raw: bool = False) -> tuple[int, float]:
     """Evaluate `text` and save its KV state to `output` (llama.cpp's own format with `raw`);
     returns (tokens saved, prefill seconds)."""
