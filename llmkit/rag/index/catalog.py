@@ -2,10 +2,10 @@
 (chunk texts, the rows behind hits, the chunks a metadata filter allows, the records pseudo-queries
 and judged document keys are made from). Nothing outside this module writes a SELECT over the index.
 
-Metadata filters read `chunk_meta`: one (chunk, key, value) row per top-level metadata field, the
-value typed as `json_extract` gives it, under an index on (key, value). Triggers keep it as chunks
-are inserted and deleted, so a filter reads one key's index entries instead of parsing every
-chunk's JSON. The writer creates it with `ensure_meta_table` (filling it once for an index built
+Metadata filters read `chunk_meta`: one (key, value, chunk) row per top-level metadata field that
+is not null, the value typed as `json_extract` gives it, ordered by its primary key (one B-tree, no
+second index). Triggers keep it as chunks are inserted and deleted (a deletion seeks each of the
+chunk's own rows), so a filter reads one key's entries instead of parsing every chunk's JSON. The writer creates it with `ensure_meta_table` (filling it once for an index built
 before it existed); an index opened read-only without it is filtered with `json_extract` as before,
 with the same results.
 """
@@ -18,14 +18,15 @@ from typing import Iterable, Iterator
 MAX_VARS = 900  # ids per statement: SQLite caps bound variables (999 in older builds)
 
 META_SCHEMA = """
-CREATE TABLE chunk_meta (chunk_id INTEGER NOT NULL, key TEXT NOT NULL, value, PRIMARY KEY (chunk_id, key))
-    WITHOUT ROWID;
-CREATE INDEX chunk_meta_kv ON chunk_meta(key, value);
+CREATE TABLE chunk_meta (key TEXT NOT NULL, value NOT NULL, chunk_id INTEGER NOT NULL,
+    PRIMARY KEY (key, value, chunk_id)) WITHOUT ROWID;
 CREATE TRIGGER chunk_meta_add AFTER INSERT ON chunks BEGIN
-    INSERT OR REPLACE INTO chunk_meta (chunk_id, key, value) SELECT NEW.id, j.key, j.value FROM json_each(NEW.meta) j;
+    INSERT OR IGNORE INTO chunk_meta (key, value, chunk_id)
+        SELECT j.key, j.value, NEW.id FROM json_each(NEW.meta) j WHERE j.value IS NOT NULL;
 END;
 CREATE TRIGGER chunk_meta_gone AFTER DELETE ON chunks BEGIN
-    DELETE FROM chunk_meta WHERE chunk_id = OLD.id; END;
+    DELETE FROM chunk_meta WHERE chunk_id = OLD.id AND (key, value) IN (SELECT j.key, j.value FROM json_each(OLD.meta) j);
+END;
 """
 
 
@@ -42,8 +43,8 @@ def ensure_meta_table(con: sqlite3.Connection) -> None:
         if not has_meta_table(con):  # another writer may have made it while this one waited
             for stmt in _statements(META_SCHEMA):
                 con.execute(stmt)
-            con.execute("INSERT OR REPLACE INTO chunk_meta (chunk_id, key, value) "
-                        "SELECT c.id, j.key, j.value FROM chunks c, json_each(c.meta) j")
+            con.execute("INSERT OR IGNORE INTO chunk_meta (key, value, chunk_id) "
+                        "SELECT j.key, j.value, c.id FROM chunks c, json_each(c.meta) j WHERE j.value IS NOT NULL")
         if not in_tx:
             con.execute("COMMIT")
     except BaseException:
@@ -106,13 +107,8 @@ def chunk_documents(con: sqlite3.Connection) -> dict[int, int]:
 
 def judged_ids(con: sqlite3.Connection) -> Iterator[tuple[int, str, object]]:
     """(chunk id, document source, the metadata's `doc_id` or None) of every chunk."""
-    if has_meta_table(con):
-        yield from con.execute(
-            "SELECT c.id, d.source, m.value FROM chunks c JOIN docs d ON d.id = c.doc_id "
-            "LEFT JOIN chunk_meta m ON m.chunk_id = c.id AND m.key = 'doc_id'")
-    else:
-        yield from con.execute(
-            "SELECT c.id, d.source, json_extract(c.meta, '$.doc_id') FROM chunks c JOIN docs d ON d.id = c.doc_id")
+    yield from con.execute(
+        "SELECT c.id, d.source, json_extract(c.meta, '$.doc_id') FROM chunks c JOIN docs d ON d.id = c.doc_id")
 
 
 # -- metadata filters ---------------------------------------------------------------------------------
