@@ -169,8 +169,10 @@ class Index:
         give the index's dimension), kept for this view's life (the first call's settings hold)."""
         if self._embedder is None:
             from llmkit.rag.embed.embedder import load_embedder
+            from llmkit.rag.embed.models import check_query_model
 
             name = model or stored_model(self.manifest["model"])
+            check_query_model(model, self.manifest["model"], self.dir)  # an endpoint index: the same model only
             precision = self.manifest["embed_precision"]
             if runtime == "torch":
                 precision = "fp32"  # int8 vectors are close to fp32 ones: searchable either way
@@ -181,10 +183,8 @@ class Index:
                                f"holds {self.manifest['dim']}-d ones. Query with the model it was built with.")
             self._embedder = emb
         return self._embedder
-            from llmkit.rag.embed.models import check_query_model
 
     # -- retrieval ---------------------------------------------------------------------------------
-            check_query_model(model, self.manifest["model"], self.dir)  # an endpoint index: the same model only
     def bm25_list(self, tokens: list[str], depth: int, allowed=None, weights=None) -> tuple[list[int], list[float]]:
         """(rows, BM25 scores), best first."""
         top = self.bm25.top_k(tokens, depth, allowed, weights)
