@@ -59,16 +59,6 @@ def cli(ctx, quiet, debug):
     ctx.obj = Settings(quiet=quiet, debug=debug or _debug_env())
 
 
-def flag_spelling(command: click.Command, extra: dict | None = None) -> dict[str, str]:
-    """Library parameter name -> this command's flag (the long form where there is one)."""
-    names = {}
-    for p in command.params:
-        if isinstance(p, click.Option) and p.name:
-            longs = [o for o in p.opts if o.startswith("--")]
-            names[p.name] = longs[0] if longs else p.opts[0]
-    return {**names, **(extra or {})}
-
-
 def _spell_option_errors(command: click.Command, extra: dict) -> click.Command:
     """Wrap every leaf command once so a library OptionError names the flags of the command that ran."""
     if isinstance(command, click.Group):
@@ -80,6 +70,7 @@ def _spell_option_errors(command: click.Command, extra: dict) -> click.Command:
     inner = command.invoke
 
     def invoke(ctx):
+        from llmkit.commands._common import flag_spelling
         from llmkit.errors import BadInput, OptionError
 
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +128,45 @@ def cache_root() -> Path:
 def cache_dir(*parts: str) -> Path:
     """A place under the cache root (not created here)."""
     return cache_root().joinpath(*parts)
+
+
+def numba_cache_dir() -> Path:
+    """numba's cache directory, where compiled kernels and the libraries linked from them live:
+    NUMBA_CACHE_DIR, else the cache root's numba/ (not created here)."""
+    own = os.environ.get("NUMBA_CACHE_DIR", "").strip()
+    return Path(own) if own else cache_dir("numba")
+
+
+def library_default(name: str, value: str) -> None:
+    """Set an environment variable a library reads when it loads (numba, OpenMP), unless the user set it."""
+    os.environ.setdefault(name, value)
+
+
+def use_numba_cache() -> Path:
+    """Point numba at llmkit's cache before numba is imported; the directory."""
+    d = numba_cache_dir()
+    library_default("NUMBA_CACHE_DIR", str(d))
+    return d
+
+
+@contextmanager
+def scoped_env(values: dict[str, str]):
+    """Set each variable the user has not set for the block; remove exactly those afterwards.
+
+    >>> with scoped_env({"DOCTEST_SCOPED_VAR": "1"}):
+    ...     os.environ["DOCTEST_SCOPED_VAR"]
+    '1'
+    >>> "DOCTEST_SCOPED_VAR" in os.environ
+    False
+    """
+    added = [n for n in values if n not in os.environ]
+    for n in added:
+        os.environ[n] = values[n]
+    try:
+        yield
+    finally:
+        for n in added:
+            os.environ.pop(n, None)
 
 
 # The caches llmkit keeps, by sub-directory: what `llmkit doctor` reports and what may be deleted at any time.

@@ -237,7 +237,7 @@ def _check_caches() -> list[Check]:
         out[0] = Check("caches", "root", "error", f"{root} is not readable and writable by this user",
                        f"chmod -R u+rwX {root}   (or set LLMKIT_CACHE to another directory)")
         return out
-    numba = os.environ.get("NUMBA_CACHE_DIR") or str(config.cache_dir("numba"))
+    numba = str(config.numba_cache_dir())
     for name, what in config.CACHES.items():
         path = Path(numba) if name == "numba" else root / name
         if "<" in name:

@@ -176,3 +176,13 @@ def progress_bar(description: str) -> Iterator[Callable[[int, int, str], None]]:
             prog.update(task, completed=done, total=total or None, note=note)
 
         yield update
+
+
+def flag_spelling(command: click.Command, extra: dict | None = None) -> dict[str, str]:
+    """Library parameter name -> this command's flag (the long form where there is one)."""
+    names = {}
+    for p in command.params:
+        if isinstance(p, click.Option) and p.name:
+            longs = [o for o in p.opts if o.startswith("--")]
+            names[p.name] = longs[0] if longs else p.opts[0]
+    return {**names, **(extra or {})}

@@ -21,7 +21,9 @@ def load_llama_cpp():
     """
     if "llama_cpp" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
         if default_threads() < (os.cpu_count() or 1):
-            os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+            from llmkit.config import library_default
+
+            library_default("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import llama_cpp
     except ImportError:

@@ -31,12 +31,10 @@ define weak i8* @numba_unpickle(i8* %p, i32 %n, i8* %h) { ret i8* null }
 
 
 def cache_dir() -> Path:
-    """numba's cache directory (NUMBA_CACHE_DIR, else llmkit's cache/numba), where the libraries live."""
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return Path(os.environ["NUMBA_CACHE_DIR"])
-    from llmkit.config import cache_dir as llmkit_cache
+    """numba's cache directory, where the libraries live (llmkit.config decides it)."""
+    from llmkit.config import numba_cache_dir
 
-    return llmkit_cache("numba")
+    return numba_cache_dir()
 
 
 def cpu_flags() -> set[str]:

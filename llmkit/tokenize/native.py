@@ -11,7 +11,6 @@ their pure-Python path. docs/design/tokenizers.md says why (start-up against tik
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import threading
 from pathlib import Path
@@ -53,7 +52,7 @@ class Kernels:
 
 
 def cache_dir() -> Path:
-    """numba's cache directory (NUMBA_CACHE_DIR, else llmkit's cache/numba)."""
+    """numba's cache directory (llmkit.config decides it)."""
     from llmkit import native as shared
 
     return shared.cache_dir()
@@ -103,7 +102,9 @@ def _load_library() -> Kernels | None:
 
 def _compile() -> Kernels | None:
     """Compile with numba; link a library for the next processes when a linker is at hand."""
-    os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir()))
+    from llmkit.config import use_numba_cache
+
+    use_numba_cache()
     try:
         from llmkit.tokenize import _bpe_kernels, _bpe_train_kernels, _train_kernels
     except ImportError:

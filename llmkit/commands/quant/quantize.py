@@ -52,7 +52,7 @@ def quantize_cmd(src, ftype, dst, pure, imatrix_path, allow_requantize, threads,
                  damp, shrink, no_refit):
     """Quantize IN.gguf to TYPE, writing OUT.gguf (the same bytes llama.cpp's quantizer writes); or
     choose each tensor's type under a size budget (--target-bpw / --target-size)."""
-    from llmkit.cli import flag_spelling
+    from llmkit.commands._common import flag_spelling
     from llmkit.errors import BadInput, OptionError
     from llmkit.quant.options import QuantOptions
     from llmkit.quant.pipeline import quantize

@@ -51,7 +51,7 @@ def sweep_cmd(base, text_path, types, target_sizes, imatrix_path, out_dir, delet
     llmkit quant sweep model-f16.gguf --text eval.txt --type Q3_K_M,Q4_K_M,Q6_K,Q8_0 -o sweep/ --chunks 40
     llmkit quant sweep model-f16.gguf --text eval.txt --target-size 900M,1.2G --imatrix imat.gguf -o sweep/ --plot front.svg
     """
-    from llmkit.cli import flag_spelling
+    from llmkit.commands._common import flag_spelling
     from llmkit.errors import OptionError
     from llmkit.io import read_text
     from llmkit.quant.quality.scoring import EvalOptions

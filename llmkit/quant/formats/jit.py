@@ -12,7 +12,7 @@ Byte identity with llama.cpp is kept by construction and checked by the tests:
 - nearest_int is round-half-to-even (ggml's 12582912.f trick), C's (int) casts truncate, roundf
   rounds half away from zero, and GGML_FP32_TO_FP16 rounds to nearest even (done in float64, exact).
 
-Compiled code is cached (NUMBA_CACHE_DIR, default ~/.cache/llmkit/numba): the first use of a type
+Compiled code is cached (llmkit.config.numba_cache_dir, default ~/.cache/llmkit/numba): the first use of a type
 after an install compiles its kernel (seconds; a K-quant's two entry points, with and without an
 imatrix, share one compiled body so that it compiles once), later runs load it from the cache.
 LLMKIT_NO_JIT=1 turns the kernels off (the numpy paths give the same bytes); LLMKIT_JIT=1 uses them
@@ -22,7 +22,6 @@ check the compiled path so). Timings: docs/design/quant-kernels.md.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -63,14 +62,14 @@ class Kernels:
 
     def note_if_cold(self, module: str, kernel: str) -> None:
         """Tell `notice` when kernel `kernel` of llmkit.quant.formats.<module> has no cached compilation
-        yet (numba names its index files <module>.<kernel>-<line>.py<ver>.nbi under NUMBA_CACHE_DIR)."""
+        yet (numba names its index files <module>.<kernel>-<line>.py<ver>.nbi in its cache directory)."""
         if self.notice is None or (module, kernel) in _NOTED:
             return
         _NOTED.add((module, kernel))
-        from pathlib import Path
+        from llmkit.config import numba_cache_dir
 
-        root = Path(os.environ.get("NUMBA_CACHE_DIR", ""))
-        if root.name and any(root.rglob(f"{module}.{kernel}-*.nbi")):
+        root = numba_cache_dir()
+        if root.is_dir() and any(root.rglob(f"{module}.{kernel}-*.nbi")):
             return
         self.notice(f"compiling llmkit's {kernel} quantization kernel (first use after an install: a few seconds, "
                     f"cached in {root})")
@@ -103,10 +102,9 @@ def kernels():
     """The compiled kernel module, or None without numba (imported on first use: numba is slow to import)."""
     global _KERNELS
     if _KERNELS is None:
-        if "NUMBA_CACHE_DIR" not in os.environ:
-            from llmkit.config import cache_dir
+        from llmkit.config import use_numba_cache
 
-            os.environ["NUMBA_CACHE_DIR"] = str(cache_dir("numba"))
+        use_numba_cache()
         try:
             from llmkit.quant.formats import _kernels
         except ImportError:

@@ -57,7 +57,7 @@ def load_kernels(module: str):
 
     from llmkit.quant.formats import jit
 
-    jit.kernels()  # sets NUMBA_CACHE_DIR; None without numba
+    jit.kernels()  # points numba at its cache; None without numba
     try:
         return importlib.import_module(f"llmkit.quant.formats.{module}")
     except ImportError:

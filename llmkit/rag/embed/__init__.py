@@ -11,7 +11,6 @@
     openai_endpoint.py  an embedding model served over HTTP (/v1/embeddings of an OpenAI-compatible server)
     sbert.py         loading sentence-transformers models (torch runtime, export, fine-tuning)
     ray_embed.py     embedding on a Ray cluster with Ray Data
-    env.py           environment variables third-party libraries read, set only for a block
 
 May import: llmkit.io, llmkit.errors, llmkit.gguf (reader, converter's source reader), llmkit.llama.runtime,
 llmkit.rag.endpoint (the HTTP client of endpoint specs).

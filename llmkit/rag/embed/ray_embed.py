@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmkit.errors import BadInput, MissingDependency
-from llmkit.rag.embed.env import scoped_env
+from llmkit.config import scoped_env
 from llmkit.errors import OptionError
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from llmkit.errors import BadInput, MissingDependency
-from llmkit.rag.embed.env import scoped_env
+from llmkit.config import scoped_env
 
 HUB_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
