@@ -10,6 +10,7 @@ from llmkit.commands._common import Output, read_text_arg, resolve_inputs
 from llmkit.commands.deprecated import Renamed, not_a_number, renamed
 from llmkit.commands.plot_option import plot_option
 from llmkit.commands.tokenize_count import count_cmd, split_cmd, truncate_cmd
+from llmkit.commands.tokenize_options import THREADS_HELP, load_tokenizer, thread_count
 from llmkit.commands.tokenize_train import train_cmd
 
 
@@ -23,30 +24,6 @@ def group():
 
 for _cmd in (train_cmd, count_cmd, truncate_cmd, split_cmd):  # in tokenize_train.py and tokenize_count.py (size)
     group.add_command(_cmd)
-
-
-def _load(path: str):
-    from llmkit import tokenize
-
-    return tokenize.load(path)
-
-
-THREADS_HELP = "Threads for large inputs (default: the idle cores; more than the cores is clamped)."
-
-
-def _threads(threads: int | None, out: Output) -> int:
-    """The thread count to use: the idle cores by default, at most the machine's cores."""
-    import os
-
-    from llmkit.llama.runtime import default_threads
-
-    cores = os.cpu_count() or 1
-    if threads is None:
-        return default_threads(sample=False)
-    if threads > cores:
-        out.info(f"Note: --threads {threads} is more than the {cores} cores; using {cores}.")
-        return cores
-    return threads
 
 
 def _stdin_size() -> int:
@@ -79,7 +56,7 @@ def encode_cmd(tokenizer_path, text, show_tokens, jsonl, threads):
     """
     import sys
 
-    tok = _load(tokenizer_path)
+    tok = load_tokenizer(tokenizer_path)
     out = Output(jsonl=jsonl)
     if text is None or text == "-":
         if text is None and (sys.stdin is None or sys.stdin.isatty()):
@@ -87,7 +64,7 @@ def encode_cmd(tokenizer_path, text, show_tokens, jsonl, threads):
         if not (jsonl or show_tokens):
             from llmkit.tokenize.stream import encode_ids, read_chunks
 
-            n = _threads(threads, out)
+            n = thread_count(threads, out)
             sys.stdout.flush()
             for block in encode_ids(tok, read_chunks(sys.stdin.buffer), n, _stdin_size()):
                 sys.stdout.buffer.write(block)
@@ -113,7 +90,7 @@ def decode_cmd(tokenizer_path, ids, skip_special, jsonl):
     """Decode IDS ("1 2 3", "1,2,3", a JSON list, or JSONL with "ids") back to text, one line each."""
     from llmkit.errors import BadInput
 
-    tok = _load(tokenizer_path)
+    tok = load_tokenizer(tokenizer_path)
     out = Output(jsonl=jsonl)
     for line in read_text_arg(ids, "ids"):
         s = line.strip()
@@ -147,7 +124,7 @@ def inspect_cmd(tokenizer_path, as_json, sample):
     """Show a tokenizer's algorithm, vocabulary size, special tokens and sample merges/pieces."""
     from llmkit.tokenize.stats import describe
 
-    d = describe(_load(tokenizer_path), sample)
+    d = describe(load_tokenizer(tokenizer_path), sample)
     out = Output()
     if as_json:
         out.json(d)
@@ -175,9 +152,9 @@ def stats_cmd(tokenizers, inputs, as_json, threads, plot_path):
     from llmkit.tokenize.stats import corpus_stats
 
     out = Output()
-    n = _threads(threads, out)
+    n = thread_count(threads, out)
     paths = expand_inputs(resolve_inputs(inputs, "corpus"))
-    rows = [corpus_stats(t, _load(t), paths, threads=n) for t in tokenizers]
+    rows = [corpus_stats(t, load_tokenizer(t), paths, threads=n) for t in tokenizers]
     if plot_path:
         from llmkit.plot import draw
         from llmkit.tokenize.stats import stats_chart

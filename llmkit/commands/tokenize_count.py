@@ -8,13 +8,12 @@ import sys
 import click
 
 from llmkit.commands._common import Output, progress_bar, resolve_inputs
+from llmkit.commands.tokenize_options import load_tokenizer, thread_count
 
 
 def _tokenizers(paths: tuple[str, ...]) -> list[tuple[str, object]]:
     """(name, tokenizer) for each -m, each path once."""
-    from llmkit.commands.tokenize import _load
-
-    return [(p, _load(p)) for p in dict.fromkeys(paths)]
+    return [(p, load_tokenizer(p)) for p in dict.fromkeys(paths)]
 
 
 @click.command("count")
@@ -42,14 +41,13 @@ def count_cmd(inputs, tokenizers, max_tokens, as_json, as_csv, no_gitignore, thr
     llmkit tokenize count -m tokenizer.json -m model.gguf --max-tokens 8000 'docs/**/*.md'
     git diff | llmkit tokenize count -m tok.json --json -
     """
-    from llmkit.commands.tokenize import _threads
     from llmkit.tokenize.count import count_paths
 
     if as_json and as_csv:
         raise click.UsageError("--json and --csv cannot be used together. Pick one.")
     out = Output()
     named = _tokenizers(tokenizers)
-    n = _threads(threads, out)
+    n = thread_count(threads, out)
     with progress_bar("counting") as bar:
         report = count_paths(named, resolve_inputs(inputs, "files"), max_tokens=max_tokens, threads=n,
                              gitignore=not no_gitignore, progress=lambda done, total: bar(done, total, "bytes"))
@@ -118,11 +116,10 @@ def truncate_cmd(file, tokenizer_path, max_tokens, keep, marker, as_json):
     llmkit tokenize truncate -m tok.json --max-tokens 4000 --keep both log.txt
     git diff | llmkit tokenize truncate -m model.gguf --max-tokens 8000 --marker '' | llmkit generate ...
     """
-    from llmkit.commands.tokenize import _load
     from llmkit.io import read_text
     from llmkit.tokenize.budget import truncate
 
-    tok = _load(tokenizer_path)
+    tok = load_tokenizer(tokenizer_path)
     r = truncate(tok, read_text(resolve_inputs([file] if file else [], "text")[0]), max_tokens, keep, marker)
     out = Output()
     if as_json:
@@ -150,11 +147,10 @@ def split_cmd(file, tokenizer_path, max_tokens, jsonl, separator):
     llmkit tokenize split -m tok.json --max-tokens 512 --jsonl book.txt > pieces.jsonl
     llmkit tokenize split -m model.gguf --max-tokens 2000 notes.md | xargs -0 -n1 echo
     """
-    from llmkit.commands.tokenize import _load
     from llmkit.io import iter_lines
     from llmkit.tokenize.budget import split
 
-    tok = _load(tokenizer_path)
+    tok = load_tokenizer(tokenizer_path)
     path = resolve_inputs([file] if file else [], "text")[0]
     out = Output(jsonl=jsonl)
     for i, (text, n) in enumerate(split(tok, iter_lines([path]), max_tokens)):

@@ -47,14 +47,14 @@ def count_texts(tok, texts: list[str], raw: list[bytes] | None = None, work_byte
     nb = model.native(work_bytes or sum(map(len, texts))) if hasattr(type(model), "native") else None
     if nb is None:
         return [len(ids) for ids in tok.encode_batch(texts, add_special_tokens=False)]
-    if tok._split is None:
+    if tok.added_pattern is None:
         parts = raw if raw is not None else [t.encode("utf-8", "surrogatepass") for t in texts]
         owner = None
         counts = [0] * len(texts)
     else:
         parts, owner, counts = [], [], [0] * len(texts)
         for i, text in enumerate(texts):
-            for k, piece in enumerate(tok._split.split(text)):
+            for k, piece in enumerate(tok.added_pattern.split(text)):
                 if k % 2:
                     counts[i] += 1  # an added token: one id
                 elif piece:

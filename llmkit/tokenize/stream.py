@@ -71,7 +71,7 @@ def decode_lines(lines: list[bytes], what: str, offset: int) -> list[str]:
 def native_for(tok, work_bytes: int):
     """The compiled encoder when it gives this tokenizer's ids on its own (no added tokens, no template)."""
     native = getattr(tok.model, "native", None)
-    if native is None or tok._split is not None or any(tok.template):
+    if native is None or tok.added_pattern is not None or any(tok.template):
         return None
     return native(work_bytes)
 

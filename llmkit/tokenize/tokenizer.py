@@ -38,6 +38,12 @@ class Tokenizer:
         self.vocab_size = (max(ids) + 1) if ids else 0
 
     @property
+    def added_pattern(self):
+        """The compiled pattern that cuts a text at its added tokens (`split` gives the model's text at
+        even positions, the added tokens at odd ones), or None when there are none to match."""
+        return self._split
+
+    @property
     def algorithm(self) -> str:
         return self.model.algorithm
 
