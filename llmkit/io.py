@@ -101,6 +101,15 @@ def load_json_line(line: str | bytes, what: str, caps: tuple[int, int, int] | No
     return load_json(line, what, caps)
 
 
+def too_large(size: int, cap: int, name: str) -> str:
+    """The reason a file over the size limit `name` (whose value is `cap`) is skipped.
+
+    >>> too_large(3 << 20, 1 << 20, "LLMKIT_MAX_FILE_BYTES")
+    'too large (3 MB; the cap is 1 MB, raise it with LLMKIT_MAX_FILE_BYTES)'
+    """
+    return f"too large ({size >> 20} MB; the cap is {cap >> 20} MB, raise it with {name})"
+
+
 def read_bounded(path: str, name: str, what: str | None = None) -> bytes:
     """A file's bytes ('-' = stdin), refusing more than the limit `name` allows without reading them
     all (a named pipe or /dev/zero included)."""
@@ -332,13 +341,25 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+BINARY_SAMPLE = 8192  # bytes at a file's start that decide whether it is binary
+
+
+def has_nul(data: bytes) -> bool:
+    """NUL bytes among the first BINARY_SAMPLE bytes: binary data, not text in any 8-bit encoding.
+
+    >>> has_nul(b"caf\\xe9"), has_nul(b"\\x89PNG\\x00")
+    (False, True)
+    """
+    return b"\x00" in data[:BINARY_SAMPLE]
+
+
 def looks_binary(head: bytes) -> bool:
     """True when a file's first bytes look like binary data (NUL bytes or undecodable UTF-8).
 
     >>> looks_binary(b"hello\\n"), looks_binary(b"\\x00\\x01GGUF")
     (False, True)
     """
-    if b"\x00" in head:
+    if has_nul(head):
         return True
     try:
         head.decode("utf-8")
@@ -376,7 +397,7 @@ def read_text(path: str) -> str:
         except OSError as e:
             raise BadInput(f"cannot read '{path}': {e.strerror}. Check the path and permissions.") from None
     name = "standard input" if path == "-" else f"'{path}'"
-    if looks_binary(data[:8192]):
+    if looks_binary(data[:BINARY_SAMPLE]):
         raise BadInput(f"{name} looks like a binary file, not UTF-8 text. Pass text files only.")
     try:
         return data.decode("utf-8")
@@ -410,7 +431,7 @@ def _stream_lines(path: str) -> Iterator[str]:
                 raise BadInput(f"cannot read {name}: {e.strerror}. Check the path and permissions.") from None
             if first:
                 first = False
-                if looks_binary(block[:8192]):
+                if looks_binary(block[:BINARY_SAMPLE]):
                     raise BadInput(f"{name} looks like a binary file, not UTF-8 text. Pass text files only.")
             data = rest + block if rest else block
             # whole lines only: a newline byte never sits inside a UTF-8 character, so each piece decodes alone

@@ -9,6 +9,7 @@ May import llmkit.errors only; `pathspec` (the rag extra) parses .gitignore file
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 
 # directories never worth reading, even without a .gitignore that says so
@@ -50,9 +51,10 @@ class TreeWalk:
     directories that could not be listed, as (path, reason).
     """
 
-    def __init__(self, directory: str, gitignore: bool = True):
+    def __init__(self, directory: str, gitignore: bool = True, specs: list | None = None):
         self.directory = directory
         self.gitignore = gitignore
+        self.specs = specs or []  # (directory, matcher) of .gitignore files above `directory` that apply
         self.ignored = 0
         self.unreadable: list[tuple[str, str]] = []
 
@@ -60,7 +62,7 @@ class TreeWalk:
         self.unreadable.append((e.filename or self.directory, e.strerror or "unreadable"))
 
     def __iter__(self) -> Iterator[str]:
-        specs_at: dict[str, list] = {}
+        specs_at: dict[str, list] = {os.path.dirname(self.directory): self.specs}
         for root, dirs, names in os.walk(self.directory, onerror=self._error):
             parent = specs_at.get(os.path.dirname(root), [])
             spec = gitignore_spec(root) if self.gitignore else None
@@ -84,20 +86,37 @@ class TreeWalk:
                 yield p
 
 
+def stat_file(path: str) -> tuple[os.stat_result | None, str]:
+    """(os.stat of a file found in a directory, '') or (its stat or None, why it is not read): a
+    dangling link or a link loop, a named pipe or a device (a FIFO blocks a reader forever,
+    /dev/zero never ends)."""
+    try:
+        st = os.stat(path)  # follows links: a loop or a dangling link fails here
+    except OSError as e:
+        return None, e.strerror or "unreadable"
+    return st, "" if stat.S_ISREG(st.st_mode) else "not a regular file"
+
+
 def is_glob(s: str) -> bool:
     """Does this path have shell wildcards?"""
     return any(c in s for c in "*?[")
 
 
-def expand_glob(pattern: str) -> list[str]:
-    """Paths matching a shell pattern, '**' standing for any number of directories; unlike `glob`,
-    '**' does not descend into links to directories (a link loop would recurse until ELOOP), and
-    '*' matches a hidden name only when the pattern's part starts with '.'.
+def expand_glob(pattern: str, gitignore: bool = True) -> tuple[list[str], int]:
+    """(paths matching a shell pattern, files and directories left out), '**' standing for any number
+    of directories. Below a '**' the pattern sees the tree as the directory walk does: it matches
+    files only (a final '**' stands for every file under it), and it does not go into hidden or junk
+    directories, into links to directories (a link loop would recurse until ELOOP), or into what the
+    .gitignore files from where it starts downward exclude. '*' matches a hidden name only when the
+    pattern's part starts with '.'.
 
     >>> expand_glob("/nonexistent/**/*.py")
-    []
+    ([], 0)
     """
     import fnmatch
+
+    ignored: set[str] = set()
+    walked = 0  # left out by the walks a final '**' makes
 
     def join(base: str, name: str) -> str:
         return os.path.join(base, name) if base else name
@@ -108,29 +127,58 @@ def expand_glob(pattern: str) -> list[str]:
         except OSError:
             return []
 
-    def match(base: str, parts: list[str]) -> Iterator[str]:
+    def left_out(p: str, is_dir: bool, specs: list | None) -> bool:
+        if specs and is_ignored(p, is_dir, specs):
+            ignored.add(p)
+            return True
+        return False
+
+    def match(base: str, parts: list[str], specs: list | None) -> Iterator[str]:
+        """`specs`: None above the first '**', else the .gitignore matchers that apply below `base`."""
+        nonlocal walked
         if not parts:
             yield base
             return
         head, rest = parts[0], parts[1:]
         if head == "**":
-            yield from match(base, rest)
+            above = list(specs or [])
+            if not rest:  # the files under `base`, as the directory walk finds them
+                walk = TreeWalk(base or ".", gitignore, above)
+                for p in walk:
+                    yield p[2:] if not base and p.startswith("./") else p
+                walked += walk.ignored
+                return
+            spec = gitignore_spec(base or ".") if gitignore else None
+            specs = above + [(base or ".", spec)] if spec is not None else above
+            yield from match(base, rest, specs)
             for name in names(base):
                 p = join(base, name)
-                if not name.startswith(".") and os.path.isdir(p) and not os.path.islink(p):
-                    yield from match(p, parts)
-        elif not is_glob(head):
-            p = join(base, head)
-            if os.path.lexists(p) and (not rest or os.path.isdir(p)):
-                yield from match(p, rest)
+                if name.startswith(".") or not os.path.isdir(p) or os.path.islink(p):
+                    continue
+                if name in JUNK_DIRS:
+                    ignored.add(p)
+                elif not left_out(p, True, specs):
+                    yield from match(p, parts, specs)  # the '**' there adds p's own .gitignore
         else:
-            for name in names(base):
+            wild = is_glob(head)
+            for name in names(base) if wild else [head]:
                 p = join(base, name)
-                if (fnmatch.fnmatchcase(name, head) and (head.startswith(".") or not name.startswith("."))
-                        and (not rest or os.path.isdir(p))):
-                    yield from match(p, rest)
+                if wild and not (fnmatch.fnmatchcase(name, head) and (head.startswith(".") or not name.startswith("."))):
+                    continue
+                if not os.path.lexists(p) or (rest and not os.path.isdir(p)):
+                    continue
+                if specs is not None:  # below a '**': the tree as the directory walk sees it, files only
+                    is_dir = os.path.isdir(p)
+                    if not rest and is_dir:
+                        continue
+                    if wild and is_dir and name in JUNK_DIRS:
+                        ignored.add(p)
+                        continue
+                    if left_out(p, is_dir, specs):
+                        continue
+                yield from match(p, rest, specs)
 
-    parts = pattern.split(os.sep)
     base = os.sep if pattern.startswith(os.sep) else ""
-    parts = [x for x in parts if x] if base else parts
-    return list(dict.fromkeys(match(base, parts)))
+    parts = [x for x in pattern.split(os.sep) if x]
+    paths = list(dict.fromkeys(match(base, parts, None)))
+    return paths, len(ignored) + walked

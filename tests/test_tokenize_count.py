@@ -168,6 +168,29 @@ def test_count_refuses_bad_usage(tree, toks):
     assert r.exit_code == 1 and "no file matches" in r.stderr
 
 
+def test_double_star_goes_where_the_directory_walk_goes(tmp_path, monkeypatch):
+    """'**' skips junk directories (node_modules, venv) and what .gitignore files exclude, at any depth;
+    a final '**' gives the files under it, never directories (so nothing is walked twice)."""
+    from llmkit.walk import expand_glob
+
+    files = ["src/a.py", "src/sub/b.py", "src/sub/c.txt", "src/sub/gen/d.py", "src/node_modules/m/e.py",
+             "src/venv/lib/site-packages/f.py", "src/x.log", "src/.hidden/g.py"]
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    (tmp_path / "src" / ".gitignore").write_text("*.log\n")
+    (tmp_path / "src" / "sub" / ".gitignore").write_text("gen/\n")
+    monkeypatch.chdir(tmp_path)
+    assert expand_glob("src/**/*.py") == (["src/a.py", "src/sub/b.py"], 3)  # node_modules, venv, sub/gen
+    assert expand_glob("src/**/*.py", gitignore=False) == (["src/a.py", "src/sub/b.py", "src/sub/gen/d.py"], 2)
+    assert expand_glob("src/**") == (["src/a.py", "src/sub/b.py", "src/sub/c.txt"], 4)  # and x.log
+    assert expand_glob("src/**/*") == (["src/a.py", "src/sub/b.py", "src/sub/c.txt"], 4)
+    assert expand_glob("src/*/*.py") == (["src/sub/b.py"], 0)  # no '**': named directories are not skipped
+    assert expand_glob("src/**/m/*.py") == ([], 3)  # m is inside node_modules
+    entries, ignored, _ = count_mod.plan(["src/**"])
+    assert [e.path for e in entries] == ["src/a.py", "src/sub/b.py", "src/sub/c.txt"] and ignored == 4
+
+
 @pytest.fixture(scope="module")
 def kernels():
     mp = pytest.MonkeyPatch()

@@ -25,7 +25,8 @@ from typing import Callable
 from llmkit.errors import OptionError
 from llmkit.rag.index.build import IndexOptions, IndexReport, build
 from llmkit.rag.read.documents import SUFFIXES
-from llmkit.rag.read.files import JUNK_DIRS, collect_files
+from llmkit.rag.read.files import collect_files
+from llmkit.walk import JUNK_DIRS
 
 
 def index_pass(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: bytes | None = None,

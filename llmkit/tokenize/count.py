@@ -19,16 +19,18 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from llmkit.errors import BadInput
+from llmkit.io import has_nul, too_large
 
 BATCH_BYTES = 1 << 20
 BATCH_FILES = 512
+LIMIT = "LLMKIT_MAX_LINE_BYTES"  # a file is encoded as one text, like a line of `encode`
 
 
 def size_limit() -> int:
-    """Bytes one file may have (LLMKIT_MAX_LINE_BYTES: a file is encoded as one text, like a line of `encode`)."""
+    """Bytes one file may have (LIMIT)."""
     from llmkit import config
 
-    return config.size("LLMKIT_MAX_LINE_BYTES")
+    return config.size(LIMIT)
 
 
 # -- counting texts -------------------------------------------------------------------------------------
@@ -214,7 +216,7 @@ class _Entry:
 def plan(inputs: Iterable[str], gitignore: bool = True) -> tuple[list[_Entry], int, list[str]]:
     """(files in order, some already skipped; files ignored; notes) for files, directories, globs and
     '-'; a path that does not exist, or a glob that matches nothing, is an error."""
-    from llmkit.walk import TreeWalk, expand_glob, gitignore_spec, is_glob
+    from llmkit.walk import TreeWalk, expand_glob, gitignore_spec, is_glob, stat_file
 
     entries: list[_Entry] = []
     seen: set[str] = set()
@@ -229,21 +231,19 @@ def plan(inputs: Iterable[str], gitignore: bool = True) -> tuple[list[_Entry], i
         if path == "-":
             entries.append(_Entry(path, 0, True))
             return
-        try:
-            st = os.stat(path)  # follows links: a loop or a dangling link fails here
-        except OSError as e:
-            entries.append(_Entry(path, 0, named, e.strerror or "unreadable"))
-            return
-        if not named and not stat.S_ISREG(st.st_mode):
-            entries.append(_Entry(path, 0, named, "not a regular file"))
-            return
-        entries.append(_Entry(path, st.st_size, named))
+        st, why = stat_file(path)
+        if st is not None and named:
+            why = ""  # a pipe or a device named on the command line is read
+        entries.append(_Entry(path, st.st_size if st is not None and not why else 0, named, why))
 
     for item in inputs:
         if item == "-":
             add(item, True)
             continue
-        matches = [item] if os.path.lexists(item) or not is_glob(item) else expand_glob(item)
+        matches = [item]
+        if not os.path.lexists(item) and is_glob(item):
+            matches, left = expand_glob(item, gitignore)
+            ignored += left
         if not matches:
             raise BadInput(f"no file matches '{item}'. Check the pattern (quote it to let llmkit expand '**').")
         for path in matches:
@@ -280,15 +280,11 @@ def _batches(entries: list[_Entry]) -> list[list[_Entry]]:
 
 
 # -- reading -------------------------------------------------------------------------------------------------
-def too_large(size: int, cap: int) -> str:
-    return f"too large ({size >> 20} MB; the cap is {cap >> 20} MB, raise it with LLMKIT_MAX_LINE_BYTES)"
-
-
 def _read(e: _Entry, cap: int) -> tuple[bytes, str]:
     """(the file's bytes, '') or (b'', why it is skipped)."""
     if e.path == "-":
         data = sys.stdin.buffer.read(cap + 1)
-        return (b"", too_large(len(data), cap)) if len(data) > cap else (data, "")
+        return (b"", too_large(len(data), cap, LIMIT)) if len(data) > cap else (data, "")
     # a file found in a directory opens without blocking: a pipe put there since the walk must not hang
     flags = os.O_RDONLY | (0 if e.named else getattr(os, "O_NONBLOCK", 0))
     try:
@@ -302,10 +298,10 @@ def _read(e: _Entry, cap: int) -> tuple[bytes, str]:
             if not regular and not e.named:
                 return b"", "not a regular file"
             if regular and before.st_size > cap:
-                return b"", too_large(before.st_size, cap)
+                return b"", too_large(before.st_size, cap, LIMIT)
             data = f.read(cap + 1)
             if len(data) > cap:
-                return b"", too_large(len(data), cap)
+                return b"", too_large(len(data), cap, LIMIT)
             if regular:
                 after = os.fstat(fd)
                 if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns) or \
@@ -317,8 +313,8 @@ def _read(e: _Entry, cap: int) -> tuple[bytes, str]:
 
 
 def _text(data: bytes) -> tuple[str, str]:
-    """(text, '') or ('', why it is not text): NUL bytes in its first 8 kB make a file binary."""
-    if b"\x00" in data[:8192]:
+    """(text, '') or ('', why it is not text): NUL bytes at its start make a file binary."""
+    if has_nul(data):
         return "", "binary"
     try:
         return data.decode("utf-8"), ""

@@ -15,7 +15,7 @@ import os
 import re
 import time
 
-from llmkit.io import LimitExceeded, json_limits, limit, load_json_line
+from llmkit.io import LimitExceeded, json_limits, limit, load_json_line, too_large
 from llmkit.rag.read import formats
 from llmkit.rag.read.code import LANGUAGES, MAX_BYTES, minified
 from llmkit.rag.read.decode import NotText, decode_text
@@ -70,8 +70,7 @@ def _load(path, data, display, text_field, id_field, size, code_size, csv_meta, 
         return [], [Skipped(display, "empty")]
     cap = limit("LLMKIT_MAX_FILE_BYTES")
     if len(data) > cap:
-        return [], [Skipped(display, f"too large ({len(data) >> 20} MB; the cap is {cap >> 20} MB, "
-                                     "raise it with LLMKIT_MAX_FILE_BYTES)")]  # files.too_large's words
+        return [], [Skipped(display, too_large(len(data), cap, "LLMKIT_MAX_FILE_BYTES"))]
     if path != "-" and formats.is_lock_file(path):
         return [], [Skipped(display, "lock file")]
     meta: dict = {}

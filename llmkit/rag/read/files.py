@@ -9,14 +9,14 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-import stat
 from dataclasses import dataclass
 
 from llmkit.errors import BadInput
 from llmkit.errors import OptionError
+from llmkit.io import too_large
 from llmkit.rag.read.documents import SUFFIXES, size_cap
 from llmkit.rag.read.types import Skipped
-from llmkit.walk import JUNK_DIRS, TreeWalk  # noqa: F401 -- JUNK_DIRS is read by rag.indexing
+from llmkit.walk import TreeWalk, stat_file
 
 
 @dataclass
@@ -67,22 +67,13 @@ def collect_files(inputs: list[str], opts: ReadOptions) -> tuple[list[str], list
 
 
 def _not_readable(path: str) -> str:
-    """Why a file found in a directory is not read ('' when it is): a dangling link or a link loop,
-    a named pipe or a device (a FIFO blocks a reader forever, /dev/zero never ends), a size over
-    the limit."""
-    try:
-        st = os.stat(path)  # follows links
-    except OSError as e:
-        return e.strerror or "unreadable"
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file"
+    """Why a file found in a directory is not read ('' when it is): walk.stat_file's reasons, or a
+    size over the limit."""
+    st, why = stat_file(path)
+    if why:
+        return why
     cap, name = size_cap(path)
     return too_large(st.st_size, cap, name) if st.st_size > cap else ""
-
-
-def too_large(size: int, cap: int, name: str) -> str:
-    """The reason for a file over a size limit."""
-    return f"too large ({size >> 20} MB; the cap is {cap >> 20} MB, raise it with {name})"
 
 
 def read_input(path: str) -> tuple[bytes, Skipped | None]:
