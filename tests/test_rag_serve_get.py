@@ -162,6 +162,8 @@ def test_multi_get_stays_within_its_budget(indexed):
                for d in some["documents"])
     assert some["left_out"] == 2 and [d["path"] for d in some["left_out_documents"]] == guides[2:]
     assert all("bytes left of the budget" in d["reason"] for d in some["left_out_documents"])
+    # the budget is spent at the first document that does not fit: the rest are listed, not built
+    assert "total_lines" in some["left_out_documents"][0] and "not read" in some["left_out_documents"][1]["reason"]
     assert [d["path"] for d in heads["documents"]] == guides and heads["left_out"] == 0
     assert all(d["lines"] == [1, 2] and d["truncated"] and d["text"].split("\n") == texts[d["path"]].split("\n")[:2]
                for d in heads["documents"])
@@ -212,3 +214,45 @@ def test_file_state_says_when_the_file_changed_since_indexing(tmp_path):
     j.unlink()
     assert file_state(doc) == "missing" and file_state(rec) == "missing"
     assert file_state(StoredDoc(3, "default", "<stdin>", "-", "x")) == "unchecked"
+
+
+def test_stored_stat_spares_reading_and_globs_narrow_by_prefix(tmp_path):
+    """A document whose file has the size, mtime and inode indexing kept is 'unchanged' without being
+    read; other stats fall back to the hash. A glob selects in SQL by its text before the first
+    wildcard, and a glob with too many '*' is refused before it runs."""
+    import os
+
+    from llmkit.errors import OptionError
+    from llmkit.rag.index import db
+    from llmkit.rag.stored import MAX_STARS, file_state, find_document, glob_documents, glob_regex
+
+    f = tmp_path / "a.md"
+    f.write_bytes(b"indexed text\n")
+    st = os.stat(f)
+    con = db.connect(str(tmp_path))
+    rows = [("docs/a.md", str(f), hashlib.sha256(b"indexed text\n").hexdigest(), st.st_size, st.st_mtime_ns, st.st_ino),
+            ("docs/sub/b.md", str(tmp_path / "b.md"), "0" * 64, None, None, None),
+            ("other/c.md", str(tmp_path / "c.md"), "0" * 64, 1, 2, 3)]
+    con.executemany("INSERT INTO docs (collection, source, path, hash, meta, gen_added, size, mtime_ns, inode) "
+                    "VALUES ('default', ?, ?, ?, '{}', 1, ?, ?, ?)", rows)
+    doc = find_document(con, 1, "docs/a.md")
+    assert doc.stat == (st.st_size, st.st_mtime_ns, st.st_ino) and find_document(con, 1, "docs/sub/b.md").stat is None
+    assert file_state(doc) == "unchanged"
+    f.write_bytes(b"indexed text\n")  # a new mtime, the same bytes: the hash says unchanged
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert file_state(doc) == "unchanged"
+    f.write_bytes(b"edited text!\n")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # the old size and mtime, other bytes: trusted as git does
+    assert file_state(doc) == "unchanged"
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    assert file_state(doc) == "changed"
+    f.unlink()
+    assert file_state(doc) == "missing"
+    assert [d.source for d in glob_documents(con, 1, "docs/**/*.md")] == ["docs/a.md", "docs/sub/b.md"]
+    assert [d.source for d in glob_documents(con, 1, "*/c.md")] == ["other/c.md"]
+    assert [d.source for d in glob_documents(con, 1, f"{tmp_path}/c*")] == ["other/c.md"]
+    assert glob_documents(con, 1, "docs/x*") == []
+    glob_regex("/".join(["*"] * MAX_STARS))
+    with pytest.raises(OptionError, match="more than the 10 a glob may have"):
+        glob_regex("*a" * (MAX_STARS + 1))
+    con.close()

@@ -10,7 +10,8 @@ may come from several worker threads; they run one at a time.
 
 Tools (`make_server`): `search` (hits with path, line range, symbol, score and text, as `rag query
 --jsonl` ranks them), `get` (a document a hit named, from a line, bounded in lines and bytes),
-`multi_get` (the documents a glob over the index's paths selects, within a byte budget), `answer` (a
+`multi_get` (the documents a glob over the index's paths selects, in path order until one does not
+fit the byte budget), `answer` (a
 local GGUF model answers from the hits it cites, as `rag answer`) and `describe_index`. `get` and
 `multi_get` read only the index's own documents, as the index holds them (`stored.py`). Bad arguments
 come back as tool errors: the schema's checks (types, the mode's values) from the SDK, the rest from
@@ -143,10 +144,10 @@ class Searcher:
 
     def multi_get(self, pattern: str, max_bytes: int = GET_BYTES, max_lines: int | None = None) -> dict:
         """The documents whose paths match the glob `pattern`, in path order, each whole (or its first
-        `max_lines` lines) while the `max_bytes` budget lasts; the ones left out are named with why."""
+        `max_lines` lines) until one does not fit the `max_bytes` left; the ones left out are named with why."""
         _check_bounds(max_bytes, max_lines)
         if not pattern.strip():
-            raise OptionError("{pattern} is empty. Give a glob over the index's paths, e.g. docs/**/*.md")
+            raise OptionError("{pattern} is empty. Give a glob over the index's paths, such as 'docs/**/*.md'.")
         with self._lock:
             ix = self._current()
             gen = ix.manifest["generation"]
@@ -162,9 +163,12 @@ class Searcher:
                     break
                 r = take_lines(document_text(ix.con, d.id), 1, max_lines, max_bytes - used)
                 if r.next_line is not None or r.cut_line:
+                    # the budget is spent: the documents after this one are listed, not built
                     left.append((d, r.total, f"larger than the {max_bytes - used} bytes left of the budget; read "
                                               "it with get"))
-                    continue
+                    left.extend((x, None, f"not read: only {max_bytes - used} bytes left of the budget after a "
+                                          "document that did not fit; read it with get") for x in matched[n + 1:])
+                    break
                 used += len(r.text.encode("utf-8"))
                 docs.append((d, r))
         states: dict = {}
@@ -272,8 +276,9 @@ def make_server(searcher: Searcher, name: str = "llmkit-rag"):
 
     @server.tool(description="Read several documents of the index at once: those whose paths match a glob "
                              "(* within a folder, ** across folders; a JSONL file's name selects its records), "
-                             "in path order, each whole (or its first max_lines lines) while max_bytes lasts. "
-                             "Documents that do not fit are listed in left_out_documents with the reason.")
+                             "in path order, each whole (or its first max_lines lines) until one does not fit "
+                             "in max_bytes: that one and the rest are listed in left_out_documents with the "
+                             "reason.")
     def multi_get(pattern: Annotated[str, Field(description="Glob over the paths search returns, e.g. "
                                                             "docs/**/*.md.")],
                   max_bytes: Annotated[int, Field(description=f"Budget in bytes of text for all documents (at "

@@ -20,8 +20,10 @@ import os
 import re
 from dataclasses import dataclass
 
-from llmkit.rag.index.db import LIVE
+from llmkit.errors import OptionError
+from llmkit.rag.index.db import LIVE, STAT_COLUMNS
 
+MAX_STARS = 10  # '*' wildcards a glob may have: each one more multiplies what a match may try
 SEP = "\n\n"  # between the stored sections of a document that is not laid out at its own lines
 # a chunk lacking source line numbers (prose) or numbered within a notebook cell: the document is not laid out at lines
 _UNLINED = "(json_extract({c}.meta, '$.line_start') IS NULL OR json_extract({c}.meta, '$.cell') IS NOT NULL)"
@@ -31,18 +33,22 @@ _NEWLINES = "(length({t}) - length(replace({t}, char(10), '')))"
 @dataclass
 class StoredDoc:
     """One live document of an index: its row id, collection, path as indexed (`source`, what hits
-    call `path`), absolute path (`file`, '#id' for a JSONL record, '-' for stdin) and content hash."""
+    call `path`), absolute path (`file`, '#id' for a JSONL record, '-' for stdin), content hash, and
+    the (size, mtime_ns, inode) of the file when indexing kept them (None: compare the hash)."""
     id: int
     collection: str
     source: str
     file: str
     hash: str
+    stat: tuple[int, int, int] | None = None
 
 
 def _docs(con, gen: int, where: str = "", args: tuple = ()) -> list[StoredDoc]:
-    rows = con.execute(f"SELECT d.id, d.collection, d.source, d.path, d.hash FROM docs d WHERE {LIVE}{where} "
+    have = {row[1] for row in con.execute("PRAGMA table_info(docs)")}
+    stat = ", ".join(f"d.{c}" for c in STAT_COLUMNS) if have.issuperset(STAT_COLUMNS) else "NULL, NULL, NULL"
+    rows = con.execute(f"SELECT d.id, d.collection, d.source, d.path, d.hash, {stat} FROM docs d WHERE {LIVE}{where} "
                        "ORDER BY d.source, d.collection", (gen, gen, *args))
-    return [StoredDoc(*r) for r in rows]
+    return [StoredDoc(*r[:5], tuple(r[5:]) if None not in r[5:] else None) for r in rows]
 
 
 def find_document(con, gen: int, path: str, collection: str | None = None) -> StoredDoc | None:
@@ -62,6 +68,10 @@ def glob_regex(pattern: str) -> re.Pattern:
     >>> [bool(glob_regex("docs/**/*.md").match(p)) for p in ("docs/a.md", "docs/x/y/b.md", "docs/a.txt", "a.md")]
     [True, True, False, False]
     """
+    stars = len(re.findall(r"\*+", pattern))
+    if stars > MAX_STARS:
+        raise OptionError("{pattern} has {stars} '*' wildcards, more than the {most} a glob may have. Use fewer "
+                          "(one '**' spans any number of folders).", stars=stars, most=MAX_STARS)
     out, i, n = [], 0, len(pattern)
     while i < n:
         c = pattern[i]
@@ -98,7 +108,12 @@ def glob_documents(con, gen: int, pattern: str) -> list[StoredDoc]:
     def hit(p: str) -> bool:
         return bool(rx.match(p) or ("#" in p and rx.match(p.split("#", 1)[0])))
 
-    return [d for d in _docs(con, gen) if hit(d.source) or hit(d.file)]
+    # only paths that start with the pattern's text before its first wildcard can match
+    prefix = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+    where, args = "", ()
+    if prefix:
+        where, args = " AND (substr(d.source, 1, ?) = ? OR substr(d.path, 1, ?) = ?)", (len(prefix), prefix) * 2
+    return [d for d in _docs(con, gen, where, args) if hit(d.source) or hit(d.file)]
 
 
 def _sections(con, doc_id: int) -> tuple[list[tuple[str, int | None, int | None]], bool]:
@@ -210,14 +225,25 @@ def take_lines(text: str, first: int = 1, count: int | None = None, max_bytes: i
 
 def file_state(doc: StoredDoc, cache: dict | None = None) -> str:
     """Whether the file a document was read from still holds what was indexed: 'unchanged',
-    'changed', 'missing', or 'unchecked' (stdin). Only paths the index lists are read; a JSONL
-    record is looked for among its file's lines (the hash indexing stored is the line's)."""
+    'changed', 'missing', or 'unchecked' (stdin). A file whose size, mtime and inode equal those
+    indexing kept is not read (as `rag index` does not read it again); otherwise its hash decides.
+    Only paths the index lists are read; a JSONL record is looked for among its file's lines (the
+    hash indexing stored is the line's)."""
     if doc.file == "-":
         return "unchecked"
     from llmkit.rag.read.documents import size_cap
 
     record = not os.path.isfile(doc.file) and "#" in doc.file
     path = doc.file.split("#", 1)[0] if record else doc.file
+    if doc.stat is not None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return "missing"
+        except OSError:
+            st = None
+        if st is not None and (st.st_size, st.st_mtime_ns, st.st_ino) == doc.stat:
+            return "unchanged"
     key = (path, record)
     if cache is not None and key in cache:
         got = cache[key]
