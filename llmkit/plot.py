@@ -43,6 +43,11 @@ class Series:
     notes: Sequence[str] = ()
     color: str | None = None
 
+    def __post_init__(self):
+        if self.style not in STYLES:  # chart builders choose styles, users never do: a bug in the caller
+            raise ValueError(f"Series {self.label!r} has style {self.style!r}, which is not one of "
+                             f"{', '.join(STYLES)}. Pass one of those to Series(style=...).")
+
 
 @dataclass
 class Panel:
@@ -140,8 +145,6 @@ def _draw_panel(ax, panel: Panel, p: int) -> None:
             poly.set_gid(f"series-{p}-{panel.series.index(s)}")
     width = 0.8 / max(len(bars), 1)
     for i, s in enumerate(panel.series):
-        if s.style not in STYLES:
-            raise ValueError(f"unknown series style {s.style!r}")
         gid = f"series-{p}-{i}"
         if s.style == "bar":
             b = bars.index(s)

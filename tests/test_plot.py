@@ -51,6 +51,15 @@ def test_grouped_bars(tmp_path):
     assert {"p", "q", "r", "a", "b"} <= set(svg_texts(tmp_path / "b.svg"))
 
 
+def test_unknown_series_style_is_refused_when_made():
+    from llmkit.plot import Series
+
+    with pytest.raises(ValueError) as e:
+        Series("a", [1], [1.0], style="pie")
+    assert str(e.value) == ("Series 'a' has style 'pie', which is not one of line, points, bar, area. "
+                            "Pass one of those to Series(style=...).")
+
+
 def test_check_path_refusals(tmp_path, monkeypatch):
     from llmkit.errors import MissingDependency, OptionError
     from llmkit.plot import check_path

@@ -305,6 +305,22 @@ def test_truncate_leaves_a_fitting_text_and_refuses_a_long_marker(toks):
     assert r.exit_code == 1 and "--marker alone takes" in r.stderr and "Raise --max-tokens" in r.stderr
 
 
+def test_budget_errors_say_what_is_wrong_and_how_to_fix_it(toks):
+    from llmkit.errors import OptionError
+
+    tok = tokenize.load(toks["hf"])
+    with pytest.raises(OptionError) as e:
+        truncate(tok, "word " * 50, 5, "middle")
+    assert str(e.value) == "keep must be head, tail or both, not 'middle'. Pass one of those three."
+    with pytest.raises(OptionError) as e:
+        truncate(tok, "word " * 50, 2, "head", " [...] " * 10)
+    assert str(e.value).endswith("Raise max_tokens or shorten the marker.")
+    with pytest.raises(OptionError) as e:
+        list(split(tok, ["a line\n"], 0))
+    assert e.value.spelled({"max_tokens": "--max-tokens"}) == (
+        "--max-tokens must be at least 1 to split, not 0. Pass a budget of 1 token or more.")
+
+
 def test_truncate_both_library(toks):
     tok = tokenize.load(toks["hf"])
     r = truncate(tok, "word " * 200, 21, "both", "")

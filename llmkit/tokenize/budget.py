@@ -109,14 +109,14 @@ def truncate(tok, text: str, max_tokens: int, keep: str = "head", marker: str = 
     marker stands where text was removed (after the head, before the tail, or between them) and
     counts toward the budget. A text that fits is returned whole, without the marker."""
     if keep not in KEEPS:
-        raise OptionError("{keep} must be one of head, tail, both, not {value!r}", value=keep)
+        raise OptionError("{keep} must be head, tail or both, not {value!r}. Pass one of those three.", value=keep)
     total = n_tokens(tok, text)
     if total <= max_tokens:
         return Truncated(text, total, total, False)
     m = n_tokens(tok, marker)
     if m > max_tokens:
         raise OptionError("the {marker} alone takes {m} tokens, more than {max_tokens} {n}. Raise {max_tokens} "
-                          "or shorten the {marker}", m=m, n=max_tokens)
+                          "or shorten the {marker}.", m=m, n=max_tokens)
     budget = max_tokens - m
     while True:
         if keep == "head":
@@ -183,7 +183,8 @@ def split(tok, lines: Iterable[str], max_tokens: int) -> Iterator[tuple[str, int
     """Pieces (text, tokens) of at most `max_tokens` tokens whose concatenation is the input (its lines,
     endings kept); streamed, a block of lines at a time."""
     if max_tokens < 1:
-        raise OptionError("{max_tokens} must be at least 1 to split, not {n}", n=max_tokens)
+        raise OptionError("{max_tokens} must be at least 1 to split, not {n}. Pass a budget of 1 token or more.",
+                          n=max_tokens)
 
     def blocks() -> Iterator[list[str]]:
         block, size = [], 0
