@@ -24,6 +24,12 @@ DOCS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def fresh_probes(monkeypatch):
+    """Each test starts as a new process does: no endpoint probed yet (a stub's port may be reused)."""
+    monkeypatch.setattr("llmkit.rag.embed.openai_endpoint._PROBED", {})
+
+
 @pytest.fixture(scope="module")
 def docs(tmp_path_factory):
     root = tmp_path_factory.mktemp("epdocs")
@@ -119,10 +125,27 @@ def test_answer_and_rerank_through_a_chat_endpoint(tmp_path, docs, minilm, chat,
 
 class Stub:
     """What the stub answers on /v1/embeddings: ok, busy (one 429 first), shrink (4-d vectors after an
-    8-d probe), html, slow (1.5 s), 500, or a fixed `dim`; every request is recorded."""
+    8-d probe), html, slow (1.5 s), 500, or a fixed `dim`; on /tokenize: 404, another status, or
+    "bytes" (a byte-level tokenizer: one token per ASCII character, one per byte of any other, as
+    llama-server answers); on /v1/chat/completions: `reply`, streamed 3 characters an event when asked;
+    with `redirect` set, a 302 there for everything. Every request and body is recorded."""
 
     def __init__(self):
-        self.mode, self.dim, self.requests = "ok", 8, []
+        self.mode, self.dim, self.tokenize, self.reply, self.redirect = "ok", 8, 404, "", None
+        self.requests, self.bodies = [], []
+
+
+def _serve(handler) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _byte_tokens(text: str, special: bool) -> list:
+    toks = [{"id": ord(c), "piece": c} if c.isascii() else {"id": b, "piece": [b]}
+            for c in text for b in (c.encode() if not c.isascii() else [0])]
+    return [1] + [t["id"] for t in toks] + [2] if special else toks
 
 
 def _vector(text: str, dim: int) -> list[float]:
@@ -144,8 +167,18 @@ def stub(monkeypatch):
             self.end_headers()
             self.wfile.write(body)
 
+        def _moved(self) -> bool:
+            if state.redirect:
+                self.send_response(302)
+                self.send_header("Location", state.redirect + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            return bool(state.redirect)
+
         def do_GET(self):
             state.requests.append(("GET", self.path, self.headers.get("Authorization")))
+            if self._moved():
+                return
             if self.path == "/v1/models":
                 return self._send(200, b'{"object": "list", "data": [{"id": "stub"}]}')
             self._send(404, b'{"error": {"message": "not found"}}')
@@ -153,6 +186,25 @@ def stub(monkeypatch):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             state.requests.append(("POST", self.path, self.headers.get("Authorization")))
+            state.bodies.append(body)
+            if self._moved():
+                return
+            if self.path == "/tokenize" and state.tokenize == "bytes":
+                toks = _byte_tokens(body["content"], body.get("add_special", False))
+                return self._send(200, json.dumps({"tokens": toks}).encode())
+            if self.path == "/tokenize":
+                return self._send(state.tokenize, b'{"error": {"message": "another schema"}}')
+            if self.path == "/v1/chat/completions" and body.get("stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for i in range(0, len(state.reply), 3):
+                    ev = {"choices": [{"delta": {"content": state.reply[i:i + 3]}}]}
+                    self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                return
+            if self.path == "/v1/chat/completions":
+                return self._send(200, json.dumps({"choices": [{"message": {"content": state.reply}}]}).encode())
             if self.path != "/v1/embeddings":
                 return self._send(404, b'{"error": {"message": "not found"}}')
             mode = state.mode
@@ -169,9 +221,7 @@ def stub(monkeypatch):
             data = [{"index": i, "embedding": _vector(t, dim)} for i, t in enumerate(body["input"])]
             self._send(200, json.dumps({"object": "list", "model": body["model"], "data": data}).encode())
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _serve(Handler)
     monkeypatch.setattr("llmkit.rag.endpoint.BACKOFF", 0.01)
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield state
@@ -237,3 +287,98 @@ def test_a_server_that_is_down_or_changed_model(tmp_path, docs, stub):
     assert json.loads((idx / "manifest.json").read_text())["generation"] == 1
     r = run_cli(["rag", "query", str(idx), "zones", "--model", stub.url + "#other"])
     assert r.exit_code == 1 and "'" + stub.url + "#other' is another model" in r.stderr
+
+
+def test_a_redirect_is_refused_and_the_key_goes_nowhere_else(tmp_path, docs, stub, monkeypatch):
+    """urllib would follow a 302 and copy the Authorization header to the host it points at."""
+    seen = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            body = b'{"object": "list", "data": [{"id": "stub"}]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    other = _serve(Elsewhere)
+    try:
+        monkeypatch.setenv("LLMKIT_API_KEY", "sekret-key")
+        stub.redirect = f"http://127.0.0.1:{other.server_address[1]}"
+        r = _index(tmp_path / "idx", docs, "--model", stub.url)
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: {stub.url}/v1/models answered HTTP 302, a redirect to {stub.redirect}/v1/models, "
+                        "which is not followed (it would send the key there too). Give the server's final URL.\n")
+    assert seen == []
+
+
+@pytest.mark.parametrize("spec, what", [
+    ("http://127.0.0.1:9/v1?api_key=sekret", "a query string"),
+    ("http://127.0.0.1:9/v1?", "a query string"),
+    ("http://user:sekret@127.0.0.1:9", "credentials"),
+    ("http://127.0.0.1:9#stub#sekret", "a second '#'"),
+])
+def test_a_url_that_may_hold_a_key_is_refused_without_quoting_it(tmp_path, docs, spec, what):
+    r = _index(tmp_path / "idx", docs, "--model", spec)
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: an endpoint URL must not hold {what}; put the key in LLMKIT_API_KEY (or "
+                        "OPENAI_API_KEY) and write http://HOST:PORT[/v1][#MODEL].\n")
+    assert not (tmp_path / "idx").exists() or "sekret" not in "".join(
+        p.read_text(errors="replace") for p in (tmp_path / "idx").rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("code", [400, 422])
+def test_a_tokenize_api_of_another_schema_falls_back_to_the_estimate(tmp_path, docs, stub, code):
+    """vLLM and TEI answer llama-server's /tokenize body with 400 or 422: no tokenizer, not an error."""
+    from llmkit.rag.remote_llm import RemoteLLM
+
+    stub.tokenize = code
+    r = _index(tmp_path / "idx", docs, "--model", stub.url)
+    assert r.exit_code == 0, r.stderr
+    assert ("POST", "/tokenize", None) in stub.requests
+    assert RemoteLLM(stub.url).count_tokens("How are modules, loaded?") == 6  # words and marks
+
+
+def test_a_text_is_cut_to_the_window_in_tokens_not_characters(stub, monkeypatch):
+    """A byte-level tokenizer gives a CJK character 3 tokens: 10 characters are 30 tokens, not 10."""
+    from llmkit.rag.embed.embedder import load_embedder
+
+    monkeypatch.setenv("LLMKIT_ENDPOINT_TOKENS", "20")
+    stub.tokenize = "bytes"
+    emb = load_embedder(stub.url)
+    assert emb.window == 18  # 20 less [CLS] and [SEP]
+    assert emb.token_starts("a中b").tolist() == [0, 1, 1, 1, 2]
+    emb.passages(["中文" * 5, "short"])
+    assert stub.bodies[-1]["input"] == ["中文中文中文", "short"]  # 18 tokens of the first
+
+
+def test_an_answer_larger_than_the_json_limit_is_refused(tmp_path, docs, stub, monkeypatch):
+    monkeypatch.setenv("LLMKIT_MAX_JSON_BYTES", "1K")
+    stub.dim = 200
+    r = _index(tmp_path / "idx", docs, "--model", stub.url)
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: {stub.url}/v1/embeddings answered more than 1024 bytes (LLMKIT_MAX_JSON_BYTES). "
+                        "Check that the URL is an OpenAI-compatible server, or raise LLMKIT_MAX_JSON_BYTES.\n")
+
+
+def test_stop_strings_past_the_api_s_four_are_cut_here(stub):
+    from llmkit.rag.remote_llm import RemoteLLM
+
+    stub.reply = "Paris is the capital.\nQ: And of Italy?"
+    llm = RemoteLLM(stub.url)
+    stop = ("<a>", "<b>", "<c>", "<d>", "\nQ:")
+    assert llm.complete("capital of France?", stop=stop) == "Paris is the capital."
+    assert stub.bodies[-1]["stop"] == ["<a>", "<b>", "<c>", "<d>"]
+    streamed = []
+    assert llm.complete("capital of France?", stop=stop, on_text=streamed.append) == "Paris is the capital."
+    assert "".join(streamed) == "Paris is the capital."
+    streamed.clear()
+    assert llm.complete("capital of France?", on_text=streamed.append) == stub.reply
+    assert "".join(streamed) == stub.reply

@@ -5,7 +5,9 @@ one-line errors that name the URL and what came back.
 A spec is `http(s)://HOST[:PORT][/PATH][#MODEL]`: the server's base URL (a trailing `/v1` names the
 same server) and, after `#`, the model sent with each request (default: the only model the server's
 `/v1/models` lists). The key comes from LLMKIT_API_KEY, else OPENAI_API_KEY, and is sent only as a
-header: it is never part of a spec, so never stored in an index or written in an error.
+header: it is never part of a spec (a URL with credentials or a query string is refused), so never
+stored in an index or written in an error, and a redirect is refused rather than followed, since
+following it would send the header to wherever the server points.
 
 >>> parse_spec("http://gpu:8080/v1/#bge-small")
 Endpoint(base='http://gpu:8080', model='bge-small')
@@ -27,6 +29,9 @@ from dataclasses import dataclass, replace
 from llmkit.errors import BadInput
 
 RETRY_CODES = (429, 500, 502, 503, 504)  # busy or restarting: worth asking again
+NO_API = (404, 405)  # the server has no such route
+NO_TOKENIZE = (400, 404, 405, 422)  # vLLM and TEI have a /tokenize of another schema, refused as 400 or 422
+ERROR_BODY_BYTES = 64 << 10  # of an error answer: enough for its message
 TRIES = 4
 BACKOFF = 0.5  # seconds before the first retry, doubled after each
 MAX_RETRY_AFTER = 30.0  # a server's Retry-After is followed up to this many seconds
@@ -49,14 +54,17 @@ def is_endpoint(name: str | None) -> bool:
 
 
 def parse_spec(spec: str) -> Endpoint:
-    """The endpoint a spec names (module doc); credentials in the URL are refused."""
+    """The endpoint a spec names (module doc); credentials, a query string or a second '#' in the
+    URL are refused (and not quoted: they may hold a key)."""
     url, _, model = spec.partition("#")
     parts = urllib.parse.urlsplit(url)
+    if parts.username or parts.password or "?" in url or "#" in model:
+        what = "credentials" if parts.username or parts.password else "a query string" if "?" in url else \
+            "a second '#'"
+        raise BadInput(f"an endpoint URL must not hold {what}; put the key in LLMKIT_API_KEY (or OPENAI_API_KEY) "
+                       "and write http://HOST:PORT[/v1][#MODEL].")
     if not parts.hostname:
         raise BadInput(f"'{url}' is not an endpoint URL; write http://HOST:PORT[#MODEL].")
-    if parts.username or parts.password:
-        raise BadInput("an endpoint URL must not hold credentials; put the key in LLMKIT_API_KEY (or "
-                       "OPENAI_API_KEY) and write the URL without it.")
     base = url.rstrip("/")
     if base.endswith("/v1"):
         base = base[:-3]
@@ -67,7 +75,7 @@ def resolve(spec: str, timeout: float | None = None) -> Endpoint:
     """The endpoint with its model named: the spec's, else the only one the server lists. The server
     is asked either way, so one that is down is reported here, before any work starts."""
     ep = parse_spec(spec)
-    listed = request(ep.base + "/v1/models", timeout=timeout, missing_ok=bool(ep.model))
+    listed = request(ep.base + "/v1/models", timeout=timeout, absent=NO_API if ep.model else ())
     if ep.model:
         return ep
     ids = [m.get("id") for m in (listed or {}).get("data", []) if isinstance(m, dict) and m.get("id")]
@@ -121,6 +129,24 @@ def _fix(code: int) -> str:
     return "Check the model name and the server's log."
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Leaves a redirect as the HTTPError it is: urllib would copy the Authorization header to the new host."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _redirected(url: str, e: urllib.error.HTTPError) -> BadInput:
+    """The error for a redirect, naming where it points (without its query, which may hold a token)."""
+    to = urllib.parse.urlsplit(urllib.parse.urljoin(url, e.headers.get("Location") or ""))
+    where = urllib.parse.urlunsplit((to.scheme, to.netloc.rpartition("@")[2], to.path, "", ""))
+    return BadInput(f"{url} answered HTTP {e.code}, a redirect to {where}, which is not followed (it would send the "
+                    "key there too). Give the server's final URL.")
+
+
 def _retry_after(e: urllib.error.HTTPError, wait: float) -> float:
     try:
         return min(max(float(e.headers.get("Retry-After", "")), 0.0), MAX_RETRY_AFTER)
@@ -128,21 +154,27 @@ def _retry_after(e: urllib.error.HTTPError, wait: float) -> float:
         return wait
 
 
-def open_url(url: str, body: dict | None = None, timeout: float | None = None, missing_ok: bool = False):
+def open_url(url: str, body: dict | None = None, timeout: float | None = None, absent: tuple[int, ...] = ()):
     """The HTTP response to a POST of `body` (a GET without one), after up to TRIES tries with
-    exponential backoff on 429 and 5xx; None for a 404/405 when `missing_ok`. Errors are one line:
-    the URL and what came back."""
+    exponential backoff on 429 and 5xx; None for a status in `absent` (the server has no such API).
+    Redirects are refused. Errors are one line: the URL and what came back."""
     t = timeout if timeout is not None else timeout_seconds()
     data = None if body is None else json.dumps(body).encode()
     wait = BACKOFF
     for attempt in range(1, TRIES + 1):
         req = urllib.request.Request(url, data=data, headers=_headers(), method="GET" if data is None else "POST")
         try:
-            return urllib.request.urlopen(req, timeout=t)
+            return _OPENER.open(req, timeout=t)
         except urllib.error.HTTPError as e:
-            raw = e.read()
-            if missing_ok and e.code in (404, 405):
+            with e:  # its connection is let go before a retry
+                try:
+                    raw = e.read(ERROR_BODY_BYTES)
+                except OSError:
+                    raw = b""
+            if e.code in absent:
                 return None
+            if 300 <= e.code < 400:
+                raise _redirected(url, e) from None
             if e.code in RETRY_CODES and attempt < TRIES:
                 time.sleep(_retry_after(e, wait))
                 wait *= 2
@@ -163,34 +195,48 @@ def open_url(url: str, body: dict | None = None, timeout: float | None = None, m
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
-def request(url: str, body: dict | None = None, timeout: float | None = None, missing_ok: bool = False):
-    """The JSON answer to a POST of `body` (a GET without one), as `open_url` asks; None as it says."""
+def request(url: str, body: dict | None = None, timeout: float | None = None, absent: tuple[int, ...] = ()):
+    """The JSON answer to a POST of `body` (a GET without one), as `open_url` asks; None as it says.
+    The answer is held to LLMKIT_MAX_JSON_BYTES and LLMKIT_MAX_JSON_DEPTH, as a JSON file is."""
+    from llmkit.io import CountingStream, LimitExceeded, json_limits, load_json
+
     t = timeout if timeout is not None else timeout_seconds()
-    resp = open_url(url, body, t, missing_ok)
+    resp = open_url(url, body, t, absent)
     if resp is None:
         return None
+    caps = json_limits()
     try:
         with resp:
-            raw = resp.read()
+            raw = CountingStream(resp, [caps[0]], url, "LLMKIT_MAX_JSON_BYTES").read()  # in steps, not all at once
+    except LimitExceeded:
+        raise BadInput(f"{url} answered more than {caps[0]} bytes (LLMKIT_MAX_JSON_BYTES). Check that the URL is "
+                       "an OpenAI-compatible server, or raise LLMKIT_MAX_JSON_BYTES.") from None
     except (TimeoutError, socket.timeout):
         raise BadInput(f"{url} did not answer within {t:g} s. Check the server, or raise "
                        "LLMKIT_ENDPOINT_SECONDS.") from None
     except OSError as e:
         raise BadInput(f"{url} dropped the connection ({e}). Check the server's log.") from None
     try:
-        return json.loads(raw)
+        return load_json(raw, f"the answer of {url}", caps)
     except ValueError:
         raise BadInput(f"{url} answered with something that is not JSON: {_snippet(raw)}. Check that the URL is "
                        "an OpenAI-compatible server.") from None
 
 
 def events(url: str, body: dict, timeout: float | None = None):
-    """The JSON events of a streamed answer (server-sent `data:` lines, up to `[DONE]`)."""
+    """The JSON events of a streamed answer (server-sent `data:` lines, up to `[DONE]`), each line
+    held to LLMKIT_MAX_LINE_BYTES."""
+    from llmkit.io import limit
+
     t = timeout if timeout is not None else timeout_seconds()
+    cap = limit("LLMKIT_MAX_LINE_BYTES")
     resp = open_url(url, body, t)
     try:
         with resp:
-            for raw in resp:
+            while raw := resp.readline(cap + 1):
+                if len(raw) > cap:
+                    raise BadInput(f"{url} streamed a line of more than {cap} bytes (LLMKIT_MAX_LINE_BYTES). Check "
+                                   "that the URL is an OpenAI-compatible server, or raise LLMKIT_MAX_LINE_BYTES.")
                 line = raw.decode("utf-8", "replace").strip()
                 if not line.startswith("data:"):
                     continue

@@ -38,22 +38,39 @@ class RemoteLLM:
 
     def complete(self, user: str, n_predict: int = 128, system: str | None = None,
                  on_text: Callable[[str], None] | None = None, stop: tuple[str, ...] = ()) -> str:
-        """Greedy completion of a chat turn, streamed to `on_text` as it arrives when given."""
+        """Greedy completion of a chat turn, streamed to `on_text` as it arrives when given, ending
+        before the first of the `stop` strings."""
         from llmkit.rag.endpoint import events, request
 
-        extra = {"stop": list(stop)[:4]} if stop else {}  # OpenAI's API takes at most 4 stop strings
+        stop = tuple(s for s in stop if s)
+        # OpenAI's API takes at most 4 stop strings: the rest are cut here, as are the 4 where a server ignores them
+        extra = {"stop": list(stop)[:4]} if stop else {}
         if on_text is None:
             got = request(self.url, self._body(user, system, n_predict, **extra))
-            return _message(got, self.url).strip()
-        parts = []
-        for ev in events(self.url, self._body(user, system, n_predict, stream=True, **extra)):
-            choices = ev.get("choices") if isinstance(ev, dict) else None
-            delta = (choices[0].get("delta") or {}) if choices and isinstance(choices[0], dict) else {}
-            piece = delta.get("content") if isinstance(delta, dict) else None
-            if isinstance(piece, str) and piece:
-                parts.append(piece)
-                on_text(piece)
-        return "".join(parts).strip()
+            return _cut(_message(got, self.url), stop)[0].strip()
+        # text that may begin a stop string is held back until the next piece tells
+        hold = max(map(len, stop), default=1) - 1
+        text, sent = "", 0
+        stream = events(self.url, self._body(user, system, n_predict, stream=True, **extra))
+        try:
+            for ev in stream:
+                choices = ev.get("choices") if isinstance(ev, dict) else None
+                delta = (choices[0].get("delta") or {}) if choices and isinstance(choices[0], dict) else {}
+                piece = delta.get("content") if isinstance(delta, dict) else None
+                if not (isinstance(piece, str) and piece):
+                    continue
+                text, stopped = _cut(text + piece, stop)
+                ready = len(text) if stopped else max(len(text) - hold, sent)
+                if ready > sent:
+                    on_text(text[sent:ready])
+                    sent = ready
+                if stopped:
+                    break
+        finally:
+            stream.close()
+        if len(text) > sent:
+            on_text(text[sent:])
+        return text.strip()
 
     lines = LocalLLM.lines  # the same parsing of a completion into lines
 
@@ -78,10 +95,10 @@ class RemoteLLM:
 
     def count_tokens(self, text: str) -> int:
         """The model's tokens in `text` (llama-server's /tokenize), else an estimate: words and marks."""
-        from llmkit.rag.endpoint import request
+        from llmkit.rag.endpoint import NO_TOKENIZE, request
 
         if self._tokenize_api is not False:
-            got = request(self.endpoint.base + "/tokenize", {"content": text}, missing_ok=True)
+            got = request(self.endpoint.base + "/tokenize", {"content": text}, absent=NO_TOKENIZE)
             toks = got.get("tokens") if isinstance(got, dict) else None
             self._tokenize_api = isinstance(toks, list)
             if self._tokenize_api:
@@ -99,6 +116,16 @@ def no_compression() -> OptionError:
     return OptionError("compression drops the tokens the LLM finds least surprising, and an OpenAI-compatible "
                        "endpoint does not report that for a prompt. Use a local GGUF as {llm}, or drop "
                        "{compress_to}.")
+
+
+def _cut(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    r"""The text up to the first stop string in it, and whether one was found.
+
+    >>> _cut("Paris.\nQ: next", ("Q:", "\n\n")), _cut("Paris", ("Q:",))
+    (('Paris.\n', True), ('Paris', False))
+    """
+    at = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+    return (text[:at], True) if at >= 0 else (text, False)
 
 
 def _message(got, url: str) -> str:

@@ -103,9 +103,10 @@ class EndpointEmbedder(Embedder):
         return self._rooms[prompt]
 
     def _fit(self, text: str, room: int) -> str:
-        """The text cut to `room` tokens (every token covers a character, so a text no longer than
-        that needs no tokenizing)."""
-        if len(text) <= room:
+        """The text cut to `room` tokens. A token covers at least one byte of the text (byte-level BPE
+        splits a character into several), bar the space a SentencePiece model puts in front, so a text
+        of fewer bytes than that needs no tokenizing."""
+        if len(text.encode("utf-8")) < room:
             return text
         starts = self.token_starts(text)
         return text if len(starts) <= room else text[:int(starts[room])].rstrip()
@@ -114,12 +115,12 @@ class EndpointEmbedder(Embedder):
     def _tokenize(self, text: str, special: bool = False) -> list | None:
         """llama-server's /tokenize answer ([{id, piece}], or ids with `special`); None where the
         server has no such API."""
-        from llmkit.rag.endpoint import request
+        from llmkit.rag.endpoint import NO_TOKENIZE, request
 
         if self._pieces is False:
             return None
         got = request(self.endpoint.base + "/tokenize", {"content": text, "with_pieces": not special,
-                                                         "add_special": special}, missing_ok=True)
+                                                         "add_special": special}, absent=NO_TOKENIZE)
         toks = got.get("tokens") if isinstance(got, dict) else None
         ok = isinstance(toks, list) and all(isinstance(t, int) if special else isinstance(t, dict) for t in toks)
         self._pieces = bool(ok)
@@ -135,9 +136,12 @@ class EndpointEmbedder(Embedder):
         toks = self._tokenize(text)
         if toks is None:
             return np.fromiter((m.start() for m in _WORDS.finditer(text)), np.int64)
+        pieces = [t.get("piece", "") for t in toks]
+        if any(isinstance(p, list) for p in pieces):  # llama-server's bytes of a piece that is not UTF-8
+            return byte_starts(text, pieces)
         from llmkit.rag.embed.gguf_runtime import piece_starts
 
-        return piece_starts(text, [str(t.get("piece", "")) for t in toks])
+        return piece_starts(text, [str(p) for p in pieces])
 
     @property
     def n_special(self) -> int:
@@ -150,3 +154,25 @@ class EndpointEmbedder(Embedder):
     @property
     def window(self) -> int:
         return self._room(self.passage_prompt)
+
+
+def byte_starts(text: str, pieces: list) -> np.ndarray:
+    """Start offsets (characters of `text`) of tokens whose pieces are strings or lists of bytes that
+    spell the text's UTF-8 (after one leading space a SentencePiece model may add); a token that
+    starts inside a character starts at that character.
+
+    >>> byte_starts("a中b", ["a", [228], [184, 173], "b"]).tolist()
+    [0, 1, 1, 2]
+    """
+    spelled = [p.encode("utf-8") if isinstance(p, str) else bytes(p) for p in pieces]
+    raw = text.encode("utf-8")
+    joined = b"".join(spelled)
+    skip = 1 if joined[:1] == b" " and joined[1:] == raw else 0
+    if joined[skip:] != raw:
+        from llmkit.rag.embed.gguf_runtime import piece_starts
+
+        return piece_starts(text, [b.decode("utf-8", "replace") for b in spelled])
+    # the character of every byte, and one past the end for a token that adds nothing
+    owner = np.append(np.repeat(np.arange(len(text)), [len(c.encode("utf-8")) for c in text]), len(text))
+    at = np.maximum(np.cumsum([0] + [len(b) for b in spelled[:-1]]) - skip, 0)
+    return owner[np.minimum(at, len(raw))].astype(np.int64)
