@@ -1,6 +1,7 @@
 """`rag index` at the size of a code base: unchanged files recognised by their stat without being read,
-boilerplate found from a bounded sample, texts tokenized per batch, and a run killed with SIGKILL while
-embedding resumed by the next one (its vectors kept batch by batch), ending equal to a clean run."""
+boilerplate found from a bounded sample, texts tokenized per batch, a long run's chunks searchable by
+BM25 before they are embedded, and a run killed with SIGKILL while embedding resumed by the next one
+(its vectors kept batch by batch), ending equal to a clean run."""
 
 import json
 import os
@@ -195,7 +196,7 @@ def _top(idx, q):
     return [(h["doc"], h["text"]) for h in map(json.loads, r.stdout.splitlines())]
 
 
-def test_a_run_killed_while_embedding_is_resumed(tmp_path, kernel_small, st32, monkeypatch):
+def test_a_run_killed_while_embedding_is_searchable_then_resumed(tmp_path, kernel_small, st32, monkeypatch):
     big = tmp_path / "big"
     big.mkdir()
     text = kernel_small.read_text()[:60_000]
@@ -219,20 +220,29 @@ def test_a_run_killed_while_embedding_is_resumed(tmp_path, kernel_small, st32, m
     p.wait()
     kept = _journal(idx)
     assert kept >= 48
-    assert json.loads((idx / "manifest.json").read_text())["generation"] == 1
-    assert _top(idx, "scheduler red-black tree") == before  # the published generation is intact
+    # more chunks than 16 batches: they were published for BM25 before embedding began (generation 2)
+    m = json.loads((idx / "manifest.json").read_text())
+    assert m["generation"] == 2 and m["pending"] > kept
+    assert _top(idx, "scheduler red-black tree")[0] == before[0]
+    words = " ".join(text[15_200:15_400].split()[3:12])  # from part3.txt
+    bm25 = run_cli(["rag", "query", str(idx), words, "--mode", "bm25", "--jsonl", "-k", "1"])
+    assert json.loads(bm25.stdout)["doc"].endswith("part3.txt")  # searchable before its vectors exist
+    assert run_cli(["rag", "query", str(idx), words]).exit_code == 0  # hybrid: dense over the embedded rows
+    info = run_cli(["rag", "info", str(idx)])
+    assert f"embedding: {m['pending']} chunk(s) without vectors yet" in info.stdout
     r = run_cli(["rag", "index", str(idx), str(big), *args, "--json"])
     assert r.exit_code == 0, r.stderr
     rerun = json.loads(r.stdout)
-    assert rerun["generation"] == 2 and rerun["docs_added"] == 12
-    assert rerun["vectors_resumed"] == kept and rerun["embedded"] > 0  # killed halfway, not at the end
+    assert rerun["generation"] == 3 and rerun["docs_added"] == 0 and rerun["docs_unchanged"] == 12
+    assert rerun["vectors_resumed"] == kept and rerun["embedded"] == m["pending"] - kept  # only the rest
+    assert "pending" not in json.loads((idx / "manifest.json").read_text())
     assert rerun["embedded"] + rerun["vectors_reused"] == rerun["chunks_indexed"]
     assert _journal(idx) == 0  # published: the generation holds them
     clean = tmp_path / "clean"
     for src in (small, big):
         r = run_cli(["rag", "index", str(clean), str(src), *args, "--json"])
         assert r.exit_code == 0, r.stderr
-    assert json.loads(r.stdout)["embedded"] == rerun["embedded"] + kept
+    assert json.loads(r.stdout)["embedded"] == m["pending"] and json.loads(r.stdout)["generation"] == 3
     assert _chunks(idx) == _chunks(clean)
     gen = {d: json.loads((d / "manifest.json").read_text())["generation"] for d in (idx, clean)}
     np.testing.assert_array_equal(np.load(idx / f"gen-{gen[idx]}" / "vectors.npy"),

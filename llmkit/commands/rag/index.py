@@ -140,6 +140,9 @@ def info_cmd(index_dir, as_json):
              f"model {m['model']} ({m['dim']}-d, {m['embed_precision']}), "
              + (f"{m['store']['uri']} collection {m['store'].get('collection')} ({m['index']})" if m["store"]
                 else f"faiss {m['index']}"))
+    if m.get("pending"):
+        out.data(f"  embedding: {m['pending']} chunk(s) without vectors yet: BM25 finds them, dense search does not "
+                 "(the run embedding them publishes the next generation; if it stopped, run rag index again)")
     for name, c in m["collections"].items():
         size = (f"{c.get('tokens')} model tokens" if c.get("unit") == "tokens" else f"sizes {c.get('sizes')} characters")
         out.data(f"  {name}: {c.get('docs', 0)} documents, {c.get('chunks', 0)} chunks; {c.get('chunker')} {size}, "

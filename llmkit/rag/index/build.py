@@ -343,6 +343,9 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
             report.generation, report.index_type = manifest["generation"], manifest["index"] or ""
             report.chunks_indexed = sum(c.get("chunks", 0) for c in manifest["collections"].values())
             return report
+        if _searchable_first(manifest, opts, report):
+            publish(directory, con, manifest, gen, opts, report, progress, searchable_first=True)
+            gen = report.generation = gen + 1  # a failure from here on keeps the searchable generation
         publish(directory, con, manifest, gen, opts, report, progress)
     except BaseException as e:
         if con.in_transaction:
@@ -355,10 +358,25 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     return report
 
 
+SEARCHABLE_FIRST_BATCHES = 16  # a run adding more chunks than this many embedding batches is searchable first
+
+
+def _searchable_first(manifest, opts: IndexOptions, report) -> bool:
+    """Publish the run's chunks for BM25 before embedding them (their vectors come with the next
+    generation) when embedding them takes long: more than SEARCHABLE_FIRST_BATCHES batches, embedded
+    here into the index directory's own vector files."""
+    from llmkit import config
+
+    return (report.chunks_added > SEARCHABLE_FIRST_BATCHES * config.size("LLMKIT_INDEX_BATCH")
+            and not manifest["store"] and not opts.embed.ray)
+
+
 def _nothing_to_publish(manifest, opts: IndexOptions, report) -> bool:
     """A run that added, changed and removed nothing keeps the live generation: publishing would
-    rebuild the same one (a format upgrade, a new collection, a new graph or index type still do)."""
+    rebuild the same one (a format upgrade, a new collection, a new graph or index type still do, and
+    so do vectors a stopped run left pending)."""
     return (manifest["generation"] > 0 and not report.docs_added and not report.docs_removed
+            and not manifest.get("pending")
             and not report.migrated_from and not report.changes and opts.collection in manifest["collections"]
             and not opts.store.keeps_graph and opts.store.index_type in ("auto", manifest["index"])
             and not opts.store.vector_dtype)  # a vector dtype asked for: stored as asked

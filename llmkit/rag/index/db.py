@@ -86,6 +86,16 @@ def journal_get(con: sqlite3.Connection, space: str, keys: list[str]) -> dict[st
     return out
 
 
+def journal_keys(con: sqlite3.Connection, space: str, keys: list[str]) -> set[str]:
+    """The text hashes among `keys` the journal holds a vector for."""
+    out: set[str] = set()
+    for lo in range(0, len(keys), 500):
+        part = keys[lo:lo + 500]
+        out.update(k for (k,) in con.execute(
+            f"SELECT key FROM embeddings WHERE space = ? AND key IN ({','.join('?' * len(part))})", (space, *part)))
+    return out
+
+
 def journal_put(con: sqlite3.Connection, space: str, items) -> None:
     """Keep one batch of (text hash, float32 vector) durably (its own transaction)."""
     con.execute("BEGIN")

@@ -23,13 +23,17 @@ from llmkit.rag.index.manifest import now, try_retire, write_manifest
 from llmkit.rag.index.vectors import index_kind, vector_dtype, write_vectors
 
 
-def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set | None = None) -> None:
+def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set | None = None,
+            searchable_first: bool = False) -> None:
     """Build gen-N (dedupe, embed new text, BM25, vectors), then swap the manifest. `keep_ids`: exactly
-    these chunks, no dedupe, every vector computed again (a model switch)."""
+    these chunks, no dedupe, every vector computed again (a model switch). `searchable_first`: embed
+    nothing; a chunk whose text has no vector yet gets a zero one and False in embedded.npy, the
+    manifest counts them as `pending`, and the next generation brings their vectors."""
     from llmkit.rag.index.analysis import doc_terms
     from llmkit.rag.index.bm25 import BM25Index
 
     rows = db.live_chunks(con, gen)
+    manifest.pop("pending", None)  # chunks without a vector: set again below if this generation has some
     if keep_ids is not None:
         rows = [r for r in rows if r[0] in keep_ids]
     rows = _dedupe(con, rows, opts.chunk, report) if opts.chunk.dedupe and rows and keep_ids is None else rows
@@ -50,8 +54,12 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
                               switch=keep_ids is not None)
     elif rows:
         path = os.path.join(gdir, "vectors.npy")
-        dim = _vectors(directory, con, manifest, opts, rows, keys, path, report, progress, reuse=keep_ids is None)
-        kind = index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above)
+        dim, pending = _vectors(directory, con, manifest, opts, rows, keys, path, report, progress,
+                                reuse=keep_ids is None, embed=not searchable_first)
+        if pending:
+            manifest["pending"] = pending
+        # exact search until the vectors are complete: no graph is built twice
+        kind = "flat" if pending else index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above)
         dtype = vector_dtype(opts.store.vector_dtype, os.path.join(directory, f"gen-{manifest['generation']}"))
         report.index_type = write_vectors(gdir, kind, dtype)
     if rows:
@@ -278,10 +286,10 @@ def _embed_missing(con, manifest, opts, items, dim, report, progress) -> int | N
 
     space = _space(manifest)
     texts = dict(items)  # unique text hashes (a corpus kept without dedupe may repeat a text) -> a chunk id
-    held = db.journal_get(con, space, list(texts))
+    held = db.journal_keys(con, space, list(texts))
     report.vectors_resumed = len(held)
     if held and not dim:
-        dim = len(next(iter(held.values()))) // 4
+        dim = _journal_dim(con, manifest, next(iter(held)))
     todo = [k for k in texts if k not in held]
     del held
     if not todo:
@@ -318,6 +326,11 @@ def _embed_missing(con, manifest, opts, items, dim, report, progress) -> int | N
     return dim
 
 
+def _journal_dim(con, manifest, key: str) -> int:
+    """The dimension of the journal's vectors (from one of them)."""
+    return len(db.journal_get(con, _space(manifest), [key])[key]) // 4
+
+
 def _journalled(con, manifest, keys: list[str], dim: int) -> np.ndarray:
     """The journal's vectors of these text hashes, in order."""
     got = db.journal_get(con, _space(manifest), keys)
@@ -330,10 +343,12 @@ def _check_dim(got: int, dim: int | None) -> None:
                        "Use the model the index was built with.")
 
 
-def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, reuse: bool = True) -> int:
+def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, reuse: bool = True,
+             embed: bool = True) -> tuple[int, int]:
     """Write the live chunks' vectors to `out` (a .npy file, filled in slices): reused from the
     previous generation where the text is unchanged (same model: a model switch passes
-    reuse=False), from the journal, or embedded now; returns their dimension."""
+    reuse=False), from the journal, or embedded now; (their dimension, chunks left without a vector:
+    only with embed=False, marked in embedded.npy beside `out`)."""
     old_gen = os.path.join(directory, f"gen-{manifest['generation']}")
     old_vecs = None
     reuse_at: dict[bytes, int] = {}
@@ -341,15 +356,25 @@ def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, 
         try:
             old_keys = np.load(os.path.join(old_gen, "keys.npy"))
             old_vecs = np.load(os.path.join(old_gen, "vectors.npy"), mmap_mode="r")
-            reuse_at = {k: i for i, k in enumerate(old_keys.tolist())}
+            done = _embedded(old_gen, len(old_keys))
+            reuse_at = {k: i for i, k in enumerate(old_keys.tolist()) if done[i]}
         except (OSError, ValueError):
             old_vecs = None
     key_list = keys.tolist()
     need = [i for i, k in enumerate(key_list) if k not in reuse_at]
     have = [i for i, k in enumerate(key_list) if k in reuse_at]
-    dim = _embed_missing(con, manifest, opts, [(key_list[i].decode(), rows[i][0]) for i in need], manifest["dim"],
-                         report, progress)
+    missing: list[int] = []
+    if embed:
+        dim = _embed_missing(con, manifest, opts, [(key_list[i].decode(), rows[i][0]) for i in need],
+                             manifest["dim"], report, progress)
+    else:
+        held = db.journal_keys(con, _space(manifest), [key_list[i].decode() for i in need])
+        missing = [i for i in need if key_list[i].decode() not in held]
+        need = [i for i in need if key_list[i].decode() in held]
+        dim = _journal_dim(con, manifest, key_list[need[0]].decode()) if need else None
     dim = dim or manifest["dim"] or (old_vecs.shape[1] if old_vecs is not None else 0)
+    if not dim:
+        dim = load_index_embedder(manifest, opts.embed, progress).dim
     vectors = np.lib.format.open_memmap(out, "w+", np.float32, (len(rows), dim))
     step = 8192
     for lo in range(0, len(have), step):
@@ -360,5 +385,17 @@ def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, 
         vectors[part] = _journalled(con, manifest, [key_list[i].decode() for i in part], dim)
     vectors.flush()
     del vectors
-    report.vectors_reused = len(rows) - report.embedded
-    return dim
+    if missing:
+        done = np.ones(len(rows), bool)
+        done[missing] = False
+        np.save(os.path.join(os.path.dirname(out), "embedded.npy"), done)
+    report.vectors_reused = len(rows) - report.embedded - len(missing)
+    return dim, len(missing)
+
+
+def _embedded(gdir: str, n: int) -> np.ndarray:
+    """Which rows of a generation have their vector (all, unless it was published searchable-first)."""
+    try:
+        return np.load(os.path.join(gdir, "embedded.npy"))
+    except OSError:
+        return np.ones(n, bool)
