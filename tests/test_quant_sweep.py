@@ -160,6 +160,9 @@ def test_refusals(setup, tmp_path):
     assert r.exit_code == 2 and "--type TYPES and/or --target-size SIZES" in r.stderr
     r, _ = sweep(base, text, out, "--type", "Q4_0", "--plot", str(tmp_path / "front.gif"))
     assert r.exit_code == 2 and "'.gif' is not a chart format" in r.stderr and not out.exists()
+    for flag in ("-t", "-b", "--ubatch-size"):
+        r, _ = sweep(base, text, out, "--type", "Q4_0", flag, "0")
+        assert r.exit_code == 2 and "0 is not in the range x>=1" in r.stderr and not out.exists(), flag
     r, _ = sweep(base, text, out, "--type", "Q4_0")
     assert r.exit_code == 0, r.stderr
     r = run_cli(["quant", "sweep", str(base), "--text", str(text), "-o", str(out), "--type", "Q4_0", "-c", "64",

@@ -303,3 +303,9 @@ def test_old_index_flag_spellings_work_with_one_note_each(tmp_path, st32):
     assert r.exit_code == 1 and "must be at least 1" in r.stderr
     r = run_cli(["rag", "index", str(tmp_path / "bad"), str(d), "--ray", "auto,threads=2"])
     assert r.exit_code == 2 and "ADDRESS[,workers=N][,batch=N]" in r.stderr
+
+
+def test_eval_recall_k_must_be_positive(tmp_path):
+    r = run_cli(["rag", "eval", str(tmp_path), "--queries", str(tmp_path / "q.jsonl"), "--qrels",
+                 str(tmp_path / "qrels.txt"), "--recall-k", "0"])
+    assert r.exit_code == 2 and "0 is not in the range x>=1" in r.stderr

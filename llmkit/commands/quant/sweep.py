@@ -34,12 +34,13 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("-c", "--ctx-size", "n_ctx", default=512, show_default=True, type=click.IntRange(min=4),
               help="Tokens per scored chunk (as `quant ppl -c`).")
 @click.option("--chunks", default=0, type=click.IntRange(min=0), help="Score at most N chunks (0 = all).")
-@click.option("-b", "--batch-size", "n_batch", default=2048, show_default=True, type=int,
+@click.option("-b", "--batch-size", "n_batch", default=2048, show_default=True, type=click.IntRange(min=1),
               help="Tokens per llama.cpp batch (as `quant ppl -b`).")
-@click.option("--ubatch-size", "n_ubatch", default=512, show_default=True, type=int, help="Physical batch size.")
+@click.option("--ubatch-size", "n_ubatch", default=512, show_default=True, type=click.IntRange(min=1),
+              help="Physical batch size.")
 @click.option("--flash-attn", "flash_attn", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True, help="Flash attention (auto is on for the CPU).")
-@click.option("-t", "--threads", type=int, help="Threads for quantizing and scoring (default: all cores).")
+@click.option("-t", "--threads", type=click.IntRange(min=1), help="Threads for quantizing and scoring (default: all cores).")
 @plot_option("the size–KL-divergence front (llama.cpp's types and the budgets as two series)")
 def sweep_cmd(base, text_path, types, target_sizes, imatrix_path, out_dir, delete_files, n_ctx, chunks, n_batch,
               n_ubatch, flash_attn, threads, plot_path):

@@ -33,7 +33,8 @@ def parse_config(spec: str, llm_path: str | None = None):
                    "[+graph[=W]][+chunks][+rerank=SPEC][+hyde][+rewrite=N]; MODE is bm25, dense, hybrid (built-in fusion) or "
                    "tuned (the index's `rag tune` choice); repeatable (default: bm25, dense, hybrid, and tuned "
                    "when the index has one).")
-@click.option("--recall-k", default=100, show_default=True, type=int)
+@click.option("--recall-k", default=100, show_default=True, type=click.IntRange(min=1),
+              help="Recall is measured over this many hits per query.")
 @click.option("--llm", "llm_path", help="Local GGUF model, or OpenAI-compatible chat endpoint URL[#MODEL], for "
               "configurations that need one.")
 @click.option("--limit", default=0, type=int, help="Only the first N queries.")
