@@ -268,3 +268,13 @@ def test_a_server_that_comes_back_rejoins_and_one_that_does_not_ends_the_batch(m
         assert time.monotonic() - t < 10
     finally:
         s.close()
+
+
+def test_output_that_is_not_a_batch_record_is_refused_before_any_request(tmp_path):
+    """-o naming a file that holds something else: one line, exit 1, the file untouched, no server asked."""
+    out = tmp_path / "notes.jsonl"
+    out.write_text('{"not": "a record"}\n')
+    r = run_cli(["server", "batch", "--server", "http://127.0.0.1:9", _batch_file(tmp_path, [{"id": 1, "prompt": "x"}]),
+                 "-o", str(out)])
+    assert r.exit_code == 1 and "line 1 is not an output record of llmkit server batch" in r.stderr
+    assert out.read_text() == '{"not": "a record"}\n'

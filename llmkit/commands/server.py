@@ -85,17 +85,9 @@ def batch_cmd(batch_path, urls, output_path, on_error, retries, sampling):
         out.warn(msg + " (skipped)")
     fd = None
     if output_path:
-        try:
-            fd, done = batch.open_resumable(output_path)
-        except batch.NotAnOutputFile as e:
-            raise BadInput(f"'{e.path}' line {e.line} is not an output record of llmkit server batch; "
-                           "write to another file with -o.") from None
-        before = len(items)
-        items = [it for it in items if json.dumps(it.id) not in done]
-        for i, it in enumerate(items):
-            it.index = i
-        if before != len(items):
-            out.info(f"{output_path}: {before - len(items)} of {before} items already done, running {len(items)}")
+        fd, items, n_done = batch.resume(items, output_path)
+        if n_done:
+            out.info(f"{output_path}: {n_done} of {n_done + len(items)} items already done, running {len(items)}")
     emit = (lambda rec: batch.append_record(fd, rec)) if fd is not None else out.record
     defaults = sampling.server_fields()
     try:

@@ -202,7 +202,8 @@ class ServersLost(BadInput):
 
 class NotAnOutputFile(BadInput):
     def __init__(self, path: str, line: int):
-        super().__init__(f"'{path}' line {line} is not an output record of a batch run; write to another file.")
+        super().__init__(f"'{path}' line {line} is not an output record of llmkit server batch; write to another "
+                         "file with -o.")
         self.path, self.line = path, line
 
 
@@ -385,6 +386,16 @@ def open_resumable(path: str) -> tuple[int, set]:
         os.close(fd)
         raise
     return fd, done
+
+
+def resume(items: list[Item], path: str) -> tuple[int, list[Item], int]:
+    """Open `path` to append results to (open_resumable): a descriptor, the items whose ids it does not
+    hold yet (renumbered in input order) and how many it already holds."""
+    fd, done = open_resumable(path)
+    left = [it for it in items if json.dumps(it.id) not in done]
+    for i, it in enumerate(left):
+        it.index = i
+    return fd, left, len(items) - len(left)
 
 
 def append_record(fd: int, record: dict) -> None:
