@@ -190,8 +190,8 @@ def _chunks(idx) -> list[tuple[str, str]]:
     return sorted(got)
 
 
-def _top(idx, q):
-    r = run_cli(["rag", "query", str(idx), q, "-k", "10", "--jsonl"])
+def _top(idx, q, *extra):
+    r = run_cli(["rag", "query", str(idx), q, "-k", "10", "--jsonl", *extra])
     assert r.exit_code == 0, r.stderr
     return [(h["doc"], h["text"]) for h in map(json.loads, r.stdout.splitlines())]
 
@@ -244,12 +244,16 @@ def test_a_run_killed_while_embedding_is_searchable_then_resumed(tmp_path, kerne
         assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["embedded"] == m["pending"] and json.loads(r.stdout)["generation"] == 3
     assert _chunks(idx) == _chunks(clean)
+    linked = [os.stat(clean / f"gen-{g}" / "bm25" / "params.json").st_ino for g in (2, 3)]
+    assert linked[0] == linked[1]  # the clean run's final generation took its first one's BM25 as it was
     gen = {d: json.loads((d / "manifest.json").read_text())["generation"] for d in (idx, clean)}
     np.testing.assert_array_equal(np.load(idx / f"gen-{gen[idx]}" / "vectors.npy"),
                                   np.load(clean / f"gen-{gen[clean]}" / "vectors.npy"))
     for q in ("scheduler red-black tree", "memory allocation with kmalloc", "interrupt handlers",
-              "how are locks taken"):
+              "how are locks taken", words):
         assert _top(idx, q) == _top(clean, q), q
+        # the clean run's BM25 files are its searchable-first generation's, the resumed one's built anew
+        assert _top(idx, q, "--mode", "bm25") == _top(clean, q, "--mode", "bm25"), q
 
 
 def test_a_file_that_changes_while_it_is_read_is_read_again(tmp_path, st32, monkeypatch):

@@ -343,10 +343,12 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
             report.generation, report.index_type = manifest["generation"], manifest["index"] or ""
             report.chunks_indexed = sum(c.get("chunks", 0) for c in manifest["collections"].values())
             return report
+        first = None
         if _searchable_first(manifest, opts, report):
             publish(directory, con, manifest, gen, opts, report, progress, searchable_first=True)
+            first = os.path.join(directory, f"gen-{gen}")
             gen = report.generation = gen + 1  # a failure from here on keeps the searchable generation
-        publish(directory, con, manifest, gen, opts, report, progress)
+        publish(directory, con, manifest, gen, opts, report, progress, same_as=first)
     except BaseException as e:
         if con.in_transaction:
             con.execute("ROLLBACK")

@@ -24,11 +24,13 @@ from llmkit.rag.index.vectors import index_kind, vector_dtype, write_vectors
 
 
 def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set | None = None,
-            searchable_first: bool = False) -> None:
+            searchable_first: bool = False, same_as: str | None = None) -> None:
     """Build gen-N (dedupe, embed new text, BM25, vectors), then swap the manifest. `keep_ids`: exactly
     these chunks, no dedupe, every vector computed again (a model switch). `searchable_first`: embed
     nothing; a chunk whose text has no vector yet gets a zero one and False in embedded.npy, the
-    manifest counts them as `pending`, and the next generation brings their vectors."""
+    manifest counts them as `pending`, and the next generation brings their vectors. `same_as`: the
+    directory of the searchable-first generation this run just published over the same rows: its
+    deduplication and BM25 files are taken over (hard links) instead of being computed again."""
     from llmkit.rag.index.analysis import doc_terms
     from llmkit.rag.index.bm25 import BM25Index
 
@@ -36,7 +38,11 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     manifest.pop("pending", None)  # chunks without a vector: set again below if this generation has some
     if keep_ids is not None:
         rows = [r for r in rows if r[0] in keep_ids]
-    rows = _dedupe(con, rows, opts.chunk, report) if opts.chunk.dedupe and rows and keep_ids is None else rows
+    if same_as is not None:
+        kept = set(np.load(os.path.join(same_as, "rows.npy")).tolist())
+        rows = [r for r in rows if r[0] in kept]
+    elif opts.chunk.dedupe and rows and keep_ids is None:
+        rows = _dedupe(con, rows, opts.chunk, report)
     report.chunks_indexed = len(rows)
     gdir = os.path.join(directory, f"gen-{gen}")
     shutil.rmtree(gdir, ignore_errors=True)  # a half-built directory of a killed run
@@ -66,8 +72,11 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
         if progress:
             progress("BM25", 0, 1)
         how, idents = manifest["analysis"], manifest["bm25_idents"]
-        texts = db.texts_of(con, [r[0] for r in rows])  # streamed: BM25 keeps postings, not texts
-        BM25Index.build(doc_terms(t, how, idents) for t in texts).save(os.path.join(gdir, "bm25"))
+        if same_as is not None and os.path.isdir(os.path.join(same_as, "bm25")):
+            shutil.copytree(os.path.join(same_as, "bm25"), os.path.join(gdir, "bm25"), copy_function=_link)
+        else:
+            texts = db.texts_of(con, [r[0] for r in rows])  # streamed: BM25 keeps postings, not texts
+            BM25Index.build(doc_terms(t, how, idents) for t in texts).save(os.path.join(gdir, "bm25"))
         if manifest["ranking"] == "documents":  # the unit a hit stands for: a document, a code definition
             _, unit = np.unique([(1, r[6]) if r[8] else (0, r[7]) for r in rows], axis=0, return_inverse=True)
             np.save(os.path.join(gdir, "unit.npy"), unit.reshape(-1).astype(np.int64))
@@ -84,6 +93,14 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
     db.journal_clear(con)  # the generation holds its vectors now
     _retire_old(directory, con, manifest, gen)
+
+
+def _link(src: str, dst: str) -> None:
+    """Hard-link a file of an immutable generation into a new one (a copy where links fail)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def _retire_old(directory, con, manifest, gen) -> None:
