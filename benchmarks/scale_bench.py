@@ -24,7 +24,8 @@ build  `llmkit rag index` of a tree of text files (kernel-doc paragraphs, number
        (wall, peak RSS, chunks/s against the smallest tree's), a re-run with nothing changed, a
        re-run after one file was edited (whole commands), and a first run killed with SIGKILL once
        the embedding journal holds half the chunks followed by the run that resumes it (its time
-       against a full run's; the resumed index's chunks and top-10 hits compared with the full run's).
+       against a full run's; the resumed index's chunks and top-10 hits compared with the full run's;
+       when the killed run published its chunks for BM25 before embedding, how long that took).
 """
 
 from __future__ import annotations
@@ -229,8 +230,17 @@ def resume_child(tree: str, idx: str, model: str, full_idx: str, queries: str) -
         except sqlite3.Error:
             return 0
 
+    def pending() -> bool:
+        try:
+            return bool(json.load(open(os.path.join(idx, "manifest.json"))).get("pending"))
+        except (OSError, ValueError):
+            return False
+
+    t0, searchable = time.perf_counter(), None
     p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while p.poll() is None and journal() < want:
+        if searchable is None and pending():  # published for BM25, vectors still coming
+            searchable = time.perf_counter() - t0
         time.sleep(0.02)
     killed = p.poll() is None
     if killed:
@@ -259,7 +269,7 @@ def resume_child(tree: str, idx: str, model: str, full_idx: str, queries: str) -
         return [(h["doc"], h["text"]) for h in map(json.loads, out.splitlines())]
 
     qs = json.load(open(queries))
-    print(json.dumps({"killed": killed, "kept": kept, "rerun_s": dt, "embedded": rep["embedded"],
+    print(json.dumps({"killed": killed, "kept": kept, "searchable_s": searchable, "rerun_s": dt, "embedded": rep["embedded"],
                       "resumed": rep["vectors_resumed"], "chunks": rep["chunks_indexed"],
                       "same_chunks": chunks(idx) == chunks(full_idx),
                       "same_top10": sum(top(idx, q) == top(full_idx, q) for q in qs), "queries": len(qs)}))
@@ -498,7 +508,9 @@ def build_rows(cfg, sizes: list[int]) -> list[Row]:
                        f"resuming run {r['rerun_s']:.2f} s: embedded {r['embedded']}, from the journal {r['resumed']}",
                        f"{ratio(r['rerun_s'], w.median)} a full run's",
                        f"killed mid-run: {r['killed']}; same chunks as a full run: {r['same_chunks']}; same top-10: "
-                       f"{r['same_top10']}/{r['queries']} queries", cmds_of(resume)))
+                       f"{r['same_top10']}/{r['queries']} queries; the killed run was searchable by BM25 after "
+                       + (f"{r['searchable_s']:.1f} s" if r["searchable_s"] is not None else "– (fewer than 16 "
+                          "batches of chunks: one publish)"), cmds_of(resume)))
     return out
 
 
