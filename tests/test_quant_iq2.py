@@ -63,7 +63,7 @@ def test_threads_give_the_same_bytes(name):
 def test_grid_tables_built_read_back_and_cached(tmp_path, monkeypatch):
     """The grids come from ggml's dequantizer; kmap and neighbour lists as iq2xs_init_impl builds
     them; the .npy cache written atomically and read back equal."""
-    from llmkit.quant.formats import iq2grid
+    from llmkit.quant.formats.iquants import iq2grid
 
     monkeypatch.setenv("LLMKIT_CACHE", str(tmp_path))
     monkeypatch.setattr(iq2grid, "_MEMO", {})

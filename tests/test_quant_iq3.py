@@ -53,12 +53,13 @@ def test_without_numba_one_line(monkeypatch):
     import sys
 
     from llmkit.errors import MissingDependency
-    import llmkit.quant.formats as formats
-    from llmkit.quant.formats import get_format, iq3
+    import llmkit.quant.formats.iquants as iquants
+    from llmkit.quant.formats import get_format
+    from llmkit.quant.formats.iquants import iq3
 
     monkeypatch.setattr(iq3, "_KERNELS", None)
-    monkeypatch.setitem(sys.modules, "llmkit.quant.formats._kernels_iq3", None)  # import fails
-    monkeypatch.delattr(formats, "_kernels_iq3", raising=False)
+    monkeypatch.setitem(sys.modules, "llmkit.quant.formats.iquants._kernels_iq3", None)  # import fails
+    monkeypatch.delattr(iquants, "_kernels_iq3", raising=False)
     f = get_format("IQ3_XXS")
     assert not f.compiled()
     with pytest.raises(MissingDependency, match=r"pip install 'llmkit\[quant\]'") as e:
@@ -76,7 +77,7 @@ def test_grid_tables_built_read_back_and_cached(tmp_path, monkeypatch, size, nwa
     """The grids come from ggml's dequantizer; kmap and neighbour lists as iq3xs_init_impl builds
     them (`total`: the length of ggml's neighbour array); the .npy cache written atomically and read
     back equal."""
-    from llmkit.quant.formats import iq3grid
+    from llmkit.quant.formats.iquants import iq3grid
 
     monkeypatch.setenv("LLMKIT_CACHE", str(tmp_path))
     monkeypatch.setattr(iq3grid, "_MEMO", {})

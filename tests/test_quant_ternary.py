@@ -53,7 +53,7 @@ def test_blocks_equal_ggml(name, jit, monkeypatch):
 def test_fp4_table_is_ggmls():
     """The E2M1 values derived from the format's definition are the ones ggml decodes: a block with
     exponent 128 (scale 2^0 / 2 doubled back) and codes 0..15 in order."""
-    from llmkit.quant.formats.mxfp4 import E2M1_DOUBLED
+    from llmkit.quant.formats.lowbit.mxfp4 import E2M1_DOUBLED
 
     block = np.zeros(17, np.uint8)
     block[0] = 128

@@ -14,9 +14,13 @@ from llmkit.quant.formats.jit import DEFAULT, Kernels
 from llmkit.quant.formats.numerics import F32
 
 FORMATS: dict[str, "Format"] = {}
-MODULES = ("floats", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
-           "iq4_xs", "tq1_0", "tq2_0", "mxfp4", "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m",
-           "q1_0", "q2_0")
+# the type modules by family package (a module is its type's name lower-cased; the plain floats share one)
+FAMILIES = {"legacy": ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1"),
+            "kquants": ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k"),
+            "iquants": ("iq4_nl", "iq4_xs", "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m"),
+            "lowbit": ("tq1_0", "tq2_0", "mxfp4", "q1_0", "q2_0")}
+MODULES = ("floats", *(f"{family}.{m}" for family, ms in FAMILIES.items() for m in ms))  # under llmkit.quant.formats
+_PATHS = {m.rpartition(".")[2]: m for m in MODULES}
 
 
 class Format:
@@ -141,8 +145,8 @@ def by_id(type_id: int) -> Format | None:
 
 
 def _module_of(name: str) -> str:
-    """The module defining type `name` (its name lower-cased; the plain floats share one)."""
-    return "floats" if name in ("F32", "F16", "BF16") else name.lower()
+    """The module defining type `name` under llmkit.quant.formats (`kquants.q4_k`, `floats`), or ""."""
+    return "floats" if name in ("F32", "F16", "BF16") else _PATHS.get(name.lower(), "")
 
 
 def _load(name: str) -> None:
@@ -159,7 +163,7 @@ def _load_all() -> None:
     """Import every format module (each registers its class in FORMATS)."""
     for m in MODULES:
         if m != "floats":
-            _load(m.upper())
+            _load(m.rpartition(".")[2].upper())
     _load("F32")
 
 

@@ -114,6 +114,24 @@ def kernels():
     return _KERNELS or None
 
 
+def load_kernels(module: str):
+    """The compiled kernel module llmkit.quant.formats.<module> (`iquants._kernels_iq2`, ...), imported
+    on first use with numba's cache in llmkit's, so numba is never imported with llmkit's CLI; without
+    numba, MissingDependency names the extra to install. numpy.ma is imported first: numba's first
+    kernel call imports it, and an import must not run in a thread that a fork may copy half done."""
+    import importlib
+
+    import numpy.ma  # noqa: F401
+
+    from llmkit.errors import MissingDependency
+
+    kernels()  # points numba at its cache; None without numba
+    try:
+        return importlib.import_module(f"llmkit.quant.formats.{module}")
+    except ImportError:
+        raise MissingDependency("numba", "quant") from None
+
+
 def run_weighted(name: str, x: np.ndarray, qw: np.ndarray, type_size: int, block: int) -> np.ndarray:
     """Quantize (n_rows, n) float32 rows with the imatrix qw (n,) with kernel `name`: each block gets
     its slice of qw -> (n_blocks, type_size) uint8."""

@@ -13,17 +13,17 @@ without one). It runs only as compiled numba kernels (_kernels_iq1.py), called a
 
 from __future__ import annotations
 
-from llmkit.quant.formats import iq2grid
-from llmkit.quant.formats.iq3 import GridFormat
-from llmkit.quant.formats.lattice import load_kernels
+from llmkit.quant.formats.iquants import iq2grid
+from llmkit.quant.formats.iquants.iq3 import GridFormat
+from llmkit.quant.formats.jit import load_kernels
 
 _KERNELS = None
 
 
 def kernels():
-    """The compiled kernel module _kernels_iq1 (imported on first use: lattice.load_kernels)."""
+    """The compiled kernel module _kernels_iq1 (imported on first use: jit.load_kernels)."""
     global _KERNELS
-    _KERNELS = _KERNELS or load_kernels("_kernels_iq1")
+    _KERNELS = _KERNELS or load_kernels("iquants._kernels_iq1")
     return _KERNELS
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats import iq2grid
-from llmkit.quant.formats.iq1 import TernaryGridFormat
+from llmkit.quant.formats.iquants import iq2grid
+from llmkit.quant.formats.iquants.iq1 import TernaryGridFormat
 from llmkit.quant.formats.numerics import F32, half_to_f32
 
 

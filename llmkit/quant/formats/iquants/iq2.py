@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats import iq2grid
-from llmkit.quant.formats.lattice import LatticeFormat, load_kernels
+from llmkit.quant.formats.iquants import iq2grid
+from llmkit.quant.formats.iquants.lattice import LatticeFormat
+from llmkit.quant.formats.jit import load_kernels
 from llmkit.quant.formats.numerics import F32
 
 _KERNELS = None
 
 
 def kernels():
-    """The compiled kernel module _kernels_iq2 (imported on first use: lattice.load_kernels)."""
+    """The compiled kernel module _kernels_iq2 (imported on first use: jit.load_kernels)."""
     global _KERNELS
-    _KERNELS = _KERNELS or load_kernels("_kernels_iq2")
+    _KERNELS = _KERNELS or load_kernels("iquants._kernels_iq2")
     return _KERNELS
 
 

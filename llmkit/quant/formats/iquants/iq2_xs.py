@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats import iq2grid
-from llmkit.quant.formats.iq2 import IQ2Format, sub_scales
-from llmkit.quant.formats.lattice import nibbles, sign_values
+from llmkit.quant.formats.iquants import iq2grid
+from llmkit.quant.formats.iquants.iq2 import IQ2Format, sub_scales
+from llmkit.quant.formats.iquants.lattice import nibbles, sign_values
 from llmkit.quant.formats.numerics import F32, half_to_f32
 
 

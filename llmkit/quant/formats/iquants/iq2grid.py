@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats.lattice import GridSpec
+from llmkit.quant.formats.iquants.lattice import GridSpec
 
 GRID_SIZE = {"IQ2_XXS": 256, "IQ2_XS": 512, "IQ2_S": 1024, "IQ1_S": 2048, "IQ1_M": 2048}
 KMAP_SIZE = 43692

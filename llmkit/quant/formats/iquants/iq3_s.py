@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats import iq3grid
-from llmkit.quant.formats.iq3 import GridFormat
-from llmkit.quant.formats.lattice import nibbles, sign_values
+from llmkit.quant.formats.iquants import iq3grid
+from llmkit.quant.formats.iquants.iq3 import GridFormat
+from llmkit.quant.formats.iquants.lattice import nibbles, sign_values
 from llmkit.quant.formats.numerics import F32, half_to_f32
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats.lattice import GridSpec
+from llmkit.quant.formats.iquants.lattice import GridSpec
 from llmkit.quant.formats.numerics import F32
 
 GRID_SIZE = {"IQ3_XXS": 256, "IQ3_S": 512}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmkit.quant.formats.base import ColumnWeighted
-from llmkit.quant.formats.iq4 import block_scales, levels_bytes, table_values
+from llmkit.quant.formats.iquants.iq4 import block_scales, levels_bytes, table_values
 from llmkit.quant.formats.numerics import F32, blocks_t, colsum, fp16_bytes, half_to_f32, safe_inv
 from llmkit.quant.formats.search import imatrix_weights_t
 

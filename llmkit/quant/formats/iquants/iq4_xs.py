@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats.iq4 import block_scales, levels_bytes, table_values
-from llmkit.quant.formats.kquant import SuperBlockFormat
+from llmkit.quant.formats.iquants.iq4 import block_scales, levels_bytes, table_values
+from llmkit.quant.formats.kquants.kquant import SuperBlockFormat
 from llmkit.quant.formats.numerics import F32, abs_max_signed, blocks_t, colsum, fp16_bytes, half_to_f32, safe_inv
 from llmkit.quant.formats.search import imatrix_weights_t
 

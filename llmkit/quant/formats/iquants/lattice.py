@@ -1,8 +1,6 @@
 """What the lattice i-quants share (IQ1_S/IQ1_M, IQ2_XXS/XS/S, IQ3_XXS/S): a format whose only path
 is a compiled numba kernel run on whole rows, and the grid search tables those kernels read.
 
-- `load_kernels(module)`: imports a kernel module (`_kernels_iq2`, ...) on first use, so numba is
-  never imported with llmkit's CLI; without numba, MissingDependency names the extra to install.
 - `LatticeFormat`: the checks of `quantize` (row length, imatrix required or not, its length),
   the output rows, and a warm-up that compiles or loads the kernel once per process. A family
   (iq1.py, iq2.py, iq3.py) supplies only its kernel module, its kernel call (`run`) and the grid
@@ -23,7 +21,6 @@ under locks that a forked child gets fresh (a thread of the parent may have held
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 from dataclasses import dataclass
@@ -47,21 +44,6 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
-
-
-def load_kernels(module: str):
-    """The compiled kernel module llmkit.quant.formats.<module>, imported with numba's cache in
-    llmkit's (jit.py). numpy.ma is imported first: numba's first kernel call imports it, and an
-    import must not run in a thread that a fork may copy half done."""
-    import numpy.ma  # noqa: F401
-
-    from llmkit.quant.formats import jit
-
-    jit.kernels()  # points numba at its cache; None without numba
-    try:
-        return importlib.import_module(f"llmkit.quant.formats.{module}")
-    except ImportError:
-        raise MissingDependency("numba", "quant") from None
 
 
 def sign_values(signs: np.ndarray) -> np.ndarray:
@@ -95,7 +77,7 @@ class LatticeFormat(Format):
         cls.kernel = cls.name.lower()
 
     def kernel_module(self):
-        """The family's kernel module (load_kernels); MissingDependency without numba."""
+        """The family's kernel module (jit.load_kernels); MissingDependency without numba."""
         raise NotImplementedError
 
     def tables(self) -> tuple:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats.kquant import SuperBlockFormat
+from llmkit.quant.formats.kquants.kquant import SuperBlockFormat
 from llmkit.quant.formats.numerics import F32, abs_max_signed, blocks_t, colsum, fp16_bytes, half_to_f32, nearest_int
 from llmkit.quant.formats.packing import pack_2bit, unpack_2bit
 from llmkit.quant.formats.search import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats.kquant import ScaleMinK
+from llmkit.quant.formats.kquants.kquant import ScaleMinK
 
 
 class Q4_K(ScaleMinK):

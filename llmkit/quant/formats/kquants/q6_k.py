@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmkit.quant.formats.kquant import SuperBlockFormat
+from llmkit.quant.formats.kquants.kquant import SuperBlockFormat
 from llmkit.quant.formats.numerics import F32, blocks_t, fp16_bytes, half_to_f32, nearest_int
 from llmkit.quant.formats.search import GROUP_MAX_EPS, levels_to_blocks, make_qx_quants
 

@@ -15,8 +15,7 @@ import numpy as np
 
 from llmkit.errors import BadInput, MissingDependency
 from llmkit.quant.formats.base import Format
-from llmkit.quant.formats.jit import DEFAULT, Kernels
-from llmkit.quant.formats.lattice import load_kernels
+from llmkit.quant.formats.jit import DEFAULT, Kernels, load_kernels
 from llmkit.quant.formats.numerics import F32
 
 
@@ -81,7 +80,7 @@ def kernel(kernels: Kernels = DEFAULT):
         return None
     if _KERNEL is None:
         try:
-            _KERNEL = load_kernels("_kernels_fp4").mxfp4
+            _KERNEL = load_kernels("lowbit._kernels_fp4").mxfp4
         except MissingDependency:
             _KERNEL = False
     return _KERNEL or None

@@ -13,7 +13,7 @@ import numpy as np
 
 from llmkit.quant.formats.base import Format
 from llmkit.quant.formats.numerics import F32, abs_max_t, blocks_t, fp16_bytes, half_to_f32, safe_inv
-from llmkit.quant.formats.ternary import trits
+from llmkit.quant.formats.lowbit.ternary import trits
 
 
 class Q2_0(Format):

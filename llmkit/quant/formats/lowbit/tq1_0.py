@@ -13,7 +13,7 @@ import numpy as np
 
 from llmkit.quant.formats.base import Format
 from llmkit.quant.formats.numerics import F32, half_to_f32
-from llmkit.quant.formats.ternary import powers_of_3, scale_and_trits
+from llmkit.quant.formats.lowbit.ternary import powers_of_3, scale_and_trits
 
 
 def _ceil_byte(q: np.ndarray) -> np.ndarray:

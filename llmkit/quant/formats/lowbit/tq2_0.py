@@ -7,7 +7,7 @@ import numpy as np
 
 from llmkit.quant.formats.base import Format
 from llmkit.quant.formats.numerics import F32, half_to_f32
-from llmkit.quant.formats.ternary import scale_and_trits
+from llmkit.quant.formats.lowbit.ternary import scale_and_trits
 
 
 class TQ2_0(Format):
