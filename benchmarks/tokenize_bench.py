@@ -111,7 +111,7 @@ def encoder(impl: str, path: str):
     tok.encode_batch(["loading: the compiled tables are built on first use"])
     if threads == 1:
         return tok.encode_batch
-    from llmkit.tokenize.stream import in_order
+    from llmkit.tokenize.corpus.stream import in_order
 
     def run(lines):
         blocks = [lines[i:i + 20000] for i in range(0, len(lines), 20000)]

@@ -86,7 +86,7 @@ MUTATIONS = [
       "llmkit/quant/formats/_kernels.py", "_k4_head(x, qw, weighted, out, i, 15, F(-1.0), F(0.1), 20, scr)",
       "_k4_head(x, qw, weighted, out, i, 15, F(-1.0), F(0.1), 19, scr)",
       ("tests/test_quant_binary.py::test_f16_base_through_the_compiled_conversion",)),
-    M("bpe-merge-rank", "BPE applies the lowest-ranked merge first, as HF tokenizers does", "llmkit/tokenize/bpe.py",
+    M("bpe-merge-rank", "BPE applies the lowest-ranked merge first, as HF tokenizers does", "llmkit/tokenize/bpe/bpe.py",
       "if r is not None and (best is None or r[0] < best[0]):",
       "if r is not None and (best is None or r[0] > best[0]):",
       ("tests/test_tokenize_algorithms.py::test_bpe_matches_hf_merges_and_ids",

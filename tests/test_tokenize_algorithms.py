@@ -6,11 +6,11 @@ import random
 import pytest
 
 from llmkit.io import iter_lines
-from llmkit.tokenize.bpe import BPE, train_bpe
-from llmkit.tokenize.train import train
-from llmkit.tokenize.unigram import Unigram
-from llmkit.tokenize.unigram_train import UnigramTrainer, seed_pieces, train_unigram
-from llmkit.tokenize.wordpiece import WordPiece, train_wordpiece
+from llmkit.tokenize.bpe.bpe import BPE, train_bpe
+from llmkit.tokenize.training.train import train
+from llmkit.tokenize.unigram.unigram import Unigram
+from llmkit.tokenize.unigram.unigram_train import UnigramTrainer, seed_pieces, train_unigram
+from llmkit.tokenize.wordpiece.wordpiece import WordPiece, train_wordpiece
 
 COURSE = {"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}
 
@@ -152,7 +152,7 @@ def test_foreign_hf_files_bert_template_and_llama2_byte_fallback(hf):
     """HF files llmkit did not write: BERT (lowercase, [CLS]/[SEP] template) and Llama-2 style BPE."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
-    from llmkit.tokenize.hf import from_hf_json
+    from llmkit.tokenize.formats.hf import from_hf_json
 
     text = "Hello, world! The quick brown fox — naïve café 中文 🙂  end"
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}
@@ -191,9 +191,9 @@ def test_wordpiece_and_unigram_train_as_before(algo, size, path, kernel_small, m
 
     if path == "compiled":
         monkeypatch.setenv("LLMKIT_JIT", "1")
-        monkeypatch.setattr("llmkit.tokenize.wordpiece_native.EXTRA_PAIRS", 0)
-        monkeypatch.setattr("llmkit.tokenize.wordpiece_native.TEXT_PER_TOKEN", 0)
-        monkeypatch.setattr("llmkit.tokenize.wordpiece_native.FIRST_PAIR_SHARE", 1000)  # counted again, larger
+        monkeypatch.setattr("llmkit.tokenize.wordpiece.wordpiece_native.EXTRA_PAIRS", 0)
+        monkeypatch.setattr("llmkit.tokenize.wordpiece.wordpiece_native.TEXT_PER_TOKEN", 0)
+        monkeypatch.setattr("llmkit.tokenize.wordpiece.wordpiece_native.FIRST_PAIR_SHARE", 1000)  # counted again, larger
     else:
         monkeypatch.setenv("LLMKIT_NO_JIT", "1")
     tok = train(iter_lines([str(kernel_small)]), algo, size)

@@ -13,10 +13,10 @@ from conftest import run_cli
 from ggufmake import write_vocab_gguf
 from llmkit import tokenize
 from llmkit.io import iter_lines
-from llmkit.tokenize import count as count_mod
 from llmkit.tokenize import native
-from llmkit.tokenize.budget import split, truncate
-from llmkit.tokenize.train import train
+from llmkit.tokenize.corpus import count as count_mod
+from llmkit.tokenize.corpus.budget import split, truncate
+from llmkit.tokenize.training.train import train
 
 hf = pytest.importorskip("tokenizers")
 

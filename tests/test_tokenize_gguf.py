@@ -6,7 +6,7 @@ from ggufmake import write_vocab_gguf
 from llmkit import tokenize
 from llmkit.errors import BadFileFormat
 from llmkit.io import iter_lines
-from llmkit.tokenize.train import train
+from llmkit.tokenize.training.train import train
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

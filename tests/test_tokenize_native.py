@@ -13,7 +13,7 @@ from conftest import run_cli
 
 from llmkit import tokenize
 from llmkit.tokenize import native
-from llmkit.tokenize.hf import from_hf_json
+from llmkit.tokenize.formats.hf import from_hf_json
 
 hf = pytest.importorskip("tokenizers")
 
@@ -154,7 +154,7 @@ def test_library_loads_without_numba(kernels, bpe_file):
 
 
 def test_cli_threads_keep_input_order_and_hf_ids(kernels, bpe_file, kernel_docs, tmp_path, monkeypatch):
-    monkeypatch.setattr("llmkit.tokenize.stream.CHUNK_BYTES", 1 << 16)  # many blocks in flight
+    monkeypatch.setattr("llmkit.tokenize.corpus.stream.CHUNK_BYTES", 1 << 16)  # many blocks in flight
     text = kernel_docs.read_text(encoding="utf-8")[:400_000] + "\n" + "\n".join(adversarial_lines()[1:6]) + "\n"
     outs = {}
     for n in ("1", "2"):
@@ -176,7 +176,7 @@ def test_cli_threads_zero_is_a_usage_error_and_too_many_are_clamped(bpe_file, ke
 
 
 def test_stats_threads_equal_one_thread(bpe_file, kernel_small, tmp_path, monkeypatch):
-    monkeypatch.setattr("llmkit.tokenize.stats.BATCH_CHARS", 20_000)
+    monkeypatch.setattr("llmkit.tokenize.corpus.stats.BATCH_CHARS", 20_000)
     rows = {n: json.loads(run_cli(["tokenize", "stats", "--json", "-m", str(bpe_file), "-t", n, str(kernel_small)]).stdout)
             for n in ("1", "2")}
     assert rows["1"] == rows["2"]
@@ -200,6 +200,6 @@ def test_invalid_utf8_byte_level_encoded_others_refused(kernels, bpe_file, kerne
 
 def test_line_over_the_limit_is_refused_naming_it(bpe_file, monkeypatch):
     monkeypatch.setenv("LLMKIT_MAX_LINE_BYTES", "4K")
-    monkeypatch.setattr("llmkit.tokenize.stream.CHUNK_BYTES", 1024)
+    monkeypatch.setattr("llmkit.tokenize.corpus.stream.CHUNK_BYTES", 1024)
     r = run_cli(["tokenize", "encode", "-m", str(bpe_file)], input=b"ok\n" + b"x" * 10_000)
     assert r.exit_code == 1 and "longer than 4096 bytes (LLMKIT_MAX_LINE_BYTES)" in r.stderr

@@ -11,10 +11,11 @@ import pytest
 from conftest import llmkit_env, run_cli
 
 from llmkit.io import iter_lines
-from llmkit.tokenize import bpe_train_native, native
-from llmkit.tokenize.bpe import train_bpe
-from llmkit.tokenize.train import count_words, train
-from llmkit.tokenize.wordbound import Bound
+from llmkit.tokenize import native
+from llmkit.tokenize.bpe import bpe_train_native
+from llmkit.tokenize.bpe.bpe import train_bpe
+from llmkit.tokenize.training.train import count_words, train
+from llmkit.tokenize.training.wordbound import Bound
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +70,8 @@ def test_pruned_counts_keep_the_stated_error_bound(path, kernels, monkeypatch):
     low, every dropped word occurred at most E times, and the report adds up."""
     if path == "python":
         monkeypatch.setenv("LLMKIT_NO_JIT", "1")
-        monkeypatch.setattr("llmkit.tokenize.wordbound.BoundedCounter.CHECK_EVERY", 64)
-    monkeypatch.setattr("llmkit.tokenize.counting.BLOCK_CHARS", 4096)
+        monkeypatch.setattr("llmkit.tokenize.training.wordbound.BoundedCounter.CHECK_EVERY", 64)
+    monkeypatch.setattr("llmkit.tokenize.training.counting.BLOCK_CHARS", 4096)
     vocab = _random_words(20000, 5)
     rng = random.Random(6)
     lines = [" ".join(vocab[min(int(rng.paretovariate(0.7)) - 1, len(vocab) - 1)] for _ in range(12)) + "\n"

@@ -62,7 +62,7 @@ def encode_cmd(tokenizer_path, text, show_tokens, jsonl, threads):
         if text is None and (sys.stdin is None or sys.stdin.isatty()):
             raise click.UsageError("no text given. Pass it as an argument, or '-' / a pipe for standard input.")
         if not (jsonl or show_tokens):
-            from llmkit.tokenize.stream import encode_ids, read_chunks
+            from llmkit.tokenize.corpus.stream import encode_ids, read_chunks
 
             n = thread_count(threads, out)
             sys.stdout.flush()
@@ -122,7 +122,7 @@ def decode_cmd(tokenizer_path, ids, skip_special, jsonl):
 @click.option("--sample", default=10, show_default=True, help="How many merges/pieces to show.")
 def inspect_cmd(tokenizer_path, as_json, sample):
     """Show a tokenizer's algorithm, vocabulary size, special tokens and sample merges/pieces."""
-    from llmkit.tokenize.stats import describe
+    from llmkit.tokenize.corpus.stats import describe
 
     d = describe(load_tokenizer(tokenizer_path), sample)
     out = Output()
@@ -149,7 +149,7 @@ def stats_cmd(tokenizers, inputs, as_json, threads, plot_path):
     llmkit tokenize stats -m bpe.json -m unigram.json corpus.txt --plot fertility.svg
     """
     from llmkit.io import expand_inputs
-    from llmkit.tokenize.stats import corpus_stats
+    from llmkit.tokenize.corpus.stats import corpus_stats
 
     out = Output()
     n = thread_count(threads, out)
@@ -157,7 +157,7 @@ def stats_cmd(tokenizers, inputs, as_json, threads, plot_path):
     rows = [corpus_stats(t, load_tokenizer(t), paths, threads=n) for t in tokenizers]
     if plot_path:
         from llmkit.plot import draw
-        from llmkit.tokenize.stats import stats_chart
+        from llmkit.tokenize.corpus.stats import stats_chart
 
         draw(plot_path, stats_chart(rows))
     if as_json:

@@ -41,7 +41,7 @@ def count_cmd(inputs, tokenizers, max_tokens, as_json, as_csv, no_gitignore, thr
     llmkit tokenize count -m tokenizer.json -m model.gguf --max-tokens 8000 'docs/**/*.md'
     git diff | llmkit tokenize count -m tok.json --json -
     """
-    from llmkit.tokenize.count import count_paths
+    from llmkit.tokenize.corpus.count import count_paths
 
     if as_json and as_csv:
         raise click.UsageError("--json and --csv cannot be used together. Pick one.")
@@ -117,7 +117,7 @@ def truncate_cmd(file, tokenizer_path, max_tokens, keep, marker, as_json):
     git diff | llmkit tokenize truncate -m model.gguf --max-tokens 8000 --marker '' | llmkit generate ...
     """
     from llmkit.io import read_text
-    from llmkit.tokenize.budget import truncate
+    from llmkit.tokenize.corpus.budget import truncate
 
     tok = load_tokenizer(tokenizer_path)
     r = truncate(tok, read_text(resolve_inputs([file] if file else [], "text")[0]), max_tokens, keep, marker)
@@ -148,7 +148,7 @@ def split_cmd(file, tokenizer_path, max_tokens, jsonl, separator):
     llmkit tokenize split -m model.gguf --max-tokens 2000 notes.md | xargs -0 -n1 echo
     """
     from llmkit.io import iter_lines
-    from llmkit.tokenize.budget import split
+    from llmkit.tokenize.corpus.budget import split
 
     tok = load_tokenizer(tokenizer_path)
     path = resolve_inputs([file] if file else [], "text")[0]

@@ -50,7 +50,7 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, max_
     cat notes.txt | llmkit tokenize train --algo unigram --vocab-size 500 --trace > tok.json
     """
     from llmkit.io import expand_inputs, iter_lines
-    from llmkit.tokenize.train import input_bytes, step_text, train
+    from llmkit.tokenize.training.train import input_bytes, step_text, train
 
     out = Output(jsonl=jsonl)
     paths = expand_inputs(resolve_inputs(inputs, "corpus"))

@@ -1,13 +1,20 @@
 """Subword tokenizers: byte-level BPE, WordPiece and Unigram — train, apply, load, save.
 
-`tokenizer` is the facade (a model plus added tokens); `pretok` the pre-tokenizers; `pieces` what
-the algorithms share (a growing vocabulary, one pair merge, cached word-by-word encoding); one
-module per algorithm, trainer beside encoder (`bpe`, `wordpiece`; Unigram's encoder `unigram`,
-its trainer `unigram_train` over the numpy lattices of `unigram_lattice`); `train` is the training
-entry point; `hf` reads and `hf_write` writes tokenizer.json; `gguf_vocab` builds llama.cpp's
-tokenizers from a GGUF vocabulary; `stats` measures a tokenizer on a corpus.
+Shared pieces sit here: `tokenizer` is the facade (a model plus added tokens), `pretok` the
+pre-tokenizers, `pieces` what the algorithms share (a growing vocabulary, one pair merge, cached
+word-by-word encoding) and `native` loads the compiled kernels (numba cfuncs linked once). One
+sub-package per algorithm, trainer beside encoder and kernels beside both: `bpe/`, `wordpiece/`,
+`unigram/`. Then the packages that use them: `training/` (the training entry point, word counting
+under a memory bound, the training kernels), `formats/` (tokenizer.json read and written, GGUF
+vocabularies) and `corpus/` (streams, token counts of files, budgets, corpus statistics).
 
-May import llmkit.errors, llmkit.io, llmkit.walk and llmkit.gguf; never llama, kv, rag, quant or the CLI (click).
+Arrows point down: `training` and `formats` import the algorithms, the algorithms import only the
+shared modules (WordPiece's compiled trainer reuses `bpe.bpe_train_native`'s word arrays), and the
+shared modules reach up only lazily (`native` imports the kernel modules to compile them,
+`Tokenizer.save` imports `formats.hf_write`). Each sub-package's docstring says what it may import.
+
+May import llmkit.errors, llmkit.config, llmkit.io, llmkit.walk, llmkit.plot and llmkit.gguf; never llama, kv, rag, quant
+or the CLI (click).
 """
 
 from __future__ import annotations
@@ -25,9 +32,9 @@ def load(path: str):
     except OSError as e:
         raise BadFileFormat(f"cannot read tokenizer '{path}': {e.strerror}. Check the path.") from None
     if head == b"GGUF":
-        from llmkit.tokenize.gguf_vocab import load_gguf_tokenizer
+        from llmkit.tokenize.formats.gguf_vocab import load_gguf_tokenizer
 
         return load_gguf_tokenizer(path)
-    from llmkit.tokenize.hf import load_hf_json
+    from llmkit.tokenize.formats.hf import load_hf_json
 
     return load_hf_json(path)

@@ -1,4 +1,5 @@
-"""Loading the compiled tokenizer kernels (`_bpe_kernels`, `_train_kernels`) without paying numba's start-up on every run.
+"""Loading the compiled tokenizer kernels (`bpe._bpe_kernels`, `training._train_kernels` and
+`training._bpe_train_kernels`) without paying numba's start-up on every run.
 
 The kernels are numba `cfunc`s that allocate nothing. The first use compiles them (numba, a few
 seconds), links their machine code into one shared library in numba's cache directory and loads
@@ -37,7 +38,8 @@ _ARGTYPES = {
     "rehash_pairs": [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p, C.c_int64],
     "bpe_run": [C.c_void_p] * 26 + [C.c_int64],
 }
-MODULES = ("_bpe_kernels", "_train_kernels", "_bpe_train_kernels")
+# the kernels' sources (beside the algorithms that use them), hashed in this order into the library's name
+MODULES = ("bpe/_bpe_kernels", "training/_train_kernels", "training/_bpe_train_kernels")
 
 
 class Kernels:
@@ -106,7 +108,8 @@ def _compile() -> Kernels | None:
 
     use_numba_cache()
     try:
-        from llmkit.tokenize import _bpe_kernels, _bpe_train_kernels, _train_kernels
+        from llmkit.tokenize.bpe import _bpe_kernels
+        from llmkit.tokenize.training import _bpe_train_kernels, _train_kernels
     except ImportError:
         return None
     kernels = {**_bpe_kernels.KERNELS, **_train_kernels.KERNELS, **_bpe_train_kernels.KERNELS}

@@ -148,7 +148,7 @@ class Tokenizer:
         return "".join(parts)
 
     def to_hf(self) -> dict:
-        from llmkit.tokenize.hf_write import to_hf_json
+        from llmkit.tokenize.formats.hf_write import to_hf_json
 
         return to_hf_json(self)
 

@@ -40,7 +40,7 @@ def read_one(fmt: str, path: str) -> dict:
     t0 = time.perf_counter()
     try:
         if fmt == "tokenizer":
-            from llmkit.tokenize.hf import load_hf_json
+            from llmkit.tokenize.formats.hf import load_hf_json
 
             tok = load_hf_json(path)
             tok.encode("abc ab")

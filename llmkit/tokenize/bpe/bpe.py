@@ -82,7 +82,7 @@ def train_bpe(
         words.append(ids)
         counts.append(c)
     if trace is None and not prefix:
-        from llmkit.tokenize import bpe_train_native
+        from llmkit.tokenize.bpe import bpe_train_native
 
         done = bpe_train_native.train(vocab, bpe_train_native.words_from_lists(words, counts), vocab_size,
                                       min_frequency, progress, work_bytes)
@@ -206,7 +206,7 @@ class BPE(WordEncoder):
         """The compiled encoder (`bpe_native.NativeBPE`) of this model, or None (see `native.kernels`)."""
         if self._native is None:
             from llmkit.tokenize import native
-            from llmkit.tokenize.bpe_native import NativeBPE
+            from llmkit.tokenize.bpe.bpe_native import NativeBPE
 
             kind = NativeBPE.kind_of(self)
             if kind is None:

@@ -1,4 +1,4 @@
-"""BPE training through the compiled merge loop (`_bpe_train_kernels.bpe_run`).
+"""BPE training through the compiled merge loop (`training._bpe_train_kernels.bpe_run`).
 
 The same merges as `bpe.BPEMerges` (HF BpeTrainer's order), from flat arrays instead of dicts of
 tuples and a set of words per heap entry: `train(...)` returns the tokens and the merges as ids, or

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from llmkit.errors import OptionError
-from llmkit.tokenize.count import count_texts
+from llmkit.tokenize.corpus.count import count_texts
 
 BLOCK_CHARS = 1 << 20
 # a sentence ends at . ! ? (and their CJK forms) with any closing quotes or brackets, then whitespace

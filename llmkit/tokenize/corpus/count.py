@@ -349,7 +349,7 @@ def count_paths(named: list[tuple[str, object]], inputs: Iterable[str], max_toke
                 progress: Callable[[int, int], None] | None = None) -> CountReport:
     """Count the tokens of every file the inputs name, under each (name, tokenizer) of `named`;
     batches of files run on `threads` threads, results in input order."""
-    from llmkit.tokenize.stream import in_order
+    from llmkit.tokenize.corpus.stream import in_order
 
     entries, ignored, notes = plan(inputs, gitignore)
     if not entries:

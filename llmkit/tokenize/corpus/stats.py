@@ -66,7 +66,7 @@ def batches(paths: Iterable[str], chars: int = BATCH_CHARS) -> Iterator[list[str
 
 
 def _batch_stats(tok, unk: set[int], lines: list[str]) -> tuple[int, int, int, int, int, int]:
-    from llmkit.tokenize.stream import count_tokens
+    from llmkit.tokenize.corpus.stream import count_tokens
 
     tokens, ids = count_tokens(tok, lines)
     unknown = sum(1 for x in ids for i in x if i in unk) if (unk and ids is not None) else 0
@@ -77,7 +77,7 @@ def _batch_stats(tok, unk: set[int], lines: list[str]) -> tuple[int, int, int, i
 def corpus_stats(name: str, tok, paths: Iterable[str], threads: int = 1) -> TokenStats:
     """Encode every line of the files and count tokens, words (whitespace-separated), characters,
     bytes and unknown tokens; batches of lines run on `threads` threads, one pass per file."""
-    from llmkit.tokenize.stream import in_order
+    from llmkit.tokenize.corpus.stream import in_order
 
     unk = unknown_ids(tok)
     s = TokenStats(name, tok.algorithm, tok.vocab_size, 0, 0, 0, 0, 0)

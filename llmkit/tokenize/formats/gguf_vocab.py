@@ -12,7 +12,7 @@ import heapq
 from llmkit.errors import BadFileFormat, BadInput
 from llmkit.gguf.reader import read_gguf
 from llmkit.tokenize import pretok
-from llmkit.tokenize.bpe import BPE
+from llmkit.tokenize.bpe.bpe import BPE
 from llmkit.tokenize.tokenizer import AddedToken, Tokenizer
 
 # llama.cpp token types

@@ -8,11 +8,11 @@ import unicodedata
 from llmkit.errors import BadFileFormat, BadInput
 from llmkit.io import LimitExceeded, load_json, read_bounded
 from llmkit.tokenize import pretok
-from llmkit.tokenize.bpe import BPE
-from llmkit.tokenize.hf_write import SUPPORTED_VERSIONS
+from llmkit.tokenize.bpe.bpe import BPE
+from llmkit.tokenize.formats.hf_write import SUPPORTED_VERSIONS
 from llmkit.tokenize.tokenizer import AddedToken, Tokenizer
-from llmkit.tokenize.unigram import Unigram
-from llmkit.tokenize.wordpiece import WordPiece
+from llmkit.tokenize.unigram.unigram import Unigram
+from llmkit.tokenize.wordpiece.wordpiece import WordPiece
 
 
 def load_hf_json(path: str) -> Tokenizer:

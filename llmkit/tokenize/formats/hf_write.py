@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from llmkit.errors import BadFileFormat
 from llmkit.tokenize import pretok
-from llmkit.tokenize.bpe import BPE
-from llmkit.tokenize.unigram import Unigram
-from llmkit.tokenize.wordpiece import WordPiece
+from llmkit.tokenize.bpe.bpe import BPE
+from llmkit.tokenize.unigram.unigram import Unigram
+from llmkit.tokenize.wordpiece.wordpiece import WordPiece
 
 # llmkit writes HF's own format (its top-level "version" field is the format version); HF refuses
 # unknown top-level keys, so no llmkit-specific marker is added.

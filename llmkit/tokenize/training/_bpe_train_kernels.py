@@ -28,8 +28,8 @@ from __future__ import annotations
 from numba import carray, cfunc, njit
 from numba import types as T
 
-from llmkit.tokenize._bpe_kernels import P32, P64, np_int
-from llmkit.tokenize._train_kernels import _heapsort, _joined
+from llmkit.tokenize.bpe._bpe_kernels import P32, P64, np_int
+from llmkit.tokenize.training._train_kernels import _heapsort, _joined
 
 (ST_VOCAB, ST_PAIRS, ST_WN, ST_ENTRIES, ST_HEAP, ST_MERGES, ST_TEXT, ST_STAMP, ST_NEED, ST_SEQ,
  ST_PHASE, ST_J, ST_NW, ST_NEW, ST_ASK) = range(15)

@@ -1,6 +1,6 @@
 """Compiled (numba) kernels of training: counting pre-tokenized words, and WordPiece's merge loop.
 
-Like `_bpe_kernels`, every kernel is an allocation-free `cfunc` over caller-owned buffers (see
+Like `bpe._bpe_kernels`, every kernel is an allocation-free `cfunc` over caller-owned buffers (see
 `native`). A kernel that runs out of room returns a code and the position to resume from; the
 caller grows the buffers and calls again, so the state lives in the caller's arrays.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from numba import carray, cfunc, njit
 from numba import types as T
 
-from llmkit.tokenize._bpe_kernels import P8, P32, P64, decode_utf8, hash_bytes, next_piece, np_int
+from llmkit.tokenize.bpe._bpe_kernels import P8, P32, P64, decode_utf8, hash_bytes, next_piece, np_int
 
 # BERT classes (one byte per code point): whitespace, dropped (control/unassigned), CJK, punctuation
 B_WS, B_DROP, B_CJK, B_PUNCT = 1, 2, 4, 8

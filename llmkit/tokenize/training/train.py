@@ -9,13 +9,13 @@ import regex
 
 from llmkit.errors import BadInput, OptionError
 from llmkit.tokenize import pretok
-from llmkit.tokenize.bpe import BPE, train_bpe
+from llmkit.tokenize.bpe.bpe import BPE, train_bpe
 from llmkit.tokenize.pieces import Progress, Trace, Vocab, check_vocab_size
 from llmkit.tokenize.tokenizer import AddedToken, Tokenizer
-from llmkit.tokenize.unigram import Unigram
-from llmkit.tokenize.unigram_train import train_unigram
-from llmkit.tokenize.wordbound import Bound, BoundedCounter, Pruning
-from llmkit.tokenize.wordpiece import WordPiece, train_wordpiece
+from llmkit.tokenize.unigram.unigram import Unigram
+from llmkit.tokenize.unigram.unigram_train import train_unigram
+from llmkit.tokenize.training.wordbound import Bound, BoundedCounter, Pruning
+from llmkit.tokenize.wordpiece.wordpiece import WordPiece, train_wordpiece
 
 ALGORITHMS = ("bpe", "wordpiece", "unigram")
 DEFAULT_SPECIALS = {"bpe": [], "wordpiece": ["[UNK]"], "unigram": ["<unk>"]}
@@ -31,7 +31,7 @@ def count_words(lines: Iterable[str], algorithm: str, special_tokens: Iterable[s
     >>> dict(count_words(["the cat the"], "bpe"))
     {'the': 1, 'Ġcat': 1, 'Ġthe': 1}
     """
-    from llmkit.tokenize.counting import count_compiled
+    from llmkit.tokenize.training.counting import count_compiled
 
     if algorithm not in ALGORITHMS:
         raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
@@ -161,8 +161,9 @@ def _train_compiled(algorithm, lines, vocab_size, min_frequency, specials, progr
                     pruned) -> Tokenizer | None:
     """BPE or WordPiece from the compiled counter's table straight into the compiled merge loop (no
     Python object per distinct word), or None when the kernels are not available."""
-    from llmkit.tokenize import bpe_train_native, wordpiece_native
-    from llmkit.tokenize.counting import count_table
+    from llmkit.tokenize.bpe import bpe_train_native
+    from llmkit.tokenize.wordpiece import wordpiece_native
+    from llmkit.tokenize.training.counting import count_table
 
     table = count_table(lines, algorithm, _splitter(specials), work_bytes, bound)
     if table is None:

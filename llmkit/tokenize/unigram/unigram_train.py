@@ -25,7 +25,7 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.tokenize.pieces import Progress, Trace, check_vocab_size
-from llmkit.tokenize.unigram_lattice import Lattice, codepoints, covered_nodes, substring_hashes
+from llmkit.tokenize.unigram.unigram_lattice import Lattice, codepoints, covered_nodes, substring_hashes
 
 
 @dataclass

@@ -59,7 +59,7 @@ def train_wordpiece(
             words.append([vocab.ids[w[0]]] + [vocab.ids[prefix + ch] for ch in w[1:]])
             counts.append(c)
     if trace is None:
-        from llmkit.tokenize import wordpiece_native
+        from llmkit.tokenize.wordpiece import wordpiece_native
 
         tokens = wordpiece_native.train(vocab, words, counts, vocab_size, prefix, min_frequency, progress, work_bytes)
         if tokens is not None:

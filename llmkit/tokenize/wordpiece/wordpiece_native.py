@@ -1,4 +1,4 @@
-"""WordPiece training through the compiled merge loop (`_train_kernels.wp_run`).
+"""WordPiece training through the compiled merge loop (`training._train_kernels.wp_run`).
 
 The same vocabulary as `wordpiece.WordPieceMerges`, from flat arrays instead of dicts of tuples:
 `train(...)` returns the token list, or None when the kernels are not available (the caller then
@@ -10,7 +10,7 @@ from __future__ import annotations
 import array
 
 from llmkit.tokenize import native
-from llmkit.tokenize.bpe_train_native import Words, words_from_lists
+from llmkit.tokenize.bpe.bpe_train_native import Words, words_from_lists
 from llmkit.tokenize.pieces import Progress, Vocab
 
 I32, I64, F64 = "i", "q", "d"
