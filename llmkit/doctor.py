@@ -81,7 +81,7 @@ def _check_kernels() -> list[Check]:
     from llmkit.quant.formats import native as quant_native
     from llmkit.tokenize import native as tokenize_native
 
-    fix = f"{sys.executable} -m llmkit.native"
+    fix = f"{sys.executable} -m llmkit.build_native"
     out = []
     for name, loaded, what in (("tokenize", tokenize_native._load_library() is not None, "the compiled tokenizers"),
                                ("quant", quant_native.library() is not None, "the plain quantizers and F16 reading")):

@@ -105,7 +105,7 @@ esac
 # The compiled tokenizer and plain-quantizer kernels, linked once into libraries that later runs load
 # without numba's start-up (seconds now instead of on a user's first small input).
 case ",$extras," in
-  *,all,*|*,quant,*|*,dev,*) "$venv/bin/python" -m llmkit.native || true ;;
+  *,all,*|*,quant,*|*,dev,*) "$venv/bin/python" -m llmkit.build_native || true ;;
 esac
 "$venv/bin/llmkit" doctor
 echo "Installed. Put $venv/bin on your PATH (or: source $venv/bin/activate), then try: llmkit generate \"Hello\""

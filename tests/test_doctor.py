@@ -20,7 +20,7 @@ def test_full_install_is_healthy_and_names_llama_cpp_and_its_tools():
     for extra in ("llama", "rag", "quant", "model", "dev"):
         assert checks["features", extra]["status"] == "ok"
     assert checks["models", "generation"]["status"] == "ok"
-    for lib in ("tokenize", "quant"):  # scripts/install.sh links them (python -m llmkit.native)
+    for lib in ("tokenize", "quant"):  # scripts/install.sh links them (python -m llmkit.build_native)
         assert checks["kernels", lib]["status"] == "ok", checks["kernels", lib]
 
 
@@ -31,7 +31,7 @@ def test_unbuilt_kernel_libraries_are_noted_with_the_command_that_builds_them(tm
     monkeypatch.setattr(native, "_LOADED", None)
     r = run_cli(["doctor"])
     assert r.exit_code == 0  # slower small inputs, not a broken install
-    assert r.stdout.count("-m llmkit.native") == 2 and "not built yet" in r.stdout
+    assert r.stdout.count("-m llmkit.build_native") == 2 and "not built yet" in r.stdout
 
 
 def test_text_report_lists_sections():

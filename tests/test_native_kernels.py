@@ -1,5 +1,5 @@
 """The linked kernel libraries (llmkit.native): the plain quantizers' library gives ggml's bytes, a
-quantize run with it imports no numba and writes llama-quantize's file, and `python -m llmkit.native`
+quantize run with it imports no numba and writes llama-quantize's file, and `python -m llmkit.build_native`
 builds both libraries into an empty cache."""
 
 import json
@@ -22,7 +22,7 @@ PLAIN = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 def built(tmp_path_factory):
     """A cache directory holding both libraries, built by the command the install script runs."""
     cache = tmp_path_factory.mktemp("numba-cache")
-    p = subprocess.run([sys.executable, "-m", "llmkit.native"], capture_output=True, text=True, timeout=600,
+    p = subprocess.run([sys.executable, "-m", "llmkit.build_native"], capture_output=True, text=True, timeout=600,
                        env=llmkit_env(NUMBA_CACHE_DIR=str(cache)))
     assert p.returncode == 0, p.stderr
     return cache

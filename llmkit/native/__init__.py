@@ -7,7 +7,8 @@ symbols that only a cfunc wrapper's exception path references, and has the syste
 (`cc -shared`) write `<name>-<key>.so` and a symbol table into numba's cache directory; `load` opens
 that library and returns the kernels as ctypes functions (which release the GIL while they run).
 The key names the kernels' source, the Python and the machine, so a new source builds a new library
-and the old one is deleted. Used by `llmkit.tokenize.native` and `llmkit.quant.formats.native`.
+and the old one is deleted. Used by the tokenizers' and the plain quantizers' `native` modules, which
+import this one (never the reverse); `llmkit.build_native`, what scripts/install.sh runs, builds both.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""`python -m llmkit.native`, what scripts/install.sh runs once: link every kernel library llmkit
-has (the tokenizers', the plain quantizers'), so later runs load them without numba."""
+"""`python -m llmkit.build_native`, what scripts/install.sh runs once: link every kernel library llmkit
+has (the tokenizers', the plain quantizers'), so later runs load them without numba.
+
+It sits beside `doctor.py`, above the packages whose kernels it links: `llmkit.native` only links and
+loads libraries, and imports neither `llmkit.quant` nor `llmkit.tokenize`."""
 
 from __future__ import annotations
 
