@@ -40,7 +40,7 @@ class Mutation:
 M = Mutation
 MUTATIONS = [
     # the precedence fixes: these tests used to pass whatever the exit code or the graph's vocabulary
-    M("simulate-zero-length", "kv simulate refuses a request of zero output tokens", "llmkit/kv/simulate.py",
+    M("simulate-zero-length", "kv simulate refuses a request of zero output tokens", "llmkit/kv/trace.py",
       "if r.prompt < 1 or r.output < 1 or", "if r.prompt < 1 or r.output < 0 or",
       ("tests/test_kv_simulate.py::test_cli_simulate_trace_file_json_and_plot",)),
     M("graph-single-chunk-entities", "the entity graph links only entities seen in two chunks or more",
@@ -99,8 +99,8 @@ MUTATIONS = [
       '"vec": np.asarray(vecs, np.float32)', '"vec": np.asarray(vecs, np.float32) * np.float32(1 + 2**-20)',
       ("tests/test_readme_bounds.py::test_ray_vectors_are_bit_identical_to_local",)),
     M("onnx-half-precision", "fp32 ONNX vectors are within 1e-6 of sentence-transformers'",
-      "llmkit/rag/embed/onnx_runtime.py", "out[idx] = normalize(v) if s.normalize else v",
-      "out[idx] = normalize(v.astype(np.float16).astype(np.float32)) if s.normalize else v",
+      "llmkit/rag/embed/onnx_runtime.py", "return normalize(v) if s.normalize else v",
+      "return normalize(v.astype(np.float16).astype(np.float32)) if s.normalize else v",
       ("tests/test_readme_bounds.py::test_fp32_onnx_within_1e_6_of_sentence_transformers",)),
     # options that had no test
     M("json-schema-ignored", "constrain --json-schema constrains the output to that schema", "llmkit/llama/constrained.py",
