@@ -376,9 +376,10 @@ def _searchable_first(manifest, opts: IndexOptions, report) -> bool:
 def _nothing_to_publish(manifest, opts: IndexOptions, report) -> bool:
     """A run that added, changed and removed nothing keeps the live generation: publishing would
     rebuild the same one (a format upgrade, a new collection, a new graph or index type still do, and
-    so do vectors a stopped run left pending)."""
+    so do vectors a stopped run left pending). With a served vector store a run still publishes: that
+    is when the engine's rows only retired generations had are deleted."""
     return (manifest["generation"] > 0 and not report.docs_added and not report.docs_removed
-            and not manifest.get("pending")
+            and not manifest.get("pending") and not manifest["store"]
             and not report.migrated_from and not report.changes and opts.collection in manifest["collections"]
             and not opts.store.keeps_graph and opts.store.index_type in ("auto", manifest["index"])
             and not opts.store.vector_dtype)  # a vector dtype asked for: stored as asked
