@@ -47,7 +47,7 @@ def model_rows(setup, names=("blk.0.ffn_down.weight", "blk.1.attn_q.weight")):
     """(tensor name, its float32 rows, llmkit's imatrix entry) of the test_quant_binary model."""
     from llmkit.gguf.reader import read_gguf
     from llmkit.quant.calibration.imatrix import load_imatrix
-    from llmkit.quant.formats.base import load_f32
+    from llmkit.quant.formats import load_f32
 
     _, base, imx, _ = setup
     g, imatrix = read_gguf(str(base)), load_imatrix(str(imx))

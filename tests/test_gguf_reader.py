@@ -48,3 +48,30 @@ def test_inspect_real_tiny_model(tmp_path):
     assert sorted(names) == sorted(t.name for t in ref.tensors)
     table = run_cli(["gguf", "inspect", str(p)])
     assert table.exit_code == 0 and "blk.0.attn_q.weight" in table.stdout
+
+
+def test_dequant_reads_quantized_tensors_without_importing_quant_first():
+    """gguf.dequant imports no quant module itself; the formats register their dequantizers on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "from llmkit.gguf.dequant import to_f32\n"
+            "from llmkit.gguf.reader import TensorInfo\n"
+            "assert not [m for m in sys.modules if m.startswith('llmkit.quant')]\n"
+            "block = np.float16(0.5).tobytes() + np.arange(-16, 16, dtype=np.int8).tobytes()  # one Q8_0 block\n"
+            "y = to_f32(np.frombuffer(block, np.uint8), TensorInfo('w', (32,), 8, 0, len(block)))\n"
+            "assert np.array_equal(y, 0.5 * np.arange(-16, 16, dtype=np.float32).reshape(1, 32)), y\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_dequant_refuses_a_type_no_format_reads():
+    import numpy as np
+
+    from llmkit.errors import BadInput
+    from llmkit.gguf.dequant import to_f32
+    from llmkit.gguf.reader import TensorInfo
+
+    with pytest.raises(BadInput, match="which llmkit cannot read"):
+        to_f32(np.zeros(8, np.uint8), TensorInfo("w", (4,), 4, 0, 8))  # type 4 (Q4_2) was removed from ggml

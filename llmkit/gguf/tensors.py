@@ -1,7 +1,7 @@
 """Reading tensor data out of a GGUF file: a tensor's raw bytes, a range of its rows, or chosen rows.
 
-Decoding the bytes into numbers is the quantization formats' job (`llmkit.quant.formats.to_f32`);
-here only the file layout is read: offsets relative to the data section, `nbytes` per tensor.
+Decoding the bytes into numbers is `llmkit.gguf.dequant.to_f32` (with the quantization formats'
+dequantizers); here only the file layout is read: offsets relative to the data section, `nbytes` per tensor.
 """
 
 from __future__ import annotations

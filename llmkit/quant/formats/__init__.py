@@ -8,8 +8,9 @@ One module per type (the block layout and what is specific to it), in a sub-pack
   families `iq1.py`, `iq2.py`, `iq3.py`, the grids `iq2grid.py`, `iq3grid.py`, their numba kernels);
 - `lowbit/`: TQ1_0, TQ2_0 (`ternary.py`), Q1_0, Q2_0, MXFP4 (and its numba kernel).
 
-Here, what they share: the registry (`base.py`: `get_format`, `to_f32`; it imports a type's module on
-first use, and the class registers itself through `__init_subclass__`), F32/F16/BF16 (`floats.py`),
+Here, what they share: the registry (`base.py`: `get_format`; it imports a type's module on first use,
+and the class registers itself through `__init_subclass__`; each format's dequantizer is registered
+with the GGUF reader, whose `llmkit.gguf.dequant.to_f32` / `load_f32` are re-exported here), F32/F16/BF16 (`floats.py`),
 `numerics.py` (float32 helpers with ggml's semantics), `packing.py` (bit packing), `search.py` (ggml's
 scale searches), the compiled numba kernels (`jit.py`: the switch and `load_kernels`; `_kernels.py`:
 the legacy and K-quant loops, same bytes), their linked library (`native.py`, built from `_cfuncs.py`)
@@ -21,6 +22,7 @@ numba). Nothing else in `llmkit.quant`: every other stage builds on this one. A 
 shared and family modules only, never another type's module; the shared modules here import no family.
 """
 
-from llmkit.quant.formats.base import FORMATS, Format, by_id, get_format, load_f32, to_f32
+from llmkit.gguf.dequant import load_f32, to_f32
+from llmkit.quant.formats.base import FORMATS, Format, by_id, get_format
 
 __all__ = ["FORMATS", "Format", "by_id", "get_format", "load_f32", "to_f32"]

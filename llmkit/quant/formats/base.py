@@ -1,13 +1,13 @@
 """The format registry: a `Format` subclass per ggml type registers itself by name; its block size and
-bytes per block come from ggml's type table (`llmkit.gguf.types`). Also decoding a tensor's raw bytes
-to float32 (`to_f32`), which the pipeline uses to read any stored type."""
+bytes per block come from ggml's type table (`llmkit.gguf.types`). Each format's dequantizer is
+registered with the GGUF reader (`llmkit.gguf.dequant`), whose `to_f32` reads any stored type."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from llmkit.errors import BadInput
-from llmkit.gguf.tensors import read_tensor
+from llmkit.gguf.dequant import register
 from llmkit.gguf.types import GGML_TYPES, TYPE_ID, block_size, type_size
 from llmkit.quant.formats import jit, native
 from llmkit.quant.formats.jit import DEFAULT, Kernels
@@ -167,20 +167,10 @@ def _load_all() -> None:
     _load("F32")
 
 
-def to_f32(raw: np.ndarray, info) -> np.ndarray:
-    """Raw tensor bytes (of a gguf TensorInfo) as float32 rows (n_rows, ne0), dequantizing when needed."""
-    ne0 = info.shape[0]
-    n = int(np.prod(info.shape, dtype=np.int64))
-    if info.type == 0:
-        x = raw.view("<f4")
-    else:
-        fmt = by_id(info.type)
-        if fmt is None:
-            raise BadInput(f"tensor '{info.name}' has type {info.type_name}, which llmkit cannot read.")
-        x = fmt.dequantize(raw, n)
-    return x.reshape(-1, ne0)
+def _decoder(type_id: int):
+    """The gguf reader's lookup (llmkit.gguf.dequant.register): a type's dequantizer, or None."""
+    fmt = by_id(type_id)
+    return None if fmt is None else fmt.dequantize
 
 
-def load_f32(f, info, data_offset: int) -> np.ndarray:
-    """A tensor of an open GGUF file as float32 rows."""
-    return to_f32(read_tensor(f, info, data_offset), info)
+register(_decoder)

@@ -100,7 +100,7 @@ class _TypeRows:
 
     def inputs(self, ids: list[int], types: list[int]) -> np.ndarray:
         from llmkit.gguf.reader import TensorInfo
-        from llmkit.quant.formats.base import to_f32
+        from llmkit.gguf.dequant import to_f32
 
         uniq, inv = np.unique(np.asarray(ids, np.int64), return_inverse=True)
         raw = np.concatenate([self.rows[i * self.row_bytes:(i + 1) * self.row_bytes] for i in uniq.tolist()])
@@ -110,7 +110,7 @@ class _TypeRows:
 
 def _type_rows(path: str) -> _TypeRows | None:
     from llmkit.gguf.reader import read_gguf
-    from llmkit.quant.formats.base import load_f32
+    from llmkit.gguf.dequant import load_f32
 
     g = read_gguf(path)
     by = {t.name: t for t in g.tensors}
