@@ -1,7 +1,8 @@
-"""Shared CLI plumbing: settings, the output object, input resolution, progress bars."""
+"""Shared CLI plumbing: settings, the output object, input resolution, progress bars, option bundles."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from contextlib import contextmanager
@@ -186,3 +187,27 @@ def flag_spelling(command: click.Command, extra: dict | None = None) -> dict[str
             longs = [o for o in p.opts if o.startswith("--")]
             names[p.name] = longs[0] if longs else p.opts[0]
     return {**names, **(extra or {})}
+
+
+def bundle(name: str, options: list, build, own: tuple[str, ...] = ()):
+    """A decorator adding `options` to a command and passing their values as one keyword argument
+    `name` = build(**values) instead; the values named in `own` (what the command itself uses, such as
+    an output path declared among the options to keep --help's order) go to the command as they are."""
+    def probe():
+        pass
+
+    for o in options:
+        o(probe)
+    keys = [p.name for p in probe.__click_params__ if p.name not in own]
+
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kw):
+            kw[name] = build(**{k: kw.pop(k) for k in keys})
+            return f(*args, **kw)
+
+        for o in reversed(options):
+            wrapper = o(wrapper)
+        return wrapper
+
+    return deco

@@ -12,6 +12,7 @@ from llmkit.errors import OptionError
 from llmkit.quant.plan.rules import Overrides
 
 METHODS = ("rtn", "gptq")
+HESSIAN_CTX, HESSIAN_CHUNKS = 256, 16  # GPTQ's calibration unless n_ctx / chunks are given
 Progress = Callable[[str, int, int, str], None]  # (stage, done, total, note)
 
 
@@ -56,6 +57,11 @@ class QuantOptions:
     def budgeted(self) -> bool:
         """A size budget chooses the types."""
         return self.target_bpw is not None or self.target_size is not None
+
+    @property
+    def hessian_calibration(self) -> tuple[int, int]:
+        """(tokens per chunk, chunks) of calibration text GPTQ collects its Hessians over."""
+        return self.n_ctx or HESSIAN_CTX, self.chunks or HESSIAN_CHUNKS
 
     @property
     def saved_hessians(self) -> bool:

@@ -53,65 +53,99 @@ def quantize(src: str, dst: str, opts: QuantOptions) -> QuantRun:
     opts.check()
     if opts.method == "rtn" and not opts.budgeted:  # llama.cpp's quantizer: nothing else to import or run
         return QuantRun(quantize_file(src, dst, opts=replace(opts, progress=_stages(opts.progress)("quantizing"))))
-    from llmkit.quant.budget.allocate import RECIPE_KEY, allocate, file_type_for, recipe
-    from llmkit.quant.calibration.hessians import check_gptq_fits, collect_hessians, stream_hessians
-    from llmkit.quant.rounding.gptq import SHRINK, gptq_by_groups, gptq_bytes, gptq_replacements
-
     stage = _stages(opts.progress)
-    kernels = Kernels(notice=opts.notice)
-    group_bytes = jobs_memory = None
-    if opts.method == "gptq":  # before anything runs: a run that cannot fit says so in one line
-        if not opts.budgeted:
-            _check_gptq_types(plan_types(src, opts.ftype, opts.pure, opts.imatrix is not None, opts.overrides, None),
-                              opts.ftype)
-        group_bytes, jobs_memory = check_gptq_fits(src, opts.threads or os.cpu_count() or 1)
+    fits = _gptq_fits(src, opts)
     run = QuantRun(None, method=opts.method)
     with contextlib.ExitStack() as cleanup:
-        hpath = opts.hessian_path
-        # Nothing to save and no budget to measure: each group of layers is collected, rounded and
-        # dropped in turn, so a 7B model's Hessians (~33 GB) never sit on disk together.
-        streamed = opts.method == "gptq" and not opts.saved_hessians and not hpath and not opts.budgeted
-        if opts.method == "gptq" and not opts.saved_hessians and not streamed:
-            if not hpath:  # nowhere to keep them: a temporary folder, removed at the end of the run
-                hpath = os.path.join(cleanup.enter_context(scratch_dir("llmkit-gptq-")),
-                                     "hessians.gguf")
-            collect_hessians(src, opts.calib_text, hpath, opts.n_ctx or 256, opts.chunks or 16, opts.threads,
-                             progress=stage("hessians", "calibration"), group_bytes=group_bytes)
+        hpath = _hessian_file(src, opts, cleanup, stage("hessians", "calibration"), fits[0])
         ftype, assign, extra, write = opts.ftype, None, {}, opts
         if opts.budgeted:
-            run.allocation = allocate(src, target_bpw=opts.target_bpw, target_size=opts.target_size,
-                                      imatrix=opts.imatrix, calib_text=opts.calib_text, threads=opts.threads,
-                                      progress=stage("measuring"), n_ctx=opts.n_ctx, chunks=opts.chunks,
-                                      hessian_path=hpath, kernels=kernels)
-            assign, ftype = run.allocation.assign, file_type_for(run.allocation)
-            extra = {RECIPE_KEY: recipe(run.allocation, opts.target_bpw, opts.target_size, opts.imatrix is not None,
-                                        opts.method)}
-            # a budget may keep already-quantized tensors at (or near) their type
-            write = replace(opts, allow_requantize=True)
+            ftype, assign, extra = _allocate(src, opts, run, hpath, stage("measuring"))
+            write = replace(opts, allow_requantize=True)  # a budget may keep already-quantized tensors at (or near) their type
         replacements = None
         if opts.method == "gptq":
-            types = plan_types(src, ftype, opts.pure, opts.imatrix is not None, opts.overrides, assign)
-            shrink = SHRINK if opts.shrink is None else opts.shrink
-            if streamed:
-                folder = cleanup.enter_context(scratch_dir("llmkit-gptq-"))
-                files = stream_hessians(src, opts.calib_text, folder, opts.n_ctx or 256, opts.chunks or 16,
-                                        opts.threads, progress=stage("hessians", "calibration"),
-                                        group_bytes=group_bytes, keep_free=gptq_bytes(src, types))
-                replacements, run.damp_raised = gptq_by_groups(
-                    src, types, files, os.path.join(folder, "rounded.bin"), opts.imatrix, opts.damp, opts.refit,
-                    opts.threads, progress=stage("gptq"), memory=jobs_memory, shrink=shrink)
-            else:
-                replacements, run.damp_raised = gptq_replacements(
-                    src, types, hpath, opts.imatrix, opts.damp, opts.refit, opts.threads, progress=stage("gptq"),
-                    memory=jobs_memory, shrink=shrink)
-            run.gptq_matrices = len(replacements)
-            run.gptq_skipped = _not_gptq(src, types)
-            assign = types
+            assign = plan_types(src, ftype, opts.pure, opts.imatrix is not None, opts.overrides, assign)
+            replacements = _gptq(src, opts, run, assign, hpath, cleanup, stage, fits)
             extra["llmkit.quantize.method"] = "gptq"
         write = replace(write, ftype=ftype, target_bpw=None, target_size=None, progress=stage("quantizing"))
         run.report = quantize_file(src, dst, opts=write, assign=assign, extra_meta=extra or None,
                                    replace=replacements)
     return run
+
+
+def _streamed(opts: QuantOptions) -> bool:
+    """Nothing to save and no budget to measure: each group of layers is collected, rounded and dropped
+    in turn, so a 7B model's Hessians (~33 GB) never sit on disk together."""
+    return opts.method == "gptq" and not opts.saved_hessians and not opts.hessian_path and not opts.budgeted
+
+
+def _gptq_fits(src: str, opts: QuantOptions) -> tuple[int | None, int | None]:
+    """GPTQ's (bytes of Hessians per collecting pass, memory for its jobs), checked before anything runs
+    so that a run that cannot fit says so in one line; (None, None) without GPTQ."""
+    if opts.method != "gptq":
+        return None, None
+    from llmkit.quant.calibration.hessians import check_gptq_fits
+
+    if not opts.budgeted:
+        _check_gptq_types(plan_types(src, opts.ftype, opts.pure, opts.imatrix is not None, opts.overrides, None),
+                          opts.ftype)
+    return check_gptq_fits(src, opts.threads or os.cpu_count() or 1)
+
+
+def _hessian_file(src: str, opts: QuantOptions, cleanup: contextlib.ExitStack, progress, group_bytes) -> str | None:
+    """The Hessian file GPTQ (and a budget's measurement) reads: opts.hessian_path, collected from the
+    calibration text first unless it exists, or (when there is nowhere to keep it) a file in a
+    temporary folder removed by `cleanup`. Streamed Hessians have no file."""
+    hpath = opts.hessian_path
+    if opts.method == "gptq" and not opts.saved_hessians and not _streamed(opts):
+        from llmkit.quant.calibration.hessians import collect_hessians
+
+        if not hpath:
+            hpath = os.path.join(cleanup.enter_context(scratch_dir("llmkit-gptq-")), "hessians.gguf")
+        n_ctx, chunks = opts.hessian_calibration
+        collect_hessians(src, opts.calib_text, hpath, n_ctx, chunks, opts.threads, progress=progress,
+                         group_bytes=group_bytes)
+    return hpath
+
+
+def _allocate(src: str, opts: QuantOptions, run: QuantRun, hpath: str | None, progress):
+    """The budget's choice of every tensor's type (kept in run.allocation): (file type, tensor -> type,
+    the recipe's metadata)."""
+    from llmkit.quant.budget.allocate import RECIPE_KEY, allocate, file_type_for, recipe
+
+    run.allocation = allocate(src, target_bpw=opts.target_bpw, target_size=opts.target_size, imatrix=opts.imatrix,
+                              calib_text=opts.calib_text, threads=opts.threads, progress=progress, n_ctx=opts.n_ctx,
+                              chunks=opts.chunks, hessian_path=hpath, kernels=Kernels(notice=opts.notice))
+    extra = {RECIPE_KEY: recipe(run.allocation, opts.target_bpw, opts.target_size, opts.imatrix is not None,
+                                opts.method)}
+    return file_type_for(run.allocation), run.allocation.assign, extra
+
+
+def _gptq(src: str, opts: QuantOptions, run: QuantRun, types: dict, hpath: str | None,
+          cleanup: contextlib.ExitStack, stage, fits: tuple) -> dict:
+    """GPTQ's rounding of the plan's matrices (`types`: tensor -> type) from the Hessian file, or from
+    Hessians streamed a group of layers at a time: tensor -> its bytes; run's GPTQ counts filled in."""
+    from llmkit.quant.calibration.hessians import stream_hessians
+    from llmkit.quant.rounding.gptq import SHRINK, gptq_by_groups, gptq_bytes, gptq_replacements
+
+    group_bytes, jobs_memory = fits
+    shrink = SHRINK if opts.shrink is None else opts.shrink
+    if _streamed(opts):
+        folder = cleanup.enter_context(scratch_dir("llmkit-gptq-"))
+        n_ctx, chunks = opts.hessian_calibration
+        files = stream_hessians(src, opts.calib_text, folder, n_ctx, chunks, opts.threads,
+                                progress=stage("hessians", "calibration"), group_bytes=group_bytes,
+                                keep_free=gptq_bytes(src, types))
+        replacements, run.damp_raised = gptq_by_groups(
+            src, types, files, os.path.join(folder, "rounded.bin"), opts.imatrix, opts.damp, opts.refit,
+            opts.threads, progress=stage("gptq"), memory=jobs_memory, shrink=shrink)
+    else:
+        replacements, run.damp_raised = gptq_replacements(
+            src, types, hpath, opts.imatrix, opts.damp, opts.refit, opts.threads, progress=stage("gptq"),
+            memory=jobs_memory, shrink=shrink)
+    run.gptq_matrices = len(replacements)
+    run.gptq_skipped = _not_gptq(src, types)
+    return replacements
 
 
 def _stages(progress: Progress | None):

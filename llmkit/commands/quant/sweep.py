@@ -8,7 +8,8 @@ import click
 from llmkit.commands._common import Output
 from llmkit.commands.plot_option import plot_option
 from llmkit.commands.quant.base import group
-from llmkit.commands.quant.quantize import StageBars, parse_size
+from llmkit.commands.quant.options import parse_size
+from llmkit.commands.quant.quantize import StageBars
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -69,18 +70,24 @@ def sweep_cmd(base, text_path, types, target_sizes, imatrix_path, out_dir, delet
         plan(base, opts)  # every option checked before the text is read or anything runs
     except OptionError as e:
         raise click.UsageError(e.spelled(flag_spelling(click.get_current_context().command))) from None
-    points = []
+    points = _measure(sweep(base, read_text(text_path), out_dir, opts), bars, out)
+    if plot_path:
+        from llmkit.plot import draw
+
+        draw(plot_path, front_chart(points))
+
+
+def _measure(points, bars: StageBars, out: Output) -> list:
+    """Each point as it is measured: a JSON line on stdout, a summary line on stderr."""
+    done = []
     try:
-        for p in sweep(base, read_text(text_path), out_dir, opts):
+        for p in points:
             bars.close()
-            points.append(p)
+            done.append(p)
             out.record(p.to_dict())
             out.info(f"{p.name}: {p.bytes / 2**20:,.1f} MiB, {p.bpw:.2f} bits/weight, KLD {p.kld['mean']:.6f} "
                      f"(99.9 % {p.kld['p99.9']:.4f}), PPL {p.ppl['value']:.4f}"
                      + (" (measured by an earlier run)" if p.resumed else ""))
     finally:
         bars.close()
-    if plot_path:
-        from llmkit.plot import draw
-
-        draw(plot_path, front_chart(points))
+    return done

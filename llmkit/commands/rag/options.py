@@ -8,10 +8,9 @@ option (`llmkit.errors.OptionError`).
 
 from __future__ import annotations
 
-import functools
-
 import click
 
+from llmkit.commands._common import bundle
 from llmkit.commands.deprecated import REMOVED_IN, Renamed
 
 FLAGS = {"parent_size": "--parent-size", "csv_meta": "--csv-meta", "model": "--model", "runtime": "--runtime",
@@ -25,29 +24,6 @@ FLAGS = {"parent_size": "--parent-size", "csv_meta": "--csv-meta", "model": "--m
          "ray_batch": "--ray batch=", "graph_llm": "--graph-llm",
          "embed_precision": "--embed-precision"}
 RUNTIMES = ("onnx", "torch")
-
-
-def bundle(name: str, options: list, build):
-    """A decorator adding `options` to a command and passing their values as one keyword argument
-    `name` = build(**values) instead."""
-    def probe():
-        pass
-
-    for o in options:
-        o(probe)
-    keys = [p.name for p in probe.__click_params__]
-
-    def deco(f):
-        @functools.wraps(f)
-        def wrapper(*args, **kw):
-            kw[name] = build(**{k: kw.pop(k) for k in keys})
-            return f(*args, **kw)
-
-        for o in reversed(options):
-            wrapper = o(wrapper)
-        return wrapper
-
-    return deco
 
 
 # -- rag index ---------------------------------------------------------------------------------------

@@ -224,45 +224,74 @@ def _write(job: _Job, header: bytes) -> None:
 
 
 def _convert(fin, job: _Job, t, new: str, buffers: Buffers):
-    """Read one tensor (into a pooled buffer) and queue its quantization."""
-    data_offset, imatrix, pool, kernels = job.data_offset, job.opts.imatrix, job.pool, job.kernels
-    measure = job.opts.measure
+    """Read one tensor (into a pooled buffer) and queue its quantization along the path chosen for it."""
     n = int(np.prod(t.shape, dtype=np.int64))
     tr = TensorReport(t.name, list(t.shape), t.type_name, new, t.nbytes, tensor_bytes(new, t.shape),
                       8 * tensor_bytes(new, t.shape) / n)
     fmt = get_format(new)
+    path, procs = _path(job, t, new, fmt)
+    if path == "pread":
+        rows = max(1, (1 << 19) // t.shape[0])  # 2 MB of F32 per job: heap memory, reused job after job
+        jobs = [job.pool.threads.submit(read_rows_job, fin.fileno(), job.data_offset,
+                                        row_slab(t, r0, min(rows, t.n_rows - r0)), fmt, job.kernels)
+                for r0 in range(0, t.n_rows, rows)]
+        return _Queued(jobs, lambda: ([j.result() for j in jobs], tr), None)
+    if path == "processes":
+        return _row_jobs(fin, job, t, fmt, tr, None, None, procs)  # the workers read their own rows
+    raw = read_tensor(fin, t, job.data_offset, buffers.get(t.nbytes))
+    if path == "copy":
+        if t.type_name in ("F32", "F16", "BF16"):
+            check_finite(to_f32(raw, t), t.name)
+        if job.opts.measure:
+            tr.rmse, tr.max_abs_err, tr.cosine = 0.0, 0.0, 1.0
+        return _Queued([], lambda: ([raw], tr), raw)
+    # F32 rows are a view of the buffer; other inputs (F16, BF16, a quantized tensor) are converted
+    # job by job in the worker threads, not here: the conversion runs in parallel with the rounding
+    # and no float32 copy of the whole tensor is made (a token embedding's can be a gigabyte)
+    x = to_f32(raw, t) if t.type == 0 or job.opts.measure else None
+    return _row_jobs(fin, job, t, fmt, tr, raw, x, None)
+
+
+def _path(job: _Job, t, new: str, fmt) -> tuple[str, object]:
+    """How tensor `t` becomes type `new` (and the process pool for "processes"):
+    - "pread": F32/F16 rows that each worker thread reads itself and quantizes with the linked library;
+    - "copy": the type stays, its bytes are written as read;
+    - "processes": worker processes read and quantize their own rows (a numpy search holding the GIL);
+    - "threads": read here, quantized by worker threads from float32 rows (F32, or to measure the
+      error) or from raw slabs that each job converts."""
+    imatrix, measure = job.opts.imatrix, job.opts.measure
     weighted = imatrix is not None and fmt.uses_imatrix and t.name in imatrix
     if new != t.type_name and reads_own_rows(fmt, t, weighted, measure):
-        rows = max(1, (1 << 19) // t.shape[0])  # 2 MB of F32 per job: heap memory, reused job after job
-        jobs = [pool.threads.submit(read_rows_job, fin.fileno(), data_offset, row_slab(t, r0, min(rows, t.n_rows - r0)),
-                                    fmt, kernels) for r0 in range(0, t.n_rows, rows)]
-        return _Queued(jobs, lambda: ([j.result() for j in jobs], tr), None)
-    procs = pool.processes(t.nbytes, _in_processes(fmt, t, imatrix, kernels))
-    if new == t.type_name or measure or procs is None:
-        raw = read_tensor(fin, t, data_offset, buffers.get(t.nbytes))
-        if new == t.type_name:
-            if t.type_name in ("F32", "F16", "BF16"):
-                check_finite(to_f32(raw, t), t.name)
-            if measure:
-                tr.rmse, tr.max_abs_err, tr.cosine = 0.0, 0.0, 1.0
-            return _Queued([], lambda: ([raw], tr), raw)
-        # F32 rows are a view of the buffer; other inputs (F16, BF16, a quantized tensor) are converted
-        # job by job in the worker threads, not here: the conversion runs in parallel with the rounding
-        # and no float32 copy of the whole tensor is made (a token embedding's can be a gigabyte)
-        x = to_f32(raw, t) if t.type == 0 or measure else None
-    else:
-        raw = x = None  # worker processes read their own rows from the file
-    ne0 = t.shape[0]
-    rows_per_matrix = t.shape[1] if len(t.shape) > 1 else 1
+        return "pread", None
+    procs = job.pool.processes(t.nbytes, _in_processes(fmt, t, imatrix, job.kernels))
+    if new == t.type_name:
+        return "copy", None
+    if measure or procs is None:
+        return "threads", None
+    return "processes", procs
+
+
+def _row_weights(imatrix, t):
+    """The imatrix entry of `t` (column weights, one slice per expert), or None."""
     qw = imatrix.get(t.name) if imatrix is not None else None
-    if qw is not None and len(qw) != ne0 * (t.shape[2] if len(t.shape) > 2 else 1):
+    if qw is not None and len(qw) != t.shape[0] * (t.shape[2] if len(t.shape) > 2 else 1):
         qw = None  # llama.cpp ignores a token-embedding entry of the wrong size (others were refused above)
+    return qw
+
+
+def _row_jobs(fin, job: _Job, t, fmt, tr: TensorReport, raw, x, procs):
+    """Queue `t`'s quantization in jobs of whole rows within one matrix (an expert's imatrix slice must
+    not straddle jobs): in `procs` reading their own rows when given, else in threads from the float32
+    rows `x`, or from slabs of `raw` converted job by job."""
+    kernels, measure = job.kernels, job.opts.measure
+    ne0, n = t.shape[0], int(np.prod(t.shape, dtype=np.int64))
+    rows_per_matrix = t.shape[1] if len(t.shape) > 1 else 1
+    qw = _row_weights(job.opts.imatrix, t)
     tr.imatrix = qw is not None
-    # chunks of whole rows within one matrix (an expert's imatrix slice must not straddle chunks)
     # ~128k weights per job for numpy, whose temporaries then stay in cache; a compiled kernel has no
     # temporaries but the input, so larger jobs only save per-job overhead
-    job = 1 << 18 if fmt.compiled(kernels, qw is not None and fmt.uses_imatrix) else 1 << 17
-    rows_per_chunk = max(1, min(rows_per_matrix, job // ne0))
+    size = 1 << 18 if fmt.compiled(kernels, qw is not None and fmt.uses_imatrix) else 1 << 17
+    rows_per_chunk = max(1, min(rows_per_matrix, size // ne0))
     n_rows = n // ne0
     jobs = []
     for m0 in range(0, n_rows, rows_per_matrix):
@@ -273,12 +302,12 @@ def _convert(fin, job: _Job, t, new: str, buffers: Buffers):
         for r0 in range(m0, min(m0 + rows_per_matrix, n_rows), rows_per_chunk):
             r1 = min(r0 + rows_per_chunk, m0 + rows_per_matrix, n_rows)
             if raw is None:
-                jobs.append(procs.submit(rows_job, fin.name, data_offset, row_slab(t, r0, r1 - r0), new, w,
+                jobs.append(procs.submit(rows_job, fin.name, job.data_offset, row_slab(t, r0, r1 - r0), fmt.name, w,
                                          kernels.quiet()))
             elif x is None:
-                jobs.append(pool.threads.submit(slab_job, fmt, raw, t, r0, r1, w, kernels))
+                jobs.append(job.pool.threads.submit(slab_job, fmt, raw, t, r0, r1, w, kernels))
             else:
-                jobs.append(pool.threads.submit(quantize_checked, fmt, x[r0:r1], w, t.name, False, kernels))
+                jobs.append(job.pool.threads.submit(quantize_checked, fmt, x[r0:r1], w, t.name, False, kernels))
 
     def finish():
         parts = [j.result() for j in jobs]
