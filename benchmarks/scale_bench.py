@@ -480,7 +480,7 @@ def build_rows(cfg, sizes: list[int]) -> list[Row]:
         out.append(Row(f"scale-build-unchanged-{n}", f"`rag index` again, nothing changed ({n // 10} files)", "–",
                        f"{walls(runs['unchanged re-run']).fmt()}, peak RSS {rss(runs['unchanged re-run']):.0f} MB",
                        f"{ratio(walls(runs['unchanged re-run']).median, w.median)} the first run's",
-                       f"docs read again: {rep['docs_added']}; generation kept: {rep['generation']}", cmds_of(same)))
+                       f"documents added again: {rep['docs_added']}, embedded: {rep['embedded']}", cmds_of(same)))
         edited = os.path.join(tree, "d000", "f000000.txt")
         count = [0]
 

@@ -71,19 +71,23 @@ def test_unchanged_files_are_recognised_by_their_stat_without_reading(tmp_path, 
     first = _index(idx, d, "--model", st32)
     n_docs = len(TOPICS) * 2
     assert first["docs_added"] == n_docs and first["generation"] == 1
+    before = _top(idx, "valves stop flow")
     reads.clear()
     again = _index(idx, d)
     assert reads == []  # nothing opened, nothing parsed
     assert again["docs_unchanged"] == n_docs and again["docs_added"] == again["docs_removed"] == 0
-    assert again["generation"] == 1 and again["embedded"] == 0  # nothing to publish: the live generation stays
-    assert again["chunks_indexed"] == first["chunks_indexed"]
+    assert again["generation"] == 2 and again["embedded"] == 0 and again["chunks_indexed"] == first["chunks_indexed"]
+    # nothing rebuilt: the new generation's files are the live one's (rows.npy copied: readers lock it)
+    assert os.path.samefile(idx / "gen-1" / "vectors.npy", idx / "gen-2" / "vectors.npy")
+    assert not os.path.samefile(idx / "gen-1" / "rows.npy", idx / "gen-2" / "rows.npy")
+    assert _top(idx, "valves stop flow") == before  # and answers as the live one did
     # touched, content identical: read once (the hash says unchanged), then its new stat is kept
     os.utime(d / "t3.txt", (OLD + 60, OLD + 60))
     os.utime(d / "rows.jsonl", (OLD + 60, OLD + 60))
     reads.clear()
     touched = _index(idx, d)
     assert sorted(reads) == ["rows.jsonl", "t3.txt"]
-    assert touched["docs_unchanged"] == n_docs and touched["docs_added"] == 0 and touched["generation"] == 1
+    assert touched["docs_unchanged"] == n_docs and touched["docs_added"] == 0 and touched["embedded"] == 0
     reads.clear()
     assert _index(idx, d)["docs_unchanged"] == n_docs and reads == []
     # an edit of the same size is seen by its new mtime
@@ -92,7 +96,7 @@ def test_unchanged_files_are_recognised_by_their_stat_without_reading(tmp_path, 
     os.utime(d / "t5.txt", (OLD + 120, OLD + 120))
     reads.clear()
     edited = _index(idx, d)
-    assert reads == ["t5.txt"] and edited["docs_added"] == 1 and edited["generation"] == 2
+    assert reads == ["t5.txt"] and edited["docs_added"] == 1 and edited["embedded"] == 1
     hit = run_cli(["rag", "query", str(idx), "hourly", "--mode", "bm25", "--jsonl", "-k", "1"])
     assert json.loads(hit.stdout)["doc"].endswith("t5.txt")
     # a file modified just now is read again next time (an edit within its mtime tick could go unseen)
@@ -100,12 +104,13 @@ def test_unchanged_files_are_recognised_by_their_stat_without_reading(tmp_path, 
     assert _index(idx, d)["docs_added"] == 1
     reads.clear()
     fresh = _index(idx, d)
-    assert reads == ["t6.txt"] and fresh["docs_added"] == 0 and fresh["generation"] == 3
+    assert reads == ["t6.txt"] and fresh["docs_added"] == 0 and fresh["embedded"] == 0
     # a removed file is found by the walk, without reading the others
     (d / "t0.txt").unlink()
     reads.clear()
     gone = _index(idx, d)
-    assert gone["docs_removed"] == 1 and reads in ([], ["t6.txt"]) and gone["generation"] == 4
+    assert gone["docs_removed"] == 1 and reads in ([], ["t6.txt"])
+    assert sorted(p.name for p in idx.glob("gen-*")) == [f"gen-{gone['generation'] - 1}", f"gen-{gone['generation']}"]
 
 
 def test_an_index_without_file_stats_reads_its_files_once(tmp_path, st32, reads):

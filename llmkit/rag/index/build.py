@@ -113,6 +113,7 @@ class IndexReport:
     changes: list[str] = field(default_factory=list)  # chunking that differs from the collection's recorded one
     vectors_reused: int = 0
     vectors_resumed: int = 0  # of the reused: vectors an interrupted run embedded (kept in the journal)
+    journalled: list[str] = field(default_factory=list, repr=False)  # text hashes the generation took from the journal
     embed_s: float = 0.0
     total_s: float = 0.0
     index_type: str = ""
@@ -123,6 +124,7 @@ class IndexReport:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["skipped"] = [asdict(s) for s in self.skipped]
+        del d["journalled"]  # bookkeeping between the publish steps, not a result
         return d
 
 
@@ -340,8 +342,9 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
         report.docs_removed = len(gone)
         con.execute("COMMIT")
         if _nothing_to_publish(manifest, opts, report):
-            report.generation, report.index_type = manifest["generation"], manifest["index"] or ""
-            report.chunks_indexed = sum(c.get("chunks", 0) for c in manifest["collections"].values())
+            from llmkit.rag.index.publish import republish
+
+            republish(directory, con, manifest, gen, report)
             return report
         first = None
         if _searchable_first(manifest, opts, report):
@@ -374,10 +377,10 @@ def _searchable_first(manifest, opts: IndexOptions, report) -> bool:
 
 
 def _nothing_to_publish(manifest, opts: IndexOptions, report) -> bool:
-    """A run that added, changed and removed nothing keeps the live generation: publishing would
-    rebuild the same one (a format upgrade, a new collection, a new graph or index type still do, and
-    so do vectors a stopped run left pending). With a served vector store a run still publishes: that
-    is when the engine's rows only retired generations had are deleted."""
+    """A run that added, changed and removed nothing: its generation is the live one's files again
+    (`republish`), not a rebuild (a format upgrade, a new collection, a new graph or index type still
+    build, and so do vectors a stopped run left pending). With a served vector store a run builds as
+    before."""
     return (manifest["generation"] > 0 and not report.docs_added and not report.docs_removed
             and not manifest.get("pending") and not manifest["store"]
             and not report.migrated_from and not report.changes and opts.collection in manifest["collections"]

@@ -10,8 +10,8 @@ Two tables serve the writer only. A document row keeps the (size, mtime_ns, inod
 was read from, so an unchanged file is recognised without reading it (`file_stat`). `embeddings` is
 the journal of vectors embedded but not yet published, keyed by model and chunk text hash and
 committed per batch: a run killed while embedding keeps them and the next run reuses them
-(`journal_get`); a published generation holds them in its own files, so the journal is emptied
-after each swap.
+(`journal_get`); a published generation holds them in its own files, so the journal lets go of
+the ones it took after each swap (`journal_drop`).
 """
 
 from __future__ import annotations
@@ -104,9 +104,14 @@ def journal_put(con: sqlite3.Connection, space: str, items) -> None:
     con.execute("COMMIT")
 
 
-def journal_clear(con: sqlite3.Connection) -> None:
-    """Forget journalled vectors once a generation holding them is published."""
-    con.execute("DELETE FROM embeddings")
+def journal_drop(con: sqlite3.Connection, space: str, keys: list[str]) -> None:
+    """Forget journalled vectors once a generation holding them is published (others stay: a stopped
+    run over another collection may still need them)."""
+    con.execute("BEGIN")
+    for lo in range(0, len(keys), 500):
+        part = keys[lo:lo + 500]
+        con.execute(f"DELETE FROM embeddings WHERE space = ? AND key IN ({','.join('?' * len(part))})", (space, *part))
+    con.execute("COMMIT")
 
 
 def rollback_unfinished(con: sqlite3.Connection, gen: int) -> None:

@@ -91,7 +91,25 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
 
             _publish_graph(con, rows, gdir, report, entity_llm(opts.store.graph_llm))
     _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
-    db.journal_clear(con)  # the generation holds its vectors now
+    db.journal_drop(con, _space(manifest), report.journalled)  # the generation holds these vectors now
+    _retire_old(directory, con, manifest, gen)
+
+
+def republish(directory, con, manifest, gen, report) -> None:
+    """Publish generation `gen` as the live one again (a run that changed nothing): its files are
+    hard-linked, not rebuilt, and rows.npy is copied, since a reader pins a generation by locking that
+    file; then the manifest is swapped and older generations are retired as after any run."""
+    from llmkit.rag.index.manifest import RETIRED
+
+    old, new = (os.path.join(directory, f"gen-{g}") for g in (manifest["generation"], gen))
+    shutil.rmtree(new, ignore_errors=True)  # a half-built directory of a killed run
+    shutil.copytree(old, new, copy_function=_link, ignore=shutil.ignore_patterns(RETIRED))
+    os.remove(os.path.join(new, "rows.npy"))
+    shutil.copy2(os.path.join(old, "rows.npy"), os.path.join(new, "rows.npy"))
+    manifest.update(generation=gen, updated=now())
+    write_manifest(directory, manifest)
+    report.generation, report.index_type = gen, manifest["index"] or ""
+    report.chunks_indexed = sum(c.get("chunks", 0) for c in manifest["collections"].values())
     _retire_old(directory, con, manifest, gen)
 
 
@@ -250,7 +268,7 @@ def _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report
     vecs = np.zeros((len(need), dim or 0), np.float32)
     pos = {r: j for j, r in enumerate(need.tolist())}
     if fresh:
-        vecs[[pos[i] for i in fresh]] = _journalled(con, manifest, [keys[i].decode() for i in fresh], dim)
+        vecs[[pos[i] for i in fresh]] = _journalled(con, manifest, [keys[i].decode() for i in fresh], dim, report)
     for i in reuse:
         vecs[pos[i]] = got[key_to_prev[keys[i]]]
     kind = (manifest["index"] if (manifest["index"] and not switch)
@@ -348,8 +366,10 @@ def _journal_dim(con, manifest, key: str) -> int:
     return len(db.journal_get(con, _space(manifest), [key])[key]) // 4
 
 
-def _journalled(con, manifest, keys: list[str], dim: int) -> np.ndarray:
-    """The journal's vectors of these text hashes, in order."""
+def _journalled(con, manifest, keys: list[str], dim: int, report) -> np.ndarray:
+    """The journal's vectors of these text hashes, in order (noted in the report: the journal lets
+    go of them once the generation is live)."""
+    report.journalled.extend(keys)
     got = db.journal_get(con, _space(manifest), keys)
     return np.frombuffer(b"".join(got[k] for k in keys), "<f4").reshape(len(keys), dim)
 
@@ -399,7 +419,7 @@ def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, 
         vectors[part] = old_vecs[[reuse_at[key_list[i]] for i in part]]
     for lo in range(0, len(need), step):
         part = need[lo:lo + step]
-        vectors[part] = _journalled(con, manifest, [key_list[i].decode() for i in part], dim)
+        vectors[part] = _journalled(con, manifest, [key_list[i].decode() for i in part], dim, report)
     vectors.flush()
     del vectors
     if missing:
