@@ -12,8 +12,8 @@ import click
 
 from llmkit.commands._common import Output, read_prompt, stdout_stream
 from llmkit.commands.deprecated import REMOVED_IN, Renamed, renamed
-from llmkit.commands.llama_options import (chat_options, model_options, open_for_prompt, sampling_options,
-                                           stats_line)
+from llmkit.commands.llama_options import (chat_options, draft_options, model_options, open_for_prompt,
+                                           sampling_options, stats_line)
 
 _CONSTRAINED = ("--grammar", "--grammar-file", "--json-schema")
 
@@ -86,21 +86,15 @@ def _forwarded(args: list[str]):
 @chat_options
 @click.option("--context-shift", is_flag=True, help="Drop the oldest tokens when the context fills instead of stopping.")
 @click.option("--keep", default=0, show_default=True, type=int, help="Tokens at the start never dropped by --context-shift.")
-@click.option("--draft-model", "draft_path", help="Draft GGUF for speculative decoding (same vocabulary).")
-@click.option("--draft-max", default=8, show_default=True, type=int, help="Most draft tokens per step.")
-@click.option("--draft-min", default=0, show_default=True, type=int,
-              help="Fewest draft tokens per step; 0 lets the adaptive length skip drafting where it does not pay, "
-                   "--draft-min N --draft-max N always drafts N.")
-@click.option("--fixed-draft", is_flag=True, hidden=True)  # deprecated: --draft-min N --draft-max N
-@click.option("--lookup", default=0, type=int, help="Prompt-lookup drafting with n-grams up to N (no draft model).")
+@draft_options
 @click.option("--prompt-cache", "prompt_cache", type=click.Path(),
               help="KV prompt cache: a slot file (reuse its longest common prefix) or a directory (reuse the slot "
                    "sharing the longest prefix, save the new one).")
 @click.option("--cache-reuse", default=0, show_default=True, type=int,
               help="With --prompt-cache: also reuse cached chunks of >= N tokens after a change, shifting them.")
 @click.option("--json", "as_json", is_flag=True, help="Print text and statistics as one JSON object.")
-def command(prompt, model_path, opts, sampling, chat, system, context_shift, keep, draft_path, draft_max, draft_min,
-            fixed_draft, lookup, prompt_cache, cache_reuse, as_json):
+def command(prompt, model_path, opts, sampling, chat, system, context_shift, keep, drafting, prompt_cache, cache_reuse,
+            as_json):
     """Generate text from PROMPT (or stdin) with llama.cpp in this process, streaming to stdout.
 
     \b
@@ -109,10 +103,6 @@ def command(prompt, model_path, opts, sampling, chat, system, context_shift, kee
     echo "Rewrite this sentence." | llmkit generate --chat --lookup 3 -
     llmkit generate -m model.gguf --prompt-cache cache/ "$(cat system.txt) Question: ..."
     """
-    out = Output()
-    if fixed_draft:
-        click.echo(f"Note: `llmkit generate --fixed-draft` is now `--draft-min {draft_max} --draft-max {draft_max}`; "
-                   f"the old spelling works until llmkit {REMOVED_IN}.", err=True)
     prompt = read_prompt(prompt)
     path, model, prompt, tokens = open_for_prompt(model_path, opts, prompt, chat, system)
     stream = stdout_stream(not as_json)
@@ -123,25 +113,28 @@ def command(prompt, model_path, opts, sampling, chat, system, context_shift, kee
         cache = PromptCache(prompt_cache)
         slot_note = cache.restore(model, path, opts, tokens)
     from llmkit.llama import runtime
-    from llmkit.llama.draft import DraftModel
     from llmkit.llama.generate import Generator
 
     # opened only once drafting is chosen: where it cannot pay, it is never loaded
-    draft = DraftModel(draft_path, lambda p: runtime.open_model(p, opts)) if draft_path else None
-    adaptive = not fixed_draft and draft_min != draft_max
-    gen = Generator(model, sampling.params, draft=draft, lookup=lookup, draft_max=draft_max, draft_min=draft_min,
-                    adaptive=adaptive, ignore_eos=sampling.ignore_eos, context_shift=context_shift, keep=keep)
+    draft = drafting.model(lambda p: runtime.open_model(p, opts))
+    gen = Generator(model, sampling.params, draft=draft, drafting=drafting, ignore_eos=sampling.ignore_eos,
+                    context_shift=context_shift, keep=keep)
     text, stats = gen.run(tokens, sampling.n_predict, sampling.stop, on_text=stream, reuse_cache=bool(prompt_cache),
                           cache_reuse=cache_reuse)
     if cache is not None:
         slot_note += cache.save(model, path, opts, prompt + text)
+    out = Output()
     if as_json:
         out.json({"model": path, "text": text, "stats": stats.to_dict(), "peak_rss_bytes": runtime.peak_rss(),
                   **({"slot": slot_note} if slot_note else {})})
         return
     sys.stdout.write("\n")
     sys.stdout.flush()
-    d = stats.to_dict()
+    out.info(_summary(stats.to_dict(), slot_note))
+
+
+def _summary(d: dict, slot_note: str) -> str:
+    """The run's statistics for stderr: speed, then drafting's and the KV slot's when they played a part."""
     line = stats_line(d)
     if d.get("drafted"):
         line += (f"\ndrafted {d['drafted']}, accepted {d['accepted']} ({100 * d['acceptance']:.0f}%), "
@@ -150,4 +143,4 @@ def command(prompt, model_path, opts, sampling, chat, system, context_shift, kee
     if slot_note or d.get("prefill_reused"):
         line += (f"\nKV slot: {slot_note} reused {d['prefill_reused']} prompt tokens ({d['shifted']} by shifting); "
                  f"time to first token {d['ttft_s'] * 1000:.0f} ms")
-    out.info(line)
+    return line

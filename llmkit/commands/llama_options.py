@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from llmkit.commands._common import settings
+from llmkit.commands._common import bundle, settings
 
 if TYPE_CHECKING:
     from llmkit.llama.sampling import SamplingParams
@@ -107,6 +107,33 @@ def sampling_options(n_predict: int = 128, eos: bool = True):
         return run
 
     return decorate
+
+
+_DRAFT = [
+    click.option("--draft-model", "draft_path", help="Draft GGUF for speculative decoding (same vocabulary)."),
+    click.option("--draft-max", default=8, show_default=True, type=int, help="Most draft tokens per step."),
+    click.option("--draft-min", default=0, show_default=True, type=int,
+                 help="Fewest draft tokens per step; 0 lets the adaptive length skip drafting where it does not pay, "
+                      "--draft-min N --draft-max N always drafts N."),
+    click.option("--fixed-draft", is_flag=True, hidden=True),  # deprecated: --draft-min N --draft-max N
+    click.option("--lookup", default=0, type=int, help="Prompt-lookup drafting with n-grams up to N (no draft model)."),
+]
+
+
+def _drafting(draft_path, draft_max, draft_min, fixed_draft, lookup):
+    from llmkit.commands.deprecated import REMOVED_IN
+    from llmkit.llama.draft import DraftOptions
+
+    if fixed_draft:
+        click.echo(f"Note: `llmkit generate --fixed-draft` is now `--draft-min {draft_max} --draft-max {draft_max}`; "
+                   f"the old spelling works until llmkit {REMOVED_IN}.", err=True)
+    return DraftOptions(path=draft_path, lookup=lookup, max=draft_max, min=draft_min,
+                        adaptive=not fixed_draft and draft_min != draft_max)
+
+
+# --draft-model, --draft-max, --draft-min, --lookup (and the old --fixed-draft): the command receives
+# `drafting`, a llama.draft.DraftOptions
+draft_options = bundle("drafting", _DRAFT, _drafting)
 
 
 def chat_options(f):

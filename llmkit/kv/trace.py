@@ -8,8 +8,6 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-import numpy as np
-
 from llmkit.errors import BadInput
 
 
@@ -49,6 +47,8 @@ def synthetic_trace(n: int = 200, rate: float = 2.0, seed: int = 0, prompt_mean:
                     shared_prefix: int = 0, n_samples: int = 1, max_len: int = 2048) -> list[Request]:
     """Poisson arrivals with log-normal prompt/output lengths (ShareGPT-like means), optionally a
     shared system prompt of `shared_prefix` tokens and n parallel samples per request."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     t = np.cumsum(rng.exponential(1.0 / rate, n))
     sigma = 0.9
@@ -59,6 +59,26 @@ def synthetic_trace(n: int = 200, rate: float = 2.0, seed: int = 0, prompt_mean:
     p, o = lengths(prompt_mean), lengths(output_mean)
     return [Request(i, float(t[i]), int(p[i]) + shared_prefix, int(o[i]), "system" if shared_prefix else None,
                     shared_prefix, n_samples) for i in range(n)]
+
+
+@dataclass
+class TraceShape:
+    """The built-in trace (`synthetic_trace`): `requests` arriving at `rate` per second, prompt and
+    output lengths around `prompt_mean` / `output_mean`, a common system prompt of `shared_prefix`
+    tokens, `samples` parallel samples per request, drawn from `seed`."""
+
+    requests: int = 300
+    rate: float = 4.0
+    prompt_mean: int = 160
+    output_mean: int = 340
+    shared_prefix: int = 0
+    samples: int = 1
+    seed: int = 0
+
+    def draw(self, max_len: int) -> list[Request]:
+        """The trace's requests, lengths capped at half of `max_len`."""
+        return synthetic_trace(self.requests, self.rate, self.seed, self.prompt_mean, self.output_mean,
+                               self.shared_prefix, self.samples, max_len)
 
 
 def unshared(reqs: list[Request]) -> list[Request]:

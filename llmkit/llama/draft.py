@@ -7,6 +7,7 @@ with the target is `generate.Generator`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -15,6 +16,23 @@ from llmkit.errors import BadInput
 from llmkit.llama.cache import common_prefix, eval_logits
 from llmkit.llama.sampling import History, SamplingParams, distribution, sample
 from llmkit.llama.speculative import expected_tokens
+
+
+@dataclass
+class DraftOptions:
+    """How generation drafts: with the draft model at `path` (opened only once drafting is chosen) or
+    by prompt lookup with n-grams up to `lookup` tokens, at most `max` and at least `min` draft tokens
+    per step; `adaptive` lets the chooser pick the length (and skip drafting where it does not pay)."""
+
+    path: str | None = None
+    lookup: int = 0
+    max: int = 8
+    min: int = 0
+    adaptive: bool = True
+
+    def model(self, open_model: Callable[[str], object]) -> "DraftModel | None":
+        """The draft model, loaded by `open_model(path)` on first use; None without one."""
+        return DraftModel(self.path, open_model) if self.path else None
 
 
 class DraftLengthChooser:

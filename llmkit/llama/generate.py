@@ -18,7 +18,7 @@ import numpy as np
 
 from llmkit.errors import BadInput, OptionError
 from llmkit.llama.cache import common_prefix, eval_logits, eval_no_logits, reuse_chunks, shift_context
-from llmkit.llama.draft import (DraftLengthChooser, DraftModel, ModelDrafter, check_vocab_compatible,
+from llmkit.llama.draft import (DraftLengthChooser, DraftModel, DraftOptions, ModelDrafter, check_vocab_compatible,
                                 check_vocab_files)
 from llmkit.llama.sampling import History, SamplingParams, distribution, sample
 from llmkit.llama.speculative import NgramIndex, verify, verify_sample_and_match
@@ -68,7 +68,12 @@ class Generator:
 
     def __init__(self, target, params: SamplingParams, draft=None, lookup: int = 0, draft_max: int = 8,
                  draft_min: int = 0, adaptive: bool = True, ignore_eos: bool = False,
-                 context_shift: bool = False, keep: int = 0, acceptance_rule: str = "rejection"):
+                 context_shift: bool = False, keep: int = 0, acceptance_rule: str = "rejection",
+                 drafting: DraftOptions | None = None):
+        """`drafting`, when given, sets lookup, draft_max, draft_min and adaptive (the CLI's draft
+        options whole); `draft` is the draft model itself (a model or a DraftModel)."""
+        if drafting is not None:
+            lookup, draft_max, draft_min, adaptive = drafting.lookup, drafting.max, drafting.min, drafting.adaptive
         params.validate()
         if acceptance_rule not in ("rejection", "match"):
             raise BadInput(f"unknown acceptance rule {acceptance_rule!r}; use 'rejection' or 'match'.")

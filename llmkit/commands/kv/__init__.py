@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import click
 
-from llmkit.commands._common import Output
+from llmkit.commands._common import Output, bundle
 from llmkit.commands.plot_option import plot_option
 from llmkit.commands.deprecated import Renamed, renamed
+from llmkit.kv.trace import TraceShape  # light: numpy is imported when a trace is drawn
 
 
 @click.group("kv")
@@ -79,16 +80,27 @@ def plan_cmd(model_paths, ctxs, parallel, cache_type_k, cache_type_v, batch_size
         out.table(t)
 
 
+_SHAPE = TraceShape()  # the built-in trace's defaults, shown by --help
+# the built-in trace's options: simulate receives `shape`, a kv.trace.TraceShape
+trace_options = bundle("shape", [
+    click.option("--requests", default=_SHAPE.requests, show_default=True, help="Built-in trace: number of requests."),
+    click.option("--rate", default=_SHAPE.rate, show_default=True, help="Built-in trace: arrivals per second (Poisson)."),
+    click.option("--prompt-mean", default=_SHAPE.prompt_mean, show_default=True,
+                 help="Built-in trace: mean prompt tokens (log-normal)."),
+    click.option("--output-mean", default=_SHAPE.output_mean, show_default=True,
+                 help="Built-in trace: mean output tokens (log-normal)."),
+    click.option("--shared-prefix", default=_SHAPE.shared_prefix, show_default=True,
+                 help="Built-in trace: tokens of a common system prompt."),
+    click.option("--samples", default=_SHAPE.samples, show_default=True,
+                 help="Built-in trace: parallel samples / beams per request."),
+    click.option("--seed", default=_SHAPE.seed, show_default=True),
+], TraceShape)
+
+
 @renamed(Renamed("-n", "--samples"))
 @group.command("simulate")
 @click.argument("trace", required=False)
-@click.option("--requests", "n_requests", default=300, show_default=True, help="Built-in trace: number of requests.")
-@click.option("--rate", default=4.0, show_default=True, help="Built-in trace: arrivals per second (Poisson).")
-@click.option("--prompt-mean", default=160, show_default=True, help="Built-in trace: mean prompt tokens (log-normal).")
-@click.option("--output-mean", default=340, show_default=True, help="Built-in trace: mean output tokens (log-normal).")
-@click.option("--shared-prefix", default=0, show_default=True, help="Built-in trace: tokens of a common system prompt.")
-@click.option("--samples", default=1, show_default=True, help="Built-in trace: parallel samples / beams per request.")
-@click.option("--seed", default=0, show_default=True)
+@trace_options
 @click.option("--budget-tokens", type=int, help="KV budget in tokens.")
 @click.option("--budget-bytes", type=float, help="KV budget in bytes (needs -m to convert to tokens).")
 @click.option("-m", "--model", "model_path", help="Model for bytes per token (and --gpu-gb).")
@@ -101,8 +113,8 @@ def plan_cmd(model_paths, ctxs, parallel, cache_type_k, cache_type_v, batch_size
 @click.option("--step-ms", default=20.0, show_default=True, help="Simulated time of one decoding step.")
 @plot_option("memory use over time per policy")
 @click.option("--json", "as_json", is_flag=True)
-def simulate_cmd(trace, n_requests, rate, prompt_mean, output_mean, shared_prefix, samples, seed, budget_tokens,
-                 budget_bytes, model_path, gpu_gb, policies, block_size, max_len, preempt, step_ms, plot_path, as_json):
+def simulate_cmd(trace, shape, budget_tokens, budget_bytes, model_path, gpu_gb, policies, block_size, max_len, preempt,
+                 step_ms, plot_path, as_json):
     """Replay a request trace (JSONL, or the built-in generator) against a KV budget under
     Max / Pow2 / Oracle / Paged allocation and compare memory waste, batch size and throughput.
 
@@ -118,7 +130,7 @@ def simulate_cmd(trace, n_requests, rate, prompt_mean, output_mean, shared_prefi
 
         reqs = traces.read_trace(split_lines(read_text(trace)))
     else:
-        reqs = traces.synthetic_trace(n_requests, rate, seed, prompt_mean, output_mean, shared_prefix, samples, max_len)
+        reqs = shape.draw(max_len)
     if budget_tokens is None:
         if not model_path or (budget_bytes is None and gpu_gb is None):
             raise click.UsageError("give --budget-tokens, or -m MODEL with --budget-bytes or --gpu-gb.")
@@ -130,13 +142,17 @@ def simulate_cmd(trace, n_requests, rate, prompt_mean, output_mean, shared_prefi
         from llmkit.plot import draw
 
         draw(plot_path, sim.memory_chart(results), size=(900, 240 * len(results)))
-    out = Output()
     if as_json:
-        out.json({"budget_tokens": budget_tokens, "requests": len(reqs), "results": [r.to_dict() for r in results]})
-        return
+        Output().json({"budget_tokens": budget_tokens, "requests": len(reqs), "results": [r.to_dict() for r in results]})
+    else:
+        Output().table(_simulation_table(results, len(reqs), budget_tokens, block_size))
+
+
+def _simulation_table(results, n_requests: int, budget_tokens: int, block_size: int):
+    """One row per policy: memory use and waste, batch sizes, throughput, prefix hits, preemptions."""
     from rich.table import Table
 
-    t = Table(title=f"{len(reqs)} requests, KV budget {budget_tokens} tokens, block {block_size}")
+    t = Table(title=f"{n_requests} requests, KV budget {budget_tokens} tokens, block {block_size}")
     for col in ("policy", "used", "reserved", "internal", "external", "waste", "mean batch", "peak", "req/s",
                 "prefix hits", "preempt"):
         t.add_column(col, justify="right")
@@ -145,7 +161,7 @@ def simulate_cmd(trace, n_requests, rate, prompt_mean, output_mean, shared_prefi
         t.add_row(r.policy, *(f"{100 * d[k]:.1f}%" for k in ("used", "reserved", "internal", "external", "waste")),
                   f"{r.mean_batch:.1f}", str(r.peak_batch), f"{r.throughput_rps:.2f}", f"{100 * r.prefix_hit_rate:.0f}%",
                   str(r.preemptions))
-    out.table(t)
+    return t
 
 
 from llmkit.commands.kv import slots  # noqa: E402,F401  (registers the slot commands on `group`)
