@@ -65,24 +65,17 @@ def batch_cmd(batch_path, urls, output_path, on_error, retries, sampling):
 
     Results come back in input order; with -o, an interrupted batch resumes where it stopped.
     """
-    import json
     import os
 
     from llmkit.commands._common import progress_bar
     from llmkit.errors import BadInput, OptionError
-    from llmkit.io import read_text
     from llmkit.llama import batch
 
     out = Output()
     servers = [u.strip() for u in urls.split(",") if u.strip()]
     if retries < 1:
         raise OptionError("{retries} must be a positive number, got {value}.", value=retries)
-    items, bad = batch.parse_items(read_text(batch_path).splitlines())
-    for b in bad:
-        msg = f"{batch_path} line {b.line}: {b.reason}"
-        if on_error == "fail":
-            raise BadInput(f"{msg}. Fix the line, or pass --on-error skip to leave such lines out.")
-        out.warn(msg + " (skipped)")
+    items = _parse_batch(batch_path, on_error, out)
     fd = None
     if output_path:
         fd, items, n_done = batch.resume(items, output_path)
@@ -104,6 +97,28 @@ def batch_cmd(batch_path, urls, output_path, on_error, retries, sampling):
     finally:
         if fd is not None:
             os.close(fd)
+    _summary(out, report)
+
+
+def _parse_batch(batch_path: str, on_error: str, out: Output) -> list:
+    """FILE's items; a malformed line stops the batch (--on-error fail) or is reported and left out."""
+    from llmkit.errors import BadInput
+    from llmkit.io import read_text
+    from llmkit.llama import batch
+
+    items, bad = batch.parse_items(read_text(batch_path).splitlines())
+    for b in bad:
+        msg = f"{batch_path} line {b.line}: {b.reason}"
+        if on_error == "fail":
+            raise BadInput(f"{msg}. Fix the line, or pass --on-error skip to leave such lines out.")
+        out.warn(msg + " (skipped)")
+    return items
+
+
+def _summary(out: Output, report) -> None:
+    """The skipped items, then one line: items, tokens, speed, slots and any servers lost."""
+    import json
+
     d = report.to_dict()
     for i, line, err in report.failed:
         out.warn(f"item {json.dumps(i)} (line {line}) skipped: {err}")

@@ -144,33 +144,15 @@ def plan(path: str, n_ctx: int | None = None, n_seq: int = 1, cache_type_k: str 
     if n_ctx < 1:
         raise BadInput(f"context size must be positive, got {n_ctx}.")
     cells = math.ceil(n_ctx / PAD) * PAD
-    window = _hparam(g, arch, "attention.sliding_window")
-    pattern = SWA_PATTERNS.get(arch)
-    swa_cells = 0
-    is_swa = [False] * n_layer
-    if window and pattern:
-        is_swa = [(il % pattern) < pattern - 1 for il in range(n_layer)]
-        swa_cells = min(cells, math.ceil((int(window) * n_seq + n_ubatch) / PAD) * PAD)
-    k_bytes = v_bytes = 0
-    per_layer = []
-    for il in range(n_layer):
-        if heads_kv[il] == 0:  # layers without attention (hybrid models)
-            per_layer.append(0)
-            continue
-        c = swa_cells if is_swa[il] else cells
-        kb = row_bytes(cache_type_k, heads_kv[il] * hk) * c
-        vb = row_bytes(cache_type_v, heads_kv[il] * hv) * c
-        k_bytes += kb
-        v_bytes += vb
-        per_layer.append(kb + vb)
+    is_swa, swa_cells = _sliding_window(g, arch, n_layer, cells, n_seq, n_ubatch)
+    layer_cells = [swa_cells if is_swa[il] else cells for il in range(n_layer)]
+    # a layer without attention (hybrid models: no kv heads) holds no cache
+    k_layer = [row_bytes(cache_type_k, h * hk) * c if h else 0 for h, c in zip(heads_kv, layer_cells)]
+    v_layer = [row_bytes(cache_type_v, h * hv) * c if h else 0 for h, c in zip(heads_kv, layer_cells)]
+    k_bytes, v_bytes = sum(k_layer), sum(v_layer)
+    per_layer = [k + v for k, v in zip(k_layer, v_layer)]
     weights = sum(t.nbytes for t in g.tensors)
-    tokens = g.get("tokenizer.ggml.tokens")
-    n_vocab = len(tokens) if tokens is not None else 0
-    n_ff = _hparam(g, arch, "feed_forward_length", 4 * int(n_embd))
-    n_ff = max(_per_layer(n_ff, n_layer)) if n_ff is not None else 4 * int(n_embd)
-    ub = min(n_ubatch, cells)
-    attention = (ub * cells * 2 if flash_attn else (max(heads) + 1) * ub * cells * 4)
-    compute = max(attention, ub * n_vocab * 4) + ub * 4 * (2 * n_ff + int(n_embd))
+    ub, compute, n_vocab = _compute_bytes(g, arch, n_layer, int(n_embd), max(heads), cells, n_ubatch, flash_attn)
     scaling = _hparam(g, arch, "rope.scaling.type")
     factor = _hparam(g, arch, "rope.scaling.factor")
     rope = f"{scaling} x{float(factor):g}" if scaling and scaling != "none" and factor else "none"
@@ -180,6 +162,29 @@ def plan(path: str, n_ctx: int | None = None, n_seq: int = 1, cache_type_k: str 
                   weights_bytes=weights, bandwidth_gbs=bandwidth_gbs, per_layer_bytes=per_layer, train_ctx=train_ctx,
                   flash_attn=flash_attn, n_ubatch=ub, compute_bytes=compute, output_bytes=n_vocab * 4 * n_seq,
                   rope_scaling=rope)
+
+
+def _sliding_window(g, arch: str, n_layer: int, cells: int, n_seq: int, n_ubatch: int) -> tuple[list[bool], int]:
+    """(which layers use the sliding window, the cells each of those holds); no window: all False, 0."""
+    window = _hparam(g, arch, "attention.sliding_window")
+    pattern = SWA_PATTERNS.get(arch)
+    if not (window and pattern):
+        return [False] * n_layer, 0
+    is_swa = [(il % pattern) < pattern - 1 for il in range(n_layer)]
+    return is_swa, min(cells, math.ceil((int(window) * n_seq + n_ubatch) / PAD) * PAD)
+
+
+def _compute_bytes(g, arch: str, n_layer: int, n_embd: int, max_heads: int, cells: int, n_ubatch: int,
+                   flash_attn: bool) -> tuple[int, int, int]:
+    """(micro-batch, compute buffer bytes, vocabulary size): the larger of the attention scores and
+    the output logits for one micro-batch, plus the feed-forward activations."""
+    tokens = g.get("tokenizer.ggml.tokens")
+    n_vocab = len(tokens) if tokens is not None else 0
+    n_ff = _hparam(g, arch, "feed_forward_length", 4 * n_embd)
+    n_ff = max(_per_layer(n_ff, n_layer)) if n_ff is not None else 4 * n_embd
+    ub = min(n_ubatch, cells)
+    attention = (ub * cells * 2 if flash_attn else (max_heads + 1) * ub * cells * 4)
+    return ub, max(attention, ub * n_vocab * 4) + ub * 4 * (2 * n_ff + n_embd), n_vocab
 
 
 def context_sweep(path: str, top: int | None = None) -> list[int]:

@@ -134,48 +134,20 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
     flat = mx <= mn
     xm = np.empty_like(xt)  # x - min for the current min
 
-    def levels(iscale):  # la = clip(nearest_int(iscale * (x - min)), 0, nmax)
-        np.multiply(xm, iscale, out=la)
-        np.rint(la, out=la)
-        np.clip(la, 0, nmax, out=la)
-
-    def error(scale, the_min):  # sum of w * |d| or w * d^2, d = scale * l + min - x, in C's order
-        np.multiply(la, scale, out=tmp)
-        np.add(tmp, the_min, out=tmp)
-        np.subtract(tmp, xt, out=tmp)
-        if use_mad:
-            np.abs(tmp, out=tmp)
-        else:
-            np.multiply(tmp, tmp, out=tmp)
-        np.multiply(tmp, wt, out=tmp)
-        return add(tmp, axis=0)
-
     with _errs():
         np.subtract(xt, mn, out=xm)
         iscale = F32(nmax) / (mx - mn)
         scale = F32(1) / iscale
-        levels(iscale)
-        best = error(scale, mn)
+        _qkx_levels(xm, iscale, nmax, la)
+        best = _qkx_error(la, scale, mn, xt, wt, use_mad, tmp)
         cur_min = mn
         best_iscale, best_base = iscale, mn  # levels = clip(rint(best_iscale * (x - best_base)))
         for step in range(nstep + 1):
             # `min` moves when a step wins, and later steps start from the moved value (as in C)
             iscale = (F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / (mx - cur_min)
-            levels(iscale)
-            np.multiply(wt, la, out=wl)
-            sum_l = add(wl, axis=0)
-            np.multiply(wl, la, out=tmp)
-            sum_l2 = add(tmp, axis=0)
-            np.multiply(wl, xt, out=tmp)
-            sum_xl = add(tmp, axis=0)
-            D = sum_w * sum_l2 - sum_l * sum_l
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
-            pos = this_min > 0
-            if pos.any():
-                this_min = np.where(pos, F32(0), this_min)
-                this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
-            cur = error(this_scale, this_min)
+            _qkx_levels(xm, iscale, nmax, la)
+            this_scale, this_min, D = _qkx_fit(la, xt, wt, sum_w, sum_x, wl, tmp)
+            cur = _qkx_error(la, this_scale, this_min, xt, wt, use_mad, tmp)
             better = (D > 0) & (cur < best)
             if better.any():
                 best_iscale = np.where(better, iscale, best_iscale)
@@ -185,11 +157,51 @@ def make_qkx(x: np.ndarray, nmax: int, w: np.ndarray, rmin: float, rdelta: float
                 cur_min = np.where(better, this_min, cur_min)
                 np.subtract(xt, cur_min, out=xm)
         np.subtract(xt, best_base, out=xm)
-        levels(best_iscale)
+        _qkx_levels(xm, best_iscale, nmax, la)
     scale = np.where(flat, F32(0), scale).astype(F32)
     la[:, flat] = 0
     cur_min = np.where(flat, mn, cur_min).astype(F32)
     return scale, (-cur_min).astype(F32), (la if transposed else la.T.astype(np.int32))
+
+
+def _qkx_levels(xm, iscale, nmax: int, la) -> None:
+    """la = clip(nearest_int(iscale * (x - min)), 0, nmax), `xm` holding x - min."""
+    np.multiply(xm, iscale, out=la)
+    np.rint(la, out=la)
+    np.clip(la, 0, nmax, out=la)
+
+
+def _qkx_error(la, scale, the_min, xt, wt, use_mad: bool, tmp):
+    """Per block, the sum of w * |d| (use_mad) or w * d^2, d = scale * l + min - x, in C's order."""
+    np.multiply(la, scale, out=tmp)
+    np.add(tmp, the_min, out=tmp)
+    np.subtract(tmp, xt, out=tmp)
+    if use_mad:
+        np.abs(tmp, out=tmp)
+    else:
+        np.multiply(tmp, tmp, out=tmp)
+    np.multiply(tmp, wt, out=tmp)
+    return np.add.reduce(tmp, axis=0)
+
+
+def _qkx_fit(la, xt, wt, sum_w, sum_x, wl, tmp):
+    """The weighted least-squares (scale, min) for the levels `la`, and its determinant D (the fit
+    counts only where D > 0); a positive min is replaced by 0 with the scale refitted alone."""
+    add = np.add.reduce
+    np.multiply(wt, la, out=wl)
+    sum_l = add(wl, axis=0)
+    np.multiply(wl, la, out=tmp)
+    sum_l2 = add(tmp, axis=0)
+    np.multiply(wl, xt, out=tmp)
+    sum_xl = add(tmp, axis=0)
+    D = sum_w * sum_l2 - sum_l * sum_l
+    this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+    this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+    pos = this_min > 0
+    if pos.any():
+        this_min = np.where(pos, F32(0), this_min)
+        this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
+    return this_scale, this_min, D
 
 
 def make_qp_quants(x: np.ndarray, nmax: int, qw: np.ndarray):
