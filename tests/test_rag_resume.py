@@ -233,6 +233,13 @@ def test_a_run_killed_while_embedding_is_searchable_then_resumed(tmp_path, kerne
     bm25 = run_cli(["rag", "query", str(idx), words, "--mode", "bm25", "--jsonl", "-k", "1"])
     assert json.loads(bm25.stdout)["doc"].endswith("part3.txt")  # searchable before its vectors exist
     assert run_cli(["rag", "query", str(idx), words]).exit_code == 0  # hybrid: dense over the embedded rows
+    from llmkit.rag.index.reader import Index
+
+    ix = Index(str(idx))
+    assert ix.embedded is not None and 0 < ix.embedded.sum() < ix.n  # some rows still wait for their vector
+    rows, _ = ix.dense_list(np.ones(int(m["dim"]), np.float32), ix.n)
+    assert rows and all(ix.embedded[r] for r in rows)  # a zero vector never enters a dense list
+    ix.close()
     info = run_cli(["rag", "info", str(idx)])
     assert f"embedding: {m['pending']} chunk(s) without vectors yet" in info.stdout
     r = run_cli(["rag", "index", str(idx), str(big), *args, "--json"])

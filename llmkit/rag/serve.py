@@ -196,7 +196,8 @@ class Searcher:
                     "collections": {n: {"documents": c.get("docs", 0), "chunks": c.get("chunks", 0)}
                                     for n, c in m["collections"].items()},
                     "fusion": (fusion.get("tuned") or {}).get("label", "tuned") if fusion else "built-in RRF 1:1, k 60",
-                    "updated": m["updated"]}
+                    # chunks published before their vectors: BM25 finds them, dense search not yet
+                    "pending_vectors": m.get("pending", 0), "updated": m["updated"]}
 
     def close(self) -> None:
         with self._lock:
@@ -224,19 +225,37 @@ INSTRUCTIONS = ("Search a local document and code index built with `llmkit rag i
 
 def make_server(searcher: Searcher, name: str = "llmkit-rag"):
     """An MCPServer with the index's tools (mcp.server.mcpserver.MCPServer; run it with `.run()`)."""
-    from typing import Annotated, Any, Literal
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+    for add in (_search_tool, _read_tools, _answer_tools):  # in the order clients list them
+        add(server, searcher)
+    return server
+
+
+def _answered(call, *args):
+    """call(*args), an llmkit error turned into the one-line ToolError the client shows."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        return call(*args)
+    except LlmkitError as e:
+        raise ToolError(e.spelled({}) if isinstance(e, OptionError) else str(e)) from None
+
+
+def _arg_types():
+    """pydantic's Field and the argument types the tools share: a search mode, a list of strings."""
+    from typing import Literal
 
     from pydantic import Field
 
-    from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    return Field, Literal["bm25", "dense", "hybrid"] | None, list[str] | None
 
-    server = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
-    Mode = Literal["bm25", "dense", "hybrid"] | None
-    Strings = list[str] | None
 
-    def tool_error(e: LlmkitError) -> ToolError:
-        return ToolError(e.spelled({}) if isinstance(e, OptionError) else str(e))
+def _search_tool(server, searcher: Searcher) -> None:
+    from typing import Annotated, Any
+
+    Field, Mode, Strings = _arg_types()
 
     @server.tool(description="Search the index: the best passages for a query, best first (one per document "
                              "unless chunks is true), each with its path, lines (its range in the text get "
@@ -251,10 +270,13 @@ def make_server(searcher: Searcher, name: str = "llmkit-rag"):
                must: Annotated[Strings, Field(description="Words or phrases every hit contains.")] = None,
                chunks: Annotated[bool, Field(description="Raw chunks instead of one hit per document.")] = False,
                ) -> dict[str, Any]:
-        try:
-            return searcher.search(query, k, mode, filters, collections, must, chunks)
-        except LlmkitError as e:
-            raise tool_error(e) from None
+        return _answered(searcher.search, query, k, mode, filters, collections, must, chunks)
+
+
+def _read_tools(server, searcher: Searcher) -> None:
+    from typing import Annotated, Any
+
+    Field, _, _ = _arg_types()
 
     @server.tool(description="Read one document of the index as it was indexed: the path a search hit gave "
                              "(or the document's absolute path), from a line, at most max_lines lines and "
@@ -269,10 +291,7 @@ def make_server(searcher: Searcher, name: str = "llmkit-rag"):
             collection: Annotated[str | None, Field(description="The collection, when several hold the "
                                                                 "path.")] = None,
             ) -> dict[str, Any]:
-        try:
-            return searcher.get(path, from_line, max_lines, max_bytes, collection)
-        except LlmkitError as e:
-            raise tool_error(e) from None
+        return _answered(searcher.get, path, from_line, max_lines, max_bytes, collection)
 
     @server.tool(description="Read several documents of the index at once: those whose paths match a glob "
                              "(* within a folder, ** across folders; a JSONL file's name selects its records), "
@@ -286,10 +305,13 @@ def make_server(searcher: Searcher, name: str = "llmkit-rag"):
                   max_lines: Annotated[int | None, Field(description="Most lines of each document (default: "
                                                                      "whole).")] = None,
                   ) -> dict[str, Any]:
-        try:
-            return searcher.multi_get(pattern, max_bytes, max_lines)
-        except LlmkitError as e:
-            raise tool_error(e) from None
+        return _answered(searcher.multi_get, pattern, max_bytes, max_lines)
+
+
+def _answer_tools(server, searcher: Searcher) -> None:
+    from typing import Annotated, Any
+
+    Field, Mode, Strings = _arg_types()
 
     @server.tool(description="Answer a question with a local language model from the index's best passages, "
                              "citing them as [1], [2], ...; returns the answer and its sources.")
@@ -300,20 +322,12 @@ def make_server(searcher: Searcher, name: str = "llmkit-rag"):
                collections: Annotated[Strings, Field(description="Only these collections.")] = None,
                n_predict: Annotated[int, Field(description="Most tokens the answer may take.")] = 256,
                ) -> dict[str, Any]:
-        try:
-            return searcher.answer(question, k, mode, filters, collections, n_predict)
-        except LlmkitError as e:
-            raise tool_error(e) from None
+        return _answered(searcher.answer, question, k, mode, filters, collections, n_predict)
 
     @server.tool(description="Describe the index: documents and chunks per collection, metadata fields, "
                              "embedding model, BM25 analysis, fusion, generation.")
     def describe_index() -> dict[str, Any]:
-        try:
-            return searcher.describe()
-        except LlmkitError as e:
-            raise tool_error(e) from None
-
-    return server
+        return _answered(searcher.describe)
 
 
 def serve(directory: str, port: int | None = None, model: str | None = None, runtime: str = "onnx",

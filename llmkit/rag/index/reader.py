@@ -64,6 +64,7 @@ class Index:
         self.idents = self.manifest["bm25_idents"]  # identifiers split into their words for BM25
         self._unit = None
         self._lead = None
+        self._embedded = None
 
     def close(self) -> None:
         """Let go of the database, the vector store and the generation pin (a view is not used after)."""
@@ -195,8 +196,20 @@ class Index:
         vector store's search."""
         if self.n == 0:
             return [], []
+        embedded = self.embedded
+        if embedded is not None:  # a searchable-first generation: rows without a vector yet are not candidates
+            allowed = embedded if allowed is None else np.asarray(allowed, bool) & embedded
         q = np.ascontiguousarray(qvec.reshape(-1), dtype=np.float32)
         return self.vector_store.search(q, depth, allowed)
+
+    @property
+    def embedded(self) -> np.ndarray | None:
+        """Which rows have their vector, in a generation published before its embedding ended; None
+        when every row has one."""
+        if self._embedded is None:
+            path = os.path.join(self.gdir, "embedded.npy")
+            self._embedded = np.load(path, mmap_mode="r") if os.path.exists(path) else False
+        return None if self._embedded is False else np.asarray(self._embedded, bool)
 
     def parent_rows(self) -> np.ndarray:
         """Row -> dense parent index (for fusing at the parent level)."""
