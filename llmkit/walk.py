@@ -113,72 +113,88 @@ def expand_glob(pattern: str, gitignore: bool = True) -> tuple[list[str], int]:
     >>> expand_glob("/nonexistent/**/*.py")
     ([], 0)
     """
-    import fnmatch
+    g = _Glob(gitignore)
+    base = os.sep if pattern.startswith(os.sep) else ""
+    parts = [x for x in pattern.split(os.sep) if x]
+    paths = list(dict.fromkeys(g.match(base, parts, None)))
+    return paths, len(g.ignored) + g.walked
 
-    ignored: set[str] = set()
-    walked = 0  # left out by the walks a final '**' makes
 
+class _Glob:
+    """One expansion of a pattern (expand_glob): the matching walk, and what it left out."""
+
+    def __init__(self, gitignore: bool):
+        self.gitignore = gitignore
+        self.ignored: set[str] = set()
+        self.walked = 0  # left out by the walks a final '**' makes
+
+    @staticmethod
     def join(base: str, name: str) -> str:
         return os.path.join(base, name) if base else name
 
+    @staticmethod
     def names(base: str) -> list[str]:
         try:
             return sorted(os.listdir(base or "."))
         except OSError:
             return []
 
-    def left_out(p: str, is_dir: bool, specs: list | None) -> bool:
+    def left_out(self, p: str, is_dir: bool, specs: list | None) -> bool:
         if specs and is_ignored(p, is_dir, specs):
-            ignored.add(p)
+            self.ignored.add(p)
             return True
         return False
 
-    def match(base: str, parts: list[str], specs: list | None) -> Iterator[str]:
+    def match(self, base: str, parts: list[str], specs: list | None) -> Iterator[str]:
         """`specs`: None above the first '**', else the .gitignore matchers that apply below `base`."""
-        nonlocal walked
         if not parts:
             yield base
-            return
-        head, rest = parts[0], parts[1:]
-        if head == "**":
-            above = list(specs or [])
-            if not rest:  # the files under `base`, as the directory walk finds them
-                walk = TreeWalk(base or ".", gitignore, above)
-                for p in walk:
-                    yield p[2:] if not base and p.startswith("./") else p
-                walked += walk.ignored
-                return
-            spec = gitignore_spec(base or ".") if gitignore else None
-            specs = above + [(base or ".", spec)] if spec is not None else above
-            yield from match(base, rest, specs)
-            for name in names(base):
-                p = join(base, name)
-                if name.startswith(".") or not os.path.isdir(p) or os.path.islink(p):
-                    continue
-                if name in JUNK_DIRS:
-                    ignored.add(p)
-                elif not left_out(p, True, specs):
-                    yield from match(p, parts, specs)  # the '**' there adds p's own .gitignore
+        elif parts[0] == "**":
+            yield from self.any_dirs(base, parts, specs)
         else:
-            wild = is_glob(head)
-            for name in names(base) if wild else [head]:
-                p = join(base, name)
-                if wild and not (fnmatch.fnmatchcase(name, head) and (head.startswith(".") or not name.startswith("."))):
-                    continue
-                if not os.path.lexists(p) or (rest and not os.path.isdir(p)):
-                    continue
-                if specs is not None:  # below a '**': the tree as the directory walk sees it, files only
-                    is_dir = os.path.isdir(p)
-                    if not rest and is_dir:
-                        continue
-                    if wild and is_dir and name in JUNK_DIRS:
-                        ignored.add(p)
-                        continue
-                    if left_out(p, is_dir, specs):
-                        continue
-                yield from match(p, rest, specs)
+            yield from self.one_part(base, parts, specs)
 
-    base = os.sep if pattern.startswith(os.sep) else ""
-    parts = [x for x in pattern.split(os.sep) if x]
-    paths = list(dict.fromkeys(match(base, parts, None)))
-    return paths, len(ignored) + walked
+    def any_dirs(self, base: str, parts: list[str], specs: list | None) -> Iterator[str]:
+        """'**' at `base`: the rest matched here and in every directory below that the walk enters."""
+        rest = parts[1:]
+        above = list(specs or [])
+        if not rest:  # the files under `base`, as the directory walk finds them
+            walk = TreeWalk(base or ".", self.gitignore, above)
+            for p in walk:
+                yield p[2:] if not base and p.startswith("./") else p
+            self.walked += walk.ignored
+            return
+        spec = gitignore_spec(base or ".") if self.gitignore else None
+        specs = above + [(base or ".", spec)] if spec is not None else above
+        yield from self.match(base, rest, specs)
+        for name in self.names(base):
+            p = self.join(base, name)
+            if name.startswith(".") or not os.path.isdir(p) or os.path.islink(p):
+                continue
+            if name in JUNK_DIRS:
+                self.ignored.add(p)
+            elif not self.left_out(p, True, specs):
+                yield from self.match(p, parts, specs)  # the '**' there adds p's own .gitignore
+
+    def one_part(self, base: str, parts: list[str], specs: list | None) -> Iterator[str]:
+        """A name or a wildcard part (not '**') at `base`, then the rest below what it matches."""
+        import fnmatch
+
+        head, rest = parts[0], parts[1:]
+        wild = is_glob(head)
+        for name in self.names(base) if wild else [head]:
+            p = self.join(base, name)
+            if wild and not (fnmatch.fnmatchcase(name, head) and (head.startswith(".") or not name.startswith("."))):
+                continue
+            if not os.path.lexists(p) or (rest and not os.path.isdir(p)):
+                continue
+            if specs is not None:  # below a '**': the tree as the directory walk sees it, files only
+                is_dir = os.path.isdir(p)
+                if not rest and is_dir:
+                    continue
+                if wild and is_dir and name in JUNK_DIRS:
+                    self.ignored.add(p)
+                    continue
+                if self.left_out(p, is_dir, specs):
+                    continue
+            yield from self.match(p, rest, specs)

@@ -50,7 +50,7 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, max_
     cat notes.txt | llmkit tokenize train --algo unigram --vocab-size 500 --trace > tok.json
     """
     from llmkit.io import expand_inputs, iter_lines
-    from llmkit.tokenize.training.train import input_bytes, step_text, train
+    from llmkit.tokenize.training.train import input_bytes, train
 
     out = Output(jsonl=jsonl)
     paths = expand_inputs(resolve_inputs(inputs, "corpus"))
@@ -58,16 +58,7 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, max_
         from llmkit.errors import BadInput
 
         raise BadInput("no text files found in the given inputs. Pass .txt/.md files or directories containing them.")
-    trace_fn = None
-    if trace:
-        to_stdout = output is not None
-
-        def trace_fn(step: dict) -> None:
-            line = json.dumps(step, ensure_ascii=False) if jsonl else step_text(algo, step)
-            if to_stdout:
-                out.data(line)
-            else:
-                click.echo(line, err=True)
+    trace_fn = _tracer(out, algo, jsonl, to_stdout=output is not None) if trace else None
 
     def pruned(report) -> None:
         if report.prunes:
@@ -83,3 +74,18 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, max_
         out.info(f"{algo}: {tok.vocab_size} tokens -> {output}")
     else:
         out.data(json.dumps(tok.to_hf(), ensure_ascii=False))
+
+
+def _tracer(out: Output, algo: str, jsonl: bool, to_stdout: bool):
+    """--trace's callback: each training step as a line (JSON with --jsonl), on stdout when the
+    tokenizer goes to a file, else on stderr."""
+    from llmkit.tokenize.training.train import step_text
+
+    def trace_fn(step: dict) -> None:
+        line = json.dumps(step, ensure_ascii=False) if jsonl else step_text(algo, step)
+        if to_stdout:
+            out.data(line)
+        else:
+            click.echo(line, err=True)
+
+    return trace_fn

@@ -167,31 +167,40 @@ def _parse(buf, size: int, path: str, want_tensors: bool) -> GGUFFile:
     g = GGUFFile(path=path, version=version, metadata=meta, file_size=size, kv_spans=spans)
     if not want_tensors:
         return g
-    infos = []
-    for _ in range(n_tensors):
-        name = c.string("tensor name")
-        nd = c.scalar("I", 4, f"dimension count of '{name}'")
-        if nd < 1 or nd > MAX_DIMS:
-            c.fail(f"tensor '{name}' has {nd} dimensions (1..{MAX_DIMS} allowed)")
-        c.need(8 * nd, f"dimensions of '{name}'")
-        dims = struct.unpack_from(f"<{nd}Q", buf, c.pos)
-        c.pos += 8 * nd
-        n = 1
-        for d in dims:
-            if d == 0 or d > 1 << 40:
-                c.fail(f"tensor '{name}' has dimension {d}")
-            n *= d
-            if n > 1 << 42:
-                c.fail(f"tensor '{name}' has {n}+ elements, which overflows")
-        ttype = c.scalar("I", 4, f"type of '{name}'")
-        off = c.scalar("Q", 8, f"offset of '{name}'")
-        if ttype not in GGML_TYPES:
-            c.fail(f"tensor '{name}' has unknown type {ttype}")
-        _, bs, ts = GGML_TYPES[ttype]
-        if dims[0] % bs:
-            c.fail(f"tensor '{name}' row length {dims[0]} is not a multiple of its block size {bs}")
-        infos.append(TensorInfo(name, tuple(int(d) for d in dims), ttype, off, n // bs * ts))
-    align = meta.get("general.alignment", ALIGNMENT)
+    infos = [_tensor_info(c) for _ in range(n_tensors)]
+    g.tensors, g.data_offset = infos, _check_layout(c, infos, meta.get("general.alignment", ALIGNMENT))
+    return g
+
+
+def _tensor_info(c: _Cursor) -> TensorInfo:
+    """The next tensor's entry: name, dimensions (bounded, no overflow), known type, whole blocks."""
+    name = c.string("tensor name")
+    nd = c.scalar("I", 4, f"dimension count of '{name}'")
+    if nd < 1 or nd > MAX_DIMS:
+        c.fail(f"tensor '{name}' has {nd} dimensions (1..{MAX_DIMS} allowed)")
+    c.need(8 * nd, f"dimensions of '{name}'")
+    dims = struct.unpack_from(f"<{nd}Q", c.buf, c.pos)
+    c.pos += 8 * nd
+    n = 1
+    for d in dims:
+        if d == 0 or d > 1 << 40:
+            c.fail(f"tensor '{name}' has dimension {d}")
+        n *= d
+        if n > 1 << 42:
+            c.fail(f"tensor '{name}' has {n}+ elements, which overflows")
+    ttype = c.scalar("I", 4, f"type of '{name}'")
+    off = c.scalar("Q", 8, f"offset of '{name}'")
+    if ttype not in GGML_TYPES:
+        c.fail(f"tensor '{name}' has unknown type {ttype}")
+    _, bs, ts = GGML_TYPES[ttype]
+    if dims[0] % bs:
+        c.fail(f"tensor '{name}' row length {dims[0]} is not a multiple of its block size {bs}")
+    return TensorInfo(name, tuple(int(d) for d in dims), ttype, off, n // bs * ts)
+
+
+def _check_layout(c: _Cursor, infos: list[TensorInfo], align) -> int:
+    """The data section's offset, once the tensors are known to be aligned, inside the file, apart and
+    uniquely named."""
     if not isinstance(align, int) or align < 1 or align > 1 << 16 or align & (align - 1):
         c.fail(f"general.alignment {align!r} is not a power of two")
     data = (c.pos + align - 1) // align * align
@@ -199,12 +208,11 @@ def _parse(buf, size: int, path: str, want_tensors: bool) -> GGUFFile:
     for (a0, a1, an), nxt in zip(spans, spans[1:] + [None]):
         if a0 % align:
             c.fail(f"tensor '{an}' offset {a0} is not aligned to {align}")
-        if data + a1 > size:
+        if data + a1 > c.size:
             c.fail(f"tensor '{an}' data ends at byte {data + a1}, past the end of the file")
         if nxt is not None and nxt[0] < a1:
             c.fail(f"tensors '{an}' and '{nxt[2]}' overlap")
     names = [t.name for t in infos]
     if len(set(names)) != len(names):
         c.fail("duplicate tensor names")
-    g.tensors, g.data_offset = infos, data
-    return g
+    return data

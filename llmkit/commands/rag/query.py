@@ -53,7 +53,7 @@ def query_cmd(index_dir, query, opts, queries_file, compress_to, explain, jsonl)
     llmkit rag query idx "内存管理" --mode bm25 --filter collection=articles
     cut -f2 questions.tsv | llmkit rag query idx --jsonl > hits.jsonl
     """
-    from llmkit.rag.answer.cite import compress_for, shown_texts, where
+    from llmkit.rag.answer.cite import compress_for, shown_texts
     from llmkit.rag.retrieve.pipeline import build_pipeline
 
     out = Output(jsonl=jsonl)
@@ -73,18 +73,26 @@ def query_cmd(index_dir, query, opts, queries_file, compress_to, explain, jsonl)
             c = compress_for(pipe, llm, text, texts, compress_to)
             texts = c.texts
             out.info(f"[{qid}] compressed {c.tokens_before} -> {c.tokens_after} tokens ({c.ratio:.1f}x)")
-        for rank, (h, shown) in enumerate(zip(res.hits, texts), 1):
-            if jsonl:
-                rec = {"query_id": qid, "query": text, "rank": rank, **h.to_dict()}
-                if compress_to:
-                    rec["compressed_text"] = shown
-                out.record(rec)
-            else:
-                ranks = ", ".join(f"{n} #{r}" for n, r in h.ranks.items())
-                rr = f", rerank {h.rerank:.3f}" if h.rerank is not None else ""
-                prefix = f"[{qid}] " if queries_file or query in (None, "-") else ""
-                body = " ".join(shown.split())
-                out.data(f"{prefix}{rank}. {where(h)}  (score {h.score:.4f}; {ranks}{rr})\n   "
-                         f"{body[:400]}{'…' if len(body) > 400 else ''}")
+        prefix = f"[{qid}] " if queries_file or query in (None, "-") else ""
+        _emit_hits(out, qid, text, res.hits, texts, prefix, compressed=bool(compress_to))
         if not jsonl:
             out.info(f"[{qid}] {len(res.hits)} hit(s) in {res.seconds * 1000:.1f} ms")
+
+
+def _emit_hits(out: Output, qid: str, query: str, hits, texts, prefix: str, compressed: bool) -> None:
+    """One query's hits with the texts shown for them: a JSON record each (the text included when it
+    was compressed), or ranked text lines (`prefix` marks the query in a batch)."""
+    from llmkit.rag.answer.cite import where
+
+    for rank, (h, shown) in enumerate(zip(hits, texts), 1):
+        if out.jsonl:
+            rec = {"query_id": qid, "query": query, "rank": rank, **h.to_dict()}
+            if compressed:
+                rec["compressed_text"] = shown
+            out.record(rec)
+        else:
+            ranks = ", ".join(f"{n} #{r}" for n, r in h.ranks.items())
+            rr = f", rerank {h.rerank:.3f}" if h.rerank is not None else ""
+            body = " ".join(shown.split())
+            out.data(f"{prefix}{rank}. {where(h)}  (score {h.score:.4f}; {ranks}{rr})\n   "
+                     f"{body[:400]}{'…' if len(body) > 400 else ''}")

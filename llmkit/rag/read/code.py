@@ -293,29 +293,35 @@ def _units(children, lines, size, prefix, out, glue_symbol: str = "", glue_kind:
         if not inner:
             out.extend(split_lines(lines, a, b, room, symbol, kind, measure))
             continue
-        # a container (even a small one: a class chunk holding several methods ranks below each of them
-        # for a question about one): its header, then its members (methods, fields, nested types) as units
-        block = named.child_by_field_name("body")
-        members = list(block.named_children) if block is not None else []
-        if not members or not all(any(m.start_byte <= d.start_byte < m.end_byte for m in members) for d in inner):
-            members = inner
-        # the header runs up to the member holding the first nested definition (fields, docstring
-        # and statements before it stay with the signature)
-        first = next(i for i, m in enumerate(members) if m.start_byte <= inner[0].start_byte < m.end_byte)
-        while first > 0 and "comment" in members[first - 1].type:
-            first -= 1
-        members = members[first:]
-        head_end = _row(members[0].start_point) - 1
-        head = split_lines(lines, a, head_end, size, symbol, kind, measure) if head_end >= a else []
-        out.extend(head)
-        at = len(out)
-        _units(members, lines, size, symbol + ".", out, symbol, kind, measure)
-        if head and len(out) > at:  # the signature stays with the first member when both fit
-            h, m = out[at - 1], out[at]
-            joined = h.text + "\n" + m.text
-            if m.line_start == h.line_end + 1 and measure(joined) <= size:
-                out[at - 1:at + 1] = [CodeChunk(joined, h.line_start, m.line_end, m.symbol, m.kind)]
-        tail_a = _end_row(members[-1]) + 1
-        if tail_a <= b and not _TRIVIAL.match(_text(lines, tail_a, b)):
-            out.extend(split_lines(lines, tail_a, b, size, symbol, kind, measure))
+        _container(named, inner, a, b, lines, size, symbol, kind, out, measure)
     flush_glue()
+
+
+def _container(named, inner: list, a: int, b: int, lines, size, symbol: str, kind: str, out, measure) -> None:
+    """Emit a definition holding others (rows a..b, `inner` its nearest nested definitions)."""
+    # a container (even a small one: a class chunk holding several methods ranks below each of them
+    # for a question about one): its header, then its members (methods, fields, nested types) as units
+    block = named.child_by_field_name("body")
+    members = list(block.named_children) if block is not None else []
+    if not members or not all(any(m.start_byte <= d.start_byte < m.end_byte for m in members) for d in inner):
+        members = inner
+    # the header runs up to the member holding the first nested definition (fields, docstring
+    # and statements before it stay with the signature)
+    first = next(i for i, m in enumerate(members) if m.start_byte <= inner[0].start_byte < m.end_byte)
+    while first > 0 and "comment" in members[first - 1].type:
+        first -= 1
+    members = members[first:]
+    head_end = _row(members[0].start_point) - 1
+    head = split_lines(lines, a, head_end, size, symbol, kind, measure) if head_end >= a else []
+    out.extend(head)
+    at = len(out)
+    _units(members, lines, size, symbol + ".", out, symbol, kind, measure)
+    if head and len(out) > at:  # the signature stays with the first member when both fit
+        h, m = out[at - 1], out[at]
+        joined = h.text + "\n" + m.text
+        if m.line_start == h.line_end + 1 and measure(joined) <= size:
+            out[at - 1:at + 1] = [CodeChunk(joined, h.line_start, m.line_end, m.symbol, m.kind)]
+    tail_a = _end_row(members[-1]) + 1
+    if tail_a <= b and not _TRIVIAL.match(_text(lines, tail_a, b)):
+        out.extend(split_lines(lines, tail_a, b, size, symbol, kind, measure))
+

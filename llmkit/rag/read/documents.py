@@ -73,25 +73,16 @@ def _load(path, data, display, text_field, id_field, size, code_size, csv_meta, 
         return [], [Skipped(display, too_large(len(data), cap, "LLMKIT_MAX_FILE_BYTES"))]
     if path != "-" and formats.is_lock_file(path):
         return [], [Skipped(display, "lock file")]
-    meta: dict = {}
-    note = ""
     digest = hashlib.sha256(data).hexdigest()
     if suffix in (".docx", ".epub"):
-        try:
-            sections, meta, note = (formats.docx_sections(data, display) if suffix == ".docx"
-                                    else formats.epub_sections(data, display))
-        except ImportError as e:
-            return [], [Skipped(display, f"{suffix} needs {e.name} (pip install 'llmkit[rag]')")]
-        except LimitExceeded:
-            raise
-        except Exception as e:  # damaged archives raise many types; one bad file must not stop the run
-            return [], [Skipped(display, f"unreadable {suffix} ({type(e).__name__})")]
-        return _finish(path, display, abspath, digest, sections, meta, note)
+        return _load_archive(path, data, display, abspath, digest, suffix)
     try:
         text, _encoding = decode_text(data)
     except NotText as e:
         return [], [Skipped(display, str(e))]
     text = text.lstrip("\ufeff")
+    meta: dict = {}
+    note = ""
     if suffix == ".jsonl":
         return _load_jsonl(display, abspath, text, text_field, id_field)
     if suffix in LANGUAGES:
@@ -119,6 +110,20 @@ def _load(path, data, display, text_field, id_field, size, code_size, csv_meta, 
         sections = markdown_sections(text)
     else:
         sections = [Section("", text)]
+    return _finish(path, display, abspath, digest, sections, meta, note)
+
+
+def _load_archive(path, data, display, abspath, digest, suffix):
+    """A .docx or .epub document (a zip of XML files), or why it was skipped."""
+    try:
+        sections, meta, note = (formats.docx_sections(data, display) if suffix == ".docx"
+                                else formats.epub_sections(data, display))
+    except ImportError as e:
+        return [], [Skipped(display, f"{suffix} needs {e.name} (pip install 'llmkit[rag]')")]
+    except LimitExceeded:
+        raise
+    except Exception as e:  # damaged archives raise many types; one bad file must not stop the run
+        return [], [Skipped(display, f"unreadable {suffix} ({type(e).__name__})")]
     return _finish(path, display, abspath, digest, sections, meta, note)
 
 

@@ -125,6 +125,13 @@ def train(
         raise BadInput(EMPTY)
     if pruned is not None:
         pruned(bound.report)
+    return _train_counted(counts, algorithm, vocab_size, min_frequency, specials, lowercase, progress, trace,
+                          work_bytes)
+
+
+def _train_counted(counts, algorithm: str, vocab_size: int, min_frequency: int, specials: list[str], lowercase: bool,
+                   progress: Progress | None, trace: Trace | None, work_bytes: int) -> Tokenizer:
+    """The tokenizer `algorithm` learns from counted words (the Python trainers)."""
     if algorithm == "bpe":
         # all 256 byte symbols are in the vocabulary, so any text encodes (HF: ByteLevel.alphabet())
         r = train_bpe(counts, vocab_size, min_frequency=min_frequency, special_tokens=specials,
