@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # RAG in a shell pipeline: index two collections, query them (hybrid, filters, routing, batch),
-# evaluate on the Cranfield collection if it is available, answer with a local model.
-# Usage: examples/rag_pipeline.sh [CRANFIELD_DIR]   (default: ../shared/data/cranfield)
+# evaluate on the Cranfield collection, answer with the packaged SmolLM2.
+# Usage: examples/rag_pipeline.sh [CRANFIELD_DIR]   (default: the copy in examples/data/cranfield)
+# LLMKIT_EXAMPLE_QUICK=1: Cranfield's first 200 documents and 20 queries (the test suite's run).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cran=${1:-$root/../shared/data/cranfield}
+cran=${1:-$root/examples/data/cranfield}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/notes" "$work/code"
@@ -27,8 +28,10 @@ echo 'Deadline tasks run by earliest deadline first.' >> "$work/notes/sched.txt"
 llmkit rag index "$work/idx" "$work/notes" --collection notes --size 300 --overlap 60 --json \
   | python3 -c 'import json,sys; r=json.load(sys.stdin); print("changed", r["docs_added"], "unchanged", r["docs_unchanged"], "embedded", r["embedded"])'
 llmkit rag answer "$work/idx" "How does the kernel hand out memory?" -k 2 -n 48 --mode bm25
-if [ -d "$cran" ]; then
-  python3 "$root/scripts/cranfield.py" "$cran" -o "$work/cran"
-  llmkit rag index "$work/cran-idx" "$work/cran/docs.jsonl"
-  llmkit rag eval "$work/cran-idx" --queries "$work/cran/queries.jsonl" --qrels "$work/cran/qrels.txt" --config bm25 --config dense --config hybrid --limit 50
+python3 "$root/scripts/cranfield.py" "$cran" -o "$work/cran"
+docs=$work/cran/docs.jsonl limit=50
+if [ -n "${LLMKIT_EXAMPLE_QUICK:-}" ]; then
+  head -n 200 "$docs" > "$work/docs-200.jsonl" && docs=$work/docs-200.jsonl limit=20
 fi
+llmkit rag index "$work/cran-idx" "$docs"
+llmkit rag eval "$work/cran-idx" --queries "$work/cran/queries.jsonl" --qrels "$work/cran/qrels.txt" --config bm25 --config dense --config hybrid --limit "$limit"

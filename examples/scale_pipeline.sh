@@ -2,14 +2,15 @@
 # Past one machine, run on this one: vectors in the embedded Milvus engine, embeddings on a local Ray
 # runtime, and a JSONL batch of prompts across two llama-servers (started here with the packaged
 # SmolLM2-135M; point --server at your own servers instead).
-# Usage: examples/scale_pipeline.sh
+# Usage: examples/scale_pipeline.sh   (LLMKIT_EXAMPLE_QUICK=1, the test suite's run: a quarter of the text)
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
-python3 -c 'import gzip; t=gzip.open("'"$root"'/tests/fixtures/kernel-docs.txt.gz","rt").read()[:120000]
+chars=$([ -n "${LLMKIT_EXAMPLE_QUICK:-}" ] && echo 30000 || echo 120000)
+python3 -c 'import gzip; t=gzip.open("'"$root"'/tests/fixtures/kernel-docs.txt.gz","rt").read()[:'"$chars"']
 import json
 for i, p in enumerate(x for x in t.split("\n\n") if len(x) > 200):
     print(json.dumps({"id": i, "text": p, "part": "a" if i % 2 else "b"}))' > "$work/docs.jsonl"
@@ -26,7 +27,9 @@ llmkit rag index "$work/idx-ray" "$work/docs.jsonl" --ray local,workers=2
 server=$(PYTHON=python3 bash "$root/scripts/build_llama_server.sh" | tail -1)
 model=$(python3 -c 'from llmkit.llama.runtime import default_model_path as d; print(d())')
 urls=()
-for port in 18081 18082; do
+# two ports nothing listens on now (the OS picks them)
+ports=$(python3 -c 'import socket; s=[socket.socket() for _ in range(2)]; [x.bind(("127.0.0.1", 0)) for x in s]; print(*[x.getsockname()[1] for x in s])')
+for port in $ports; do
   "$server" -m "$model" --port "$port" -np 2 -c 1024 -t 1 >/dev/null 2>&1 &
   pids+=($!)
   urls+=("http://127.0.0.1:$port")

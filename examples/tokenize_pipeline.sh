@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Train three tokenizers on the same text, compare them, and round-trip a line through a pipeline.
-# Usage: examples/tokenize_pipeline.sh [CORPUS...]   (default: the kernel-docs test fixture)
+# Usage: examples/tokenize_pipeline.sh [CORPUS...]   (default: the kernel-docs test fixture's first MB;
+# LLMKIT_EXAMPLE_QUICK=1, the test suite's run: its first 200 kB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if [ $# -eq 0 ]; then
   zcat tests/fixtures/kernel-docs.txt.gz > "$work/full.txt"
-  head -c 1000000 "$work/full.txt" > "$work/corpus.txt"
+  head -c "$([ -n "${LLMKIT_EXAMPLE_QUICK:-}" ] && echo 200000 || echo 1000000)" "$work/full.txt" > "$work/corpus.txt"
   set -- "$work/corpus.txt"
 fi
 for algo in bpe wordpiece unigram; do
