@@ -77,17 +77,25 @@ def ppl_cmd(models, text_path, n_ctx, chunks, save_logits, kld_base, n_batch, n_
     if save_logits:
         if len(models) != 1:
             raise click.UsageError("--save-logits takes exactly one -m model (the base).")
-        from llmkit.quant.quality.kld import save_base
+        return _save_base(out, models[0], text, save_logits, n_ctx, chunks, opts, as_json)
+    _perplexities(out, models, text, n_ctx, chunks, opts, as_json)
 
-        with progress_bar("base logits") as bar:
-            r = save_base(models[0], text, save_logits, n_ctx, chunks, progress=lambda d, n: bar(d, n, ""),
-                          options=opts)
-        if as_json:
-            out.record(r)
-        else:
-            out.data(f"{r['model']}\tPPL {r['ppl']:.4f} ± {r['ppl_uncertainty']:.5f}\t({r['tokens_scored']} tokens in "
-                     f"{r['chunks']} chunks of {r['n_ctx']}; log-probabilities written to {save_logits})")
-        return
+
+def _save_base(out, model, text, path, n_ctx, chunks, opts, as_json) -> None:
+    """The base model's perplexity, its log-probabilities written to `path` for later --kld runs."""
+    from llmkit.quant.quality.kld import save_base
+
+    with progress_bar("base logits") as bar:
+        r = save_base(model, text, path, n_ctx, chunks, progress=lambda d, n: bar(d, n, ""), options=opts)
+    if as_json:
+        out.record(r)
+    else:
+        out.data(f"{r['model']}\tPPL {r['ppl']:.4f} ± {r['ppl_uncertainty']:.5f}\t({r['tokens_scored']} tokens in "
+                 f"{r['chunks']} chunks of {r['n_ctx']}; log-probabilities written to {path})")
+
+
+def _perplexities(out, models, text, n_ctx, chunks, opts, as_json) -> None:
+    """Each model's perplexity: JSON lines as they come, or the text lines once all are scored."""
     from llmkit.quant.quality.perplexity import perplexity
 
     rows = []

@@ -112,7 +112,6 @@ def adapt_cmd(index_dir, out_dir, minutes, steps, epochs, batch_size, lr, pairs,
     """
     from llmkit.rag.evaluate.adapt import AdaptOptions, adapt
 
-    out = Output()
     llm = None
     if llm_path:
         from llmkit.rag.llm import LocalLLM
@@ -130,8 +129,13 @@ def adapt_cmd(index_dir, out_dir, minutes, steps, epochs, batch_size, lr, pairs,
         rep = adapt(index_dir, opts, llm, progress=lambda stage, done, total: bar(done, total, stage), judged=judged_q,
                     trainer_output=captured_console)
     if as_json:
-        out.json(rep.to_dict())
-        return
+        Output().json(rep.to_dict())
+    else:
+        _adapt_report(Output(), rep, index_dir)
+
+
+def _adapt_report(out: Output, rep, index_dir: str) -> None:
+    """What the adaptation did and whether the index switched to the adapted model, as text."""
     out.data(f"trained on {rep.pairs} pairs, {rep.steps} steps in {rep.train_s / 60:.1f} min; held-out "
              f"{rep.decided_by} queries ({rep.heldout}): nDCG@10 base {rep.base_ndcg:.4f}, adapted {rep.adapted_ndcg:.4f}")
     if rep.decided_by == "pseudo":

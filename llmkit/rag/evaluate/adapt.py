@@ -156,16 +156,7 @@ def adapt(directory: str, opts: AdaptOptions, llm=None, runtime: str = "onnx",
     hold = [queries[i] for i in sorted(perm[:n_hold])]
     train = [queries[i] for i in sorted(perm[n_hold:])]
     negs = _negatives(index, train, emb, progress) if opts.hard_negatives else [None] * len(train)
-    need = sorted({q.row for q in train} | {n for n in negs if n is not None and n >= 0})
-    texts_of = dict(zip(need, index.texts(need)))
-    anchors, positives, negatives = [], [], []
-    for q, n in zip(train, negs):
-        if n is not None and n < 0:
-            continue
-        anchors.append(q.text)
-        positives.append(q.remainder if q.remainder is not None else texts_of[q.row])
-        if n is not None:
-            negatives.append(texts_of[n])
+    anchors, positives, negatives = _pairs(index, train, negs)
     if len(anchors) < 2 * opts.batch_size:
         raise OptionError("only {n} training pairs could be made; rag adapt needs at least {need}. Index more "
                           "text (or lower {batch_size}).", n=len(anchors), need=2 * opts.batch_size)
@@ -184,12 +175,7 @@ def adapt(directory: str, opts: AdaptOptions, llm=None, runtime: str = "onnx",
         from llmkit.rag.evaluate.queries import document_keys
 
         hold, unit = judged, document_keys(index)
-    vecs = index.vectors()
-    hq = emb.queries([q.text for q in hold])
-    pools = []
-    for i, q in enumerate(hold):
-        cand = [d for d, _ in index.bm25.top_k(index.tok(q.text), 30)] + np.argsort(-(vecs @ hq[i]))[:30].tolist()
-        pools.append(list(dict.fromkeys(cand + ([q.row] if q.row >= 0 else []))))
+    pools = _pools(index, emb, hold)
     if progress:
         progress("comparing on held-out queries", 0, 2)
     adapted = _pool_ndcg(model, index, hold, pools, prompts, unit)
@@ -204,6 +190,33 @@ def adapt(directory: str, opts: AdaptOptions, llm=None, runtime: str = "onnx",
         reembedded = True
     return AdaptReport(len(anchors), len(hold), steps, train_s, base, adapted, promoted, reembedded,
                        os.path.abspath(opts.out_dir), time.perf_counter() - t0, "judged" if judged else "pseudo")
+
+
+def _pairs(index: Index, train: list, negs: list) -> tuple[list[str], list[str], list[str]]:
+    """(anchors, positives, negatives) to train on: each query, the rest of its chunk (or the chunk),
+    and its mined negative when there is one; a query whose mining failed (negative -1) is left out."""
+    need = sorted({q.row for q in train} | {n for n in negs if n is not None and n >= 0})
+    texts_of = dict(zip(need, index.texts(need)))
+    anchors, positives, negatives = [], [], []
+    for q, n in zip(train, negs):
+        if n is not None and n < 0:
+            continue
+        anchors.append(q.text)
+        positives.append(q.remainder if q.remainder is not None else texts_of[q.row])
+        if n is not None:
+            negatives.append(texts_of[n])
+    return anchors, positives, negatives
+
+
+def _pools(index: Index, emb, hold: list) -> list[list[int]]:
+    """Each held-out query's candidates: BM25's top 30 and the base model's top 30 (and its own chunk)."""
+    vecs = index.vectors()
+    hq = emb.queries([q.text for q in hold])
+    pools = []
+    for i, q in enumerate(hold):
+        cand = [d for d, _ in index.bm25.top_k(index.tok(q.text), 30)] + np.argsort(-(vecs @ hq[i]))[:30].tolist()
+        pools.append(list(dict.fromkeys(cand + ([q.row] if q.row >= 0 else []))))
+    return pools
 
 
 def _train(model, anchors, positives, negatives, opts: AdaptOptions, prompts, progress,

@@ -63,15 +63,8 @@ def pseudo_queries(index: Index, n: int = 400, seed: int = 0, llm=None,
                           "{queries} and {qrels}.", min=MIN_CHUNKS, n=len(usable))
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(usable), size=min(n, len(usable)), replace=False)
-    # sections: (doc, heading) -> parents holding them, for heading queries
     parent_of_row = index.unit if by_unit and index.unit is not None else index.parent
-    sections: dict = {}
-    for r, (pid, did, _, meta) in by_row.items():
-        m = json.loads(meta)
-        for key in ("section", "title"):
-            h = str(m.get(key) or "").strip()
-            if h:
-                sections.setdefault((did, key, h.lower()), set()).add(int(parent_of_row[r]))
+    sections = _headings(by_row, parent_of_row)
     siblings: dict[int, list[int]] = {}
     if by_unit and index.unit is not None:
         for r in by_row:
@@ -98,19 +91,40 @@ def pseudo_queries(index: Index, n: int = 400, seed: int = 0, llm=None,
             if 0 < len(units) <= 5:  # a heading over many parents is too vague to judge
                 out.append(Query(h, {u: 1 for u in units}, row, None, "heading"))
                 continue
-        cands = [s for s in sentences(text) if 5 <= _words(s) <= 40]
         others = [by_row[r2][2] for r2 in siblings.get(int(parent_of_row[row]), ()) if r2 != row]
-        cands = [s for s in cands if not any(s in t for t in others)]
-        if not cands:
-            continue
-        s = cands[int(rng.integers(len(cands)))]
-        rest = text.replace(s, " ", 1)
-        if mismatch > 0:
-            words = sorted({w.lower() for w in re.findall(r"\w+", s)})
-            drop = {w for w in words if rng.random() < mismatch}
-            rest = re.sub(r"\w+", lambda m: "" if m.group().lower() in drop else m.group(), rest)
-        out.append(Query(s, target, row, rest, "sentence"))
+        cloze = _inverse_cloze(text, others, rng, mismatch)
+        if cloze is not None:
+            out.append(Query(cloze[0], target, row, cloze[1], "sentence"))
     return out
+
+
+def _headings(by_row: dict, parent_of_row) -> dict:
+    """(document, "section" or "title", heading lower-cased) -> the parents holding it, for heading queries."""
+    sections: dict = {}
+    for r, (pid, did, _, meta) in by_row.items():
+        m = json.loads(meta)
+        for key in ("section", "title"):
+            h = str(m.get(key) or "").strip()
+            if h:
+                sections.setdefault((did, key, h.lower()), set()).add(int(parent_of_row[r]))
+    return sections
+
+
+def _inverse_cloze(text: str, others: list[str], rng, mismatch: float) -> tuple[str, str] | None:
+    """(a sentence of `text` as the query, the rest of the text with each of the query's words dropped
+    with probability `mismatch`), or None when every sentence of the right length also sits in one of
+    the `others` texts (overlapping chunks of the same unit)."""
+    cands = [s for s in sentences(text) if 5 <= _words(s) <= 40]
+    cands = [s for s in cands if not any(s in t for t in others)]
+    if not cands:
+        return None
+    s = cands[int(rng.integers(len(cands)))]
+    rest = text.replace(s, " ", 1)
+    if mismatch > 0:
+        words = sorted({w.lower() for w in re.findall(r"\w+", s)})
+        drop = {w for w in words if rng.random() < mismatch}
+        rest = re.sub(r"\w+", lambda m: "" if m.group().lower() in drop else m.group(), rest)
+    return s, rest
 
 
 def judged_queries(index: Index, queries: list[tuple[str, str]], qrels: dict) -> list[Query]:
