@@ -102,7 +102,7 @@ def test_context_that_cannot_fit_is_refused_before_loading(gqa_model, monkeypatc
     import llmkit.kv.plan as kp
 
     need = kp.plan(gqa_model, 65536).allocated_bytes
-    monkeypatch.setattr(kp, "available_memory", lambda: need // 2)
+    monkeypatch.setattr("llmkit.machine.available_memory", lambda: need // 2)
     r = run_cli(["generate", "-m", gqa_model, "-c", "65536", "-n", "2", "hi"])
     assert r.exit_code == 1 and "Traceback" not in r.stderr
     m = re.search(r"needs ([\d.]+) GiB .* but ([\d.]+) GiB of memory is available; the largest context that fits is "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -214,31 +213,12 @@ def memory_chart(plans: list[KVPlan], ram_bytes: int | None):
                   hlines=hlines, xlog=True)]
 
 
-def total_memory() -> int | None:
-    """The machine's memory in bytes (MemTotal), None where unknown."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def available_memory() -> int | None:
-    """Bytes of memory the kernel can give a new allocation now (MemAvailable), None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def check_fits(path: str, opts, available: int | None = None) -> list[str]:
     """Refuse, before a model is loaded, a context whose memory cannot be had (naming the bytes needed,
     the bytes available and the largest context that fits); notes to show otherwise (a context past
     the training context)."""
     from llmkit.gguf.reader import read_gguf
+    from llmkit.machine import available_memory
 
     g = read_gguf(path)
 

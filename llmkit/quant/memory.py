@@ -1,19 +1,6 @@
-"""What a run needs in memory against what the machine has: a run that cannot fit is refused before
-anything is read or written, with the figures (the write layer, GPTQ's Hessians)."""
+"""Memory figures as the quant layers word them (what the machine has: llmkit.machine)."""
 
 from __future__ import annotations
-
-
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo in bytes (None where there is none)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def gib(n: int) -> str:

@@ -53,7 +53,8 @@ def plan_cmd(model_paths, ctxs, parallel, cache_type_k, cache_type_v, batch_size
                   flash_attn=flash_attn)
              for m in model_paths for c in (ctxs or (context_sweep(m) if plot_path else (None,)))]
     if plot_path:
-        from llmkit.kv.plan import memory_chart, total_memory
+        from llmkit.kv.plan import memory_chart
+        from llmkit.machine import total_memory
         from llmkit.plot import draw
 
         draw(plot_path, memory_chart(plans, total_memory()))

@@ -23,7 +23,7 @@ from llmkit.errors import BadFileFormat, BadInput, OptionError
 from llmkit.gguf.reader import read_gguf
 from llmkit.gguf.writer import f32_layout
 from llmkit.quant.calibration.imatrix import collect_gram
-from llmkit.quant.memory import available_memory
+from llmkit.machine import available_memory
 
 
 HESSIAN_FORMAT = "llmkit-hessians"

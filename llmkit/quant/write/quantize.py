@@ -25,7 +25,8 @@ from llmkit.gguf.tensors import read_tensor, row_slab
 from llmkit.gguf.types import ALIGNMENT, tensor_bytes
 from llmkit.gguf.writer import derived_header
 from llmkit.quant.formats import get_format, jit, to_f32
-from llmkit.quant.memory import available_memory, gib
+from llmkit.machine import available_memory
+from llmkit.quant.memory import gib
 from llmkit.quant.options import QuantOptions
 from llmkit.quant.plan import rules
 from llmkit.quant.plan.tensors import check_imatrix_covers, plan_tensors

@@ -57,7 +57,7 @@ def words_from_table(table, symbol_of_byte: list[int]) -> Words:
     n = table.st[0]
     woff = np.frombuffer(table.woff, dtype=np.int64)[:n + 1]
     arena = np.frombuffer(table.arena, dtype=np.uint8)[:int(woff[-1]) if n else 0]
-    out = Words(_zeros(I32, len(arena)), array.array(I64), array.array(I64))
+    out = Words(zeros(I32, len(arena)), array.array(I64), array.array(I64))
     np.take(np.asarray(symbol_of_byte, dtype=np.int32), arena, out=np.frombuffer(out.sym, dtype=np.int32))
     del arena
     table.release_arena()
@@ -66,18 +66,25 @@ def words_from_table(table, symbol_of_byte: list[int]) -> Words:
     return out
 
 
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
+    """The smallest power of two >= n, at least 16 (hash table sizes).
+
+    >>> pow2(5), pow2(100)
+    (16, 128)
+    """
     p = 16
     while p < n:
         p <<= 1
     return p
 
 
-def _zeros(code: str, n: int) -> array.array:
+def zeros(code: str, n: int) -> array.array:
+    """An array of n zeros of the typecode, made without a Python list."""
     return array.array(code, bytes(array.array(code).itemsize * n))
 
 
-def _minus_ones(code: str, n: int) -> array.array:
+def minus_ones(code: str, n: int) -> array.array:
+    """An array of n -1s of the typecode (empty slots of the kernels' tables)."""
     return array.array(code, [-1]) * n
 
 
@@ -96,26 +103,26 @@ class _Buffers:
         self.wlen.frombytes(np.diff(np.frombuffer(self.woff, dtype=np.int64)).astype(np.int32).tobytes())
         texts = [[ord(c) for c in t] for t in vocab.tokens]
         self.tcp = array.array(I32, [c for t in texts for c in t])
-        self.tcp.extend(_zeros(I32, TEXT_PER_TOKEN * V + 16))
-        self.toff = _zeros(I64, V + 1)
+        self.tcp.extend(zeros(I32, TEXT_PER_TOKEN * V + 16))
+        self.toff = zeros(I64, V + 1)
         total = 0
         for i, t in enumerate(texts):
             total += len(t)
             self.toff[i + 1] = total
-        self.ttab = _minus_ones(I32, _pow2(2 * V + 2))
+        self.ttab = minus_ones(I32, pow2(2 * V + 2))
         self._init_tokens(len(vocab))
         cap_p, cap_wn = pair_room + EXTRA, words.n_symbols + EXTRA
         for name, code, fill in self.PAIR + self.ENTRY:
-            setattr(self, name, _minus_ones(code, cap_p) if fill == -1 else _zeros(code, cap_p))
-        self.pkey = _minus_ones(I64, _pow2(2 * cap_p))
-        self.pidx = _zeros(I32, len(self.pkey))
-        self.wn_word, self.wn_next = _zeros(I32, cap_wn), _zeros(I32, cap_wn)
-        self.wlist, self.wstamp = _zeros(I32, W), _zeros(I32, W)
-        self.merges = _zeros(I32, 3 * V)
-        self.st = _zeros(I64, 15)
+            setattr(self, name, minus_ones(code, cap_p) if fill == -1 else zeros(code, cap_p))
+        self.pkey = minus_ones(I64, pow2(2 * cap_p))
+        self.pidx = zeros(I32, len(self.pkey))
+        self.wn_word, self.wn_next = zeros(I32, cap_wn), zeros(I32, cap_wn)
+        self.wlist, self.wstamp = zeros(I32, W), zeros(I32, W)
+        self.merges = zeros(I32, 3 * V)
+        self.st = zeros(I64, 15)
         self.st[ST_VOCAB] = len(vocab)
         self.st[ST_TEXT] = total
-        self.caps = c = _zeros(I64, 11)
+        self.caps = c = zeros(I64, 11)
         c[CAP_P], c[CAP_PH], c[CAP_WN], c[CAP_E] = cap_p, len(self.pkey), cap_wn, cap_p
         c[CAP_TEXT], c[CAP_TT], c[CAP_V], c[CAP_W] = len(self.tcp), len(self.ttab), V, W
         c[CAP_M], c[CAP_MINF], c[CAP_N] = V, min_frequency, len(self.sym)
@@ -150,12 +157,12 @@ class _Buffers:
             self._grow_pairs(k)
         while c[CAP_WN] - st[ST_WN] <= ask:
             for name in ("wn_word", "wn_next"):
-                getattr(self, name).extend(_zeros(I32, c[CAP_WN]))
+                getattr(self, name).extend(zeros(I32, c[CAP_WN]))
             c[CAP_WN] = 2 * c[CAP_WN]
         while c[CAP_E] - st[ST_ENTRIES] <= ask:
             old = c[CAP_E]
             for name, code, fill_value in self.ENTRY:
-                getattr(self, name).extend(_minus_ones(code, old) if fill_value == -1 else _zeros(code, old))
+                getattr(self, name).extend(minus_ones(code, old) if fill_value == -1 else zeros(code, old))
             c[CAP_E] = 2 * old
 
     def _grow_pairs(self, k) -> None:
@@ -163,17 +170,17 @@ class _Buffers:
         c, st = self.caps, self.st
         old = c[CAP_P]
         for name, code, fill_value in self.PAIR:
-            getattr(self, name).extend(_minus_ones(code, old) if fill_value == -1 else _zeros(code, old))
+            getattr(self, name).extend(minus_ones(code, old) if fill_value == -1 else zeros(code, old))
         c[CAP_P] = 2 * old
-        self.pkey = _minus_ones(I64, _pow2(4 * old))
-        self.pidx = _zeros(I32, len(self.pkey))
+        self.pkey = minus_ones(I64, pow2(4 * old))
+        self.pidx = zeros(I32, len(self.pkey))
         c[CAP_PH] = len(self.pkey)
         k.rehash_pairs(self.pa.buffer_info()[0], self.pb.buffer_info()[0], st[ST_PAIRS],
                        self.pkey.buffer_info()[0], self.pidx.buffer_info()[0], c[CAP_PH])
 
     def grow(self, name: str, cap: int) -> None:
         a = getattr(self, name)
-        a.extend(_zeros(a.typecode, len(a)))
+        a.extend(zeros(a.typecode, len(a)))
         self.caps[cap] = len(a) if name == "tcp" else len(a) // 3
 
     def tokens(self) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import array
 
 from llmkit.tokenize import native
-from llmkit.tokenize.bpe.bpe_train_native import Words, words_from_lists
+from llmkit.tokenize.bpe.bpe_train_native import Words, minus_ones, pow2, words_from_lists, zeros
 from llmkit.tokenize.pieces import Progress, Vocab
 
 I32, I64, F64 = "i", "q", "d"
@@ -21,21 +21,6 @@ STEPS = 256  # merges per call: progress and Ctrl-C between calls
 EXTRA_PAIRS = 1024  # room for pairs beyond one per symbol before the pools grow
 TEXT_PER_TOKEN = 16  # room for the new tokens' text (code points per token) before it grows
 FIRST_PAIR_SHARE = 4  # the pair arrays start with room for one pair per this many symbols
-
-
-def _pow2(n: int) -> int:
-    p = 16
-    while p < n:
-        p <<= 1
-    return p
-
-
-def _zeros(code: str, n: int) -> array.array:
-    return array.array(code, bytes(array.array(code).itemsize * n))
-
-
-def _minus_ones(code: str, n: int) -> array.array:
-    return array.array(code, [-1]) * n
 
 
 class _Buffers:
@@ -55,28 +40,28 @@ class _Buffers:
         self.wlen.frombytes(np.diff(np.frombuffer(self.woff, dtype=np.int64)).astype(np.int32).tobytes())
         texts = [[ord(c) for c in t] for t in vocab.tokens]
         self.tcp = array.array(I32, [c for t in texts for c in t])
-        self.tcp.extend(_zeros(I32, TEXT_PER_TOKEN * V + 16))
-        self.toff = _zeros(I64, V + 1)
+        self.tcp.extend(zeros(I32, TEXT_PER_TOKEN * V + 16))
+        self.toff = zeros(I64, V + 1)
         total = 0
         for i, t in enumerate(texts):
             total += len(t)
             self.toff[i + 1] = total
-        self.ttab = _minus_ones(I32, _pow2(2 * V + 2))
-        self.freq = _zeros(I64, V)
+        self.ttab = minus_ones(I32, pow2(2 * V + 2))
+        self.freq = zeros(I64, V)
         cap_p, cap_wn = pair_room + EXTRA_PAIRS, n_sym + EXTRA_PAIRS
         for name, code, fill in self.PAIR:
-            setattr(self, name, _minus_ones(code, cap_p) if fill == -1 else _zeros(code, cap_p))
-        self.pkey = _minus_ones(I64, _pow2(2 * cap_p))
-        self.pidx = _zeros(I32, len(self.pkey))
-        self.wn_word, self.wn_next = _zeros(I32, cap_wn), _zeros(I32, cap_wn)
-        self.ohead = _minus_ones(I32, V)
-        self.on_pair, self.on_next = _zeros(I32, 2 * cap_p), _zeros(I32, 2 * cap_p)
-        self.wlist, self.wstamp = _zeros(I32, W), _zeros(I32, W)
-        self.merges = _zeros(I32, 3 * V)
-        self.st = _zeros(I64, 9)
+            setattr(self, name, minus_ones(code, cap_p) if fill == -1 else zeros(code, cap_p))
+        self.pkey = minus_ones(I64, pow2(2 * cap_p))
+        self.pidx = zeros(I32, len(self.pkey))
+        self.wn_word, self.wn_next = zeros(I32, cap_wn), zeros(I32, cap_wn)
+        self.ohead = minus_ones(I32, V)
+        self.on_pair, self.on_next = zeros(I32, 2 * cap_p), zeros(I32, 2 * cap_p)
+        self.wlist, self.wstamp = zeros(I32, W), zeros(I32, W)
+        self.merges = zeros(I32, 3 * V)
+        self.st = zeros(I64, 9)
         self.st[ST_VOCAB] = len(vocab)
         self.st[ST_TEXT] = total
-        self.caps = _zeros(I64, 11)
+        self.caps = zeros(I64, 11)
         c = self.caps
         c[CAP_P], c[CAP_PH], c[CAP_WN], c[CAP_ON] = cap_p, len(self.pkey), cap_wn, 2 * cap_p
         c[CAP_TEXT], c[CAP_TT], c[CAP_V], c[CAP_W] = len(self.tcp), len(self.ttab), V, W
@@ -98,22 +83,22 @@ class _Buffers:
         if "pairs" in grow:
             old = c[CAP_P]
             for name, code, fill_value in self.PAIR:
-                getattr(self, name).extend(_minus_ones(code, old) if fill_value == -1 else _zeros(code, old))
+                getattr(self, name).extend(minus_ones(code, old) if fill_value == -1 else zeros(code, old))
             c[CAP_P] = 2 * old
-            self.pkey = _minus_ones(I64, _pow2(4 * old))
-            self.pidx = _zeros(I32, len(self.pkey))
+            self.pkey = minus_ones(I64, pow2(4 * old))
+            self.pidx = zeros(I32, len(self.pkey))
             c[CAP_PH] = len(self.pkey)
         if "wn" in grow:
             for name in ("wn_word", "wn_next"):
-                getattr(self, name).extend(_zeros(I32, c[CAP_WN]))
+                getattr(self, name).extend(zeros(I32, c[CAP_WN]))
             c[CAP_WN] = 2 * c[CAP_WN]
         if "on" in grow:
             for name in ("on_pair", "on_next"):
-                getattr(self, name).extend(_zeros(I32, c[CAP_ON]))
+                getattr(self, name).extend(zeros(I32, c[CAP_ON]))
             c[CAP_ON] = 2 * c[CAP_ON]
 
     def grow_text(self) -> None:
-        self.tcp.extend(_zeros(I32, len(self.tcp)))
+        self.tcp.extend(zeros(I32, len(self.tcp)))
         self.caps[CAP_TEXT] = len(self.tcp)
 
     def tokens(self) -> list[str]:
@@ -151,7 +136,7 @@ def words_from_table(table, specials: list[str], prefix: str) -> tuple[Vocab, Wo
     vocab = Vocab(specials + [chr(c) for c in firsts.tolist()] + [prefix + chr(c) for c in rests.tolist()])
     lut_first = np.array([vocab.ids[chr(c)] for c in firsts.tolist()], dtype=np.int32)
     lut_rest = np.array([vocab.ids[prefix + chr(c)] for c in rests.tolist()], dtype=np.int32)
-    out = Words(_zeros(I32, len(cps)), array.array(I64), array.array(I64))
+    out = Words(zeros(I32, len(cps)), array.array(I64), array.array(I64))
     sym = np.frombuffer(out.sym, dtype=np.int32)
     sym[first] = lut_first[np.searchsorted(firsts, cps[first])]
     sym[~first] = lut_rest[np.searchsorted(rests, cps[~first])]
