@@ -62,23 +62,27 @@ def plan_cmd(model_paths, ctxs, parallel, cache_type_k, cache_type_v, batch_size
     if as_json:
         out.json([p.to_dict() for p in plans])
         return
+    for m in model_paths:
+        out.table(_plan_table([p for p in plans if p.model == m], bw))
+
+
+def _plan_table(rows, bw: float):
+    """One model's plans as a table, its shape and weights in the title."""
     from rich.table import Table
 
-    for m in model_paths:
-        rows = [p for p in plans if p.model == m]
-        p0 = rows[0]
-        t = Table(title=f"{p0.architecture}, {p0.n_layer} layers, kv heads {sorted(set(p0.head_count_kv))}, head dim "
-                        f"{p0.head_dim_k}/{p0.head_dim_v}, weights {human_bytes(p0.weights_bytes)}, training context "
-                        f"{p0.train_ctx}, read bandwidth {bw:.1f} GB/s")
-        for col in ("n_ctx", "cells", "seqs", "K", "V", "KV total", "per token", "weights+KV", "compute", "process",
-                    "decode bound (full ctx)"):
-            t.add_column(col, justify="right")
-        for p in rows:
-            bound = p.decode_bound_tok_s()
-            t.add_row(str(p.n_ctx), str(p.n_ctx_cells), str(p.n_seq), human_bytes(p.k_bytes), human_bytes(p.v_bytes),
-                      human_bytes(p.kv_bytes), human_bytes(p.kv_bytes_per_token), human_bytes(p.total_bytes),
-                      human_bytes(p.compute_bytes), human_bytes(p.process_bytes), f"{bound:.1f} tok/s" if bound else "-")
-        out.table(t)
+    p0 = rows[0]
+    t = Table(title=f"{p0.architecture}, {p0.n_layer} layers, kv heads {sorted(set(p0.head_count_kv))}, head dim "
+                    f"{p0.head_dim_k}/{p0.head_dim_v}, weights {human_bytes(p0.weights_bytes)}, training context "
+                    f"{p0.train_ctx}, read bandwidth {bw:.1f} GB/s")
+    for col in ("n_ctx", "cells", "seqs", "K", "V", "KV total", "per token", "weights+KV", "compute", "process",
+                "decode bound (full ctx)"):
+        t.add_column(col, justify="right")
+    for p in rows:
+        bound = p.decode_bound_tok_s()
+        t.add_row(str(p.n_ctx), str(p.n_ctx_cells), str(p.n_seq), human_bytes(p.k_bytes), human_bytes(p.v_bytes),
+                  human_bytes(p.kv_bytes), human_bytes(p.kv_bytes_per_token), human_bytes(p.total_bytes),
+                  human_bytes(p.compute_bytes), human_bytes(p.process_bytes), f"{bound:.1f} tok/s" if bound else "-")
+    return t
 
 
 _SHAPE = TraceShape()  # the built-in trace's defaults, shown by --help

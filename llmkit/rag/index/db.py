@@ -19,8 +19,12 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+from typing import TYPE_CHECKING
 
 from llmkit.rag.index.manifest import DB
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (id INTEGER PRIMARY KEY, collection TEXT NOT NULL, source TEXT NOT NULL,
