@@ -112,73 +112,96 @@ def _weights(src) -> dict[str, np.ndarray]:
     return out
 
 
-def _graph(src, dst: Path) -> None:
-    """The fused BERT graph (module doc), saved with its weights beside it."""
-    from onnx import TensorProto, helper, numpy_helper
+class _Builder:
+    """The graph's nodes and initializers in the order they are added, with the model's weights by short name."""
 
-    cfg = src.config
-    names = _weights(src)
+    def __init__(self, src):
+        from onnx import helper, numpy_helper
 
-    def w(short: str) -> np.ndarray:
-        if short not in names:
+        self.src, self.names = src, _weights(src)
+        self.helper, self.numpy_helper = helper, numpy_helper
+        self.inits, self.nodes = [], []
+
+    def w(self, short: str) -> np.ndarray:
+        """The weight tensor `short` (its name without the model prefix)."""
+        if short not in self.names:
             raise BadInput(f"the model has no tensor '{short}'; it is not a plain BERT-family encoder.")
-        return src.weights.get(names[short])
+        return self.src.weights.get(self.names[short])
 
-    eps = float(cfg.get("layer_norm_eps", 1e-12))
-    heads = int(cfg["num_attention_heads"])
-    roberta = cfg.get("model_type") in ("roberta", "xlm-roberta", "camembert")
-    inits, nodes = [], []
-
-    def init(name: str, arr: np.ndarray) -> str:
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(arr, np.float32), name))
+    def init(self, name: str, arr: np.ndarray) -> str:
+        """Add `arr` as an fp32 initializer; its name."""
+        self.inits.append(self.numpy_helper.from_array(np.ascontiguousarray(arr, np.float32), name))
         return name
 
-    def node(op: str, inputs: list[str], out: str, ms: bool = False, **attrs) -> str:
-        nodes.append(helper.make_node(op, inputs, [out], name=out, domain="com.microsoft" if ms else "", **attrs))
+    def node(self, op: str, inputs: list[str], out: str, ms: bool = False, **attrs) -> str:
+        """Add one node named for its single output (com.microsoft with `ms`); that output."""
+        self.nodes.append(self.helper.make_node(op, inputs, [out], name=out, domain="com.microsoft" if ms else "",
+                                                **attrs))
         return out
 
-    for n in ("input_ids", "token_type_ids", "attention_mask"):
-        node("Cast", [n], f"{n}_int32", to=TensorProto.INT32)
-    pos = w("embeddings.position_embeddings.weight")
-    if roberta:
-        pos = pos[int(cfg.get("pad_token_id", 1)) + 1:]
-    types = w("embeddings.token_type_embeddings.weight") if "embeddings.token_type_embeddings.weight" in names \
-        else np.zeros((1, int(cfg["hidden_size"])), np.float32)
-    emb = helper.make_node(
-        "EmbedLayerNormalization",
-        ["input_ids_int32", "token_type_ids_int32", init("word_embeddings", w("embeddings.word_embeddings.weight")),
-         init("position_embeddings", pos), init("token_type_embeddings", types),
-         init("embeddings_ln_weight", w("embeddings.LayerNorm.weight")),
-         init("embeddings_ln_bias", w("embeddings.LayerNorm.bias")), "attention_mask_int32"],
-        ["embeddings", "mask_index"], name="embeddings", domain="com.microsoft", epsilon=eps)
-    nodes.append(emb)
-    x = "embeddings"
+
+def _graph(src, dst: Path) -> None:
+    """The fused BERT graph (module doc), saved with its weights beside it."""
+    from onnx import TensorProto, helper
+
+    cfg = src.config
+    b = _Builder(src)
+    eps = float(cfg.get("layer_norm_eps", 1e-12))
+    heads = int(cfg["num_attention_heads"])
+    x = _embeddings(b, cfg, eps)
     n_layer = int(cfg["num_hidden_layers"])
     for i in range(n_layer):
-        p = f"encoder.layer.{i}."
-        qkv_w = np.concatenate([w(p + f"attention.self.{k}.weight").T for k in ("query", "key", "value")], axis=1)
-        qkv_b = np.concatenate([w(p + f"attention.self.{k}.bias") for k in ("query", "key", "value")])
-        a = node("Attention", [x, init(f"l{i}_qkv_w", qkv_w), init(f"l{i}_qkv_b", qkv_b), "mask_index"],
-                 f"l{i}_attention", ms=True, num_heads=heads)
-        mm = node("MatMul", [a, init(f"l{i}_attn_out_w", w(p + "attention.output.dense.weight").T)], f"l{i}_attn_out")
-        h = node("SkipLayerNormalization", [mm, x, init(f"l{i}_attn_ln_w", w(p + "attention.output.LayerNorm.weight")),
-                                            init(f"l{i}_attn_ln_b", w(p + "attention.output.LayerNorm.bias")),
-                                            init(f"l{i}_attn_out_b", w(p + "attention.output.dense.bias"))],
-                 f"l{i}_attn_ln", ms=True, epsilon=eps)
-        up = node("MatMul", [h, init(f"l{i}_up_w", w(p + "intermediate.dense.weight").T)], f"l{i}_up")
-        g = node("BiasGelu", [up, init(f"l{i}_up_b", w(p + "intermediate.dense.bias"))], f"l{i}_gelu", ms=True)
-        down = node("MatMul", [g, init(f"l{i}_down_w", w(p + "output.dense.weight").T)], f"l{i}_down")
-        x = node("SkipLayerNormalization", [down, h, init(f"l{i}_out_ln_w", w(p + "output.LayerNorm.weight")),
-                                            init(f"l{i}_out_ln_b", w(p + "output.LayerNorm.bias")),
-                                            init(f"l{i}_down_b", w(p + "output.dense.bias"))],
-                 "last_hidden_state" if i == n_layer - 1 else f"l{i}_out_ln", ms=True, epsilon=eps)
+        x = _layer(b, i, x, heads, eps, "last_hidden_state" if i == n_layer - 1 else f"l{i}_out_ln")
     ints = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
             for n in ("input_ids", "attention_mask", "token_type_ids")]
     out = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "seq", int(cfg["hidden_size"])])
-    graph = helper.make_graph(nodes, "bert", ints, [out], inits)
+    graph = helper.make_graph(b.nodes, "bert", ints, [out], b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = min(model.ir_version, 8)
     save_external(model, dst)
+
+
+def _embeddings(b: _Builder, cfg: dict, eps: float) -> str:
+    """The int32 casts of the inputs and the fused embedding lookup + LayerNorm; its output's name."""
+    from onnx import TensorProto
+
+    for n in ("input_ids", "token_type_ids", "attention_mask"):
+        b.node("Cast", [n], f"{n}_int32", to=TensorProto.INT32)
+    pos = b.w("embeddings.position_embeddings.weight")
+    if cfg.get("model_type") in ("roberta", "xlm-roberta", "camembert"):  # positions start at pad_token_id + 1
+        pos = pos[int(cfg.get("pad_token_id", 1)) + 1:]
+    types = b.w("embeddings.token_type_embeddings.weight") if "embeddings.token_type_embeddings.weight" in b.names \
+        else np.zeros((1, int(cfg["hidden_size"])), np.float32)
+    b.nodes.append(b.helper.make_node(
+        "EmbedLayerNormalization",
+        ["input_ids_int32", "token_type_ids_int32", b.init("word_embeddings", b.w("embeddings.word_embeddings.weight")),
+         b.init("position_embeddings", pos), b.init("token_type_embeddings", types),
+         b.init("embeddings_ln_weight", b.w("embeddings.LayerNorm.weight")),
+         b.init("embeddings_ln_bias", b.w("embeddings.LayerNorm.bias")), "attention_mask_int32"],
+        ["embeddings", "mask_index"], name="embeddings", domain="com.microsoft", epsilon=eps))
+    return "embeddings"
+
+
+def _layer(b: _Builder, i: int, x: str, heads: int, eps: float, out: str) -> str:
+    """Encoder layer `i` on `x`: fused attention, skip-LayerNorm, BiasGelu feed-forward, skip-LayerNorm into `out`."""
+    w, init, node = b.w, b.init, b.node
+    p = f"encoder.layer.{i}."
+    qkv_w = np.concatenate([w(p + f"attention.self.{k}.weight").T for k in ("query", "key", "value")], axis=1)
+    qkv_b = np.concatenate([w(p + f"attention.self.{k}.bias") for k in ("query", "key", "value")])
+    a = node("Attention", [x, init(f"l{i}_qkv_w", qkv_w), init(f"l{i}_qkv_b", qkv_b), "mask_index"],
+             f"l{i}_attention", ms=True, num_heads=heads)
+    mm = node("MatMul", [a, init(f"l{i}_attn_out_w", w(p + "attention.output.dense.weight").T)], f"l{i}_attn_out")
+    h = node("SkipLayerNormalization", [mm, x, init(f"l{i}_attn_ln_w", w(p + "attention.output.LayerNorm.weight")),
+                                        init(f"l{i}_attn_ln_b", w(p + "attention.output.LayerNorm.bias")),
+                                        init(f"l{i}_attn_out_b", w(p + "attention.output.dense.bias"))],
+             f"l{i}_attn_ln", ms=True, epsilon=eps)
+    up = node("MatMul", [h, init(f"l{i}_up_w", w(p + "intermediate.dense.weight").T)], f"l{i}_up")
+    g = node("BiasGelu", [up, init(f"l{i}_up_b", w(p + "intermediate.dense.bias"))], f"l{i}_gelu", ms=True)
+    down = node("MatMul", [g, init(f"l{i}_down_w", w(p + "output.dense.weight").T)], f"l{i}_down")
+    return node("SkipLayerNormalization", [down, h, init(f"l{i}_out_ln_w", w(p + "output.LayerNorm.weight")),
+                                           init(f"l{i}_out_ln_b", w(p + "output.LayerNorm.bias")),
+                                           init(f"l{i}_down_b", w(p + "output.dense.bias"))],
+                out, ms=True, epsilon=eps)
 
 
 def save_external(model, dst: Path) -> None:

@@ -169,54 +169,13 @@ def torch_export(model_path: str, key: str, out: Path, precision: str, progress=
     st = load_sentence_transformer(model_path)
     spec, tm, dense = read_spec(st)
     spec.model_key = key
-    for i, m in enumerate(dense):
-        file = f"dense-{i}.npz"
-        arrays = {"weight": m.linear.weight.detach().float().numpy()}
-        if m.linear.bias is not None:
-            arrays["bias"] = m.linear.bias.detach().float().numpy()
-        np.savez(out / file, **arrays)
-        spec.dense.append({"file": file, "activation": _activation(m)})
+    _save_dense(dense, out, spec)
     tm.tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
     hf = tm.auto_model
     hf.eval()
-    # eager attention: onnxruntime's optimizer fuses only the explicit softmax(QK^T)V pattern
-    if hasattr(hf, "set_attn_implementation"):
-        try:
-            hf.set_attn_implementation("eager")
-        except Exception:
-            hf.config._attn_implementation = "eager"
-    else:
-        hf.config._attn_implementation = "eager"
-    sample = tm.tokenizer(["a short example", "a second, slightly longer example text"], padding=True,
-                          return_tensors="pt")
-    import inspect
-
-    accepted = set(inspect.signature(hf.forward).parameters)
-    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample and n in accepted]
-    spec.input_names = names
-
-    class Wrapped(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, *args):
-            return self.model(**dict(zip(names, args)), return_dict=True).last_hidden_state
-
+    _eager_attention(hf)
     plain = out / "plain.onnx"
-    axes = {n: {0: "batch", 1: "seq"} for n in names}
-    axes["last_hidden_state"] = {0: "batch", 1: "seq"}
-    if progress:
-        progress("exporting the embedding model to ONNX", 0, 0)
-    import warnings
-
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer chatter; the export is checked against ST below
-        kwargs = dict(input_names=names, output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17)
-        try:
-            torch.onnx.export(Wrapped(hf), tuple(sample[n] for n in names), str(plain), dynamo=False, **kwargs)
-        except TypeError:  # an older torch without the dynamo switch
-            torch.onnx.export(Wrapped(hf), tuple(sample[n] for n in names), str(plain), **kwargs)
+    spec.input_names = _export_plain(hf, tm.tokenizer, plain, progress)
     fp32 = out / "model-fp32.onnx"
     spec.fused = _fuse(plain, fp32, hf.config)
     plain.unlink()
@@ -226,6 +185,63 @@ def torch_export(model_path: str, key: str, out: Path, precision: str, progress=
         _quantize_int8(fp32, out)
     (out / "export.json").write_text(json.dumps({"source": os.path.abspath(model_path), "seconds": round(
         time.perf_counter() - t0, 1), "torch": torch.__version__}), encoding="utf-8")
+
+
+def _save_dense(dense: list, out: Path, spec: Spec) -> None:
+    """Write each Dense module's weights to out/dense-N.npz and list it with its activation in `spec`."""
+    for i, m in enumerate(dense):
+        file = f"dense-{i}.npz"
+        arrays = {"weight": m.linear.weight.detach().float().numpy()}
+        if m.linear.bias is not None:
+            arrays["bias"] = m.linear.bias.detach().float().numpy()
+        np.savez(out / file, **arrays)
+        spec.dense.append({"file": file, "activation": _activation(m)})
+
+
+def _eager_attention(hf) -> None:
+    """Switch the transformer to eager attention."""
+    # onnxruntime's optimizer fuses only the explicit softmax(QK^T)V pattern
+    if hasattr(hf, "set_attn_implementation"):
+        try:
+            hf.set_attn_implementation("eager")
+        except Exception:
+            hf.config._attn_implementation = "eager"
+    else:
+        hf.config._attn_implementation = "eager"
+
+
+def _export_plain(hf, tokenizer, plain: Path, progress) -> list[str]:
+    """Export the transformer's last hidden state to the unfused ONNX graph `plain`; its input names."""
+    import inspect
+    import warnings
+
+    import torch
+
+    sample = tokenizer(["a short example", "a second, slightly longer example text"], padding=True,
+                       return_tensors="pt")
+    accepted = set(inspect.signature(hf.forward).parameters)
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample and n in accepted]
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            return self.model(**dict(zip(names, args)), return_dict=True).last_hidden_state
+
+    axes = {n: {0: "batch", 1: "seq"} for n in names}
+    axes["last_hidden_state"] = {0: "batch", 1: "seq"}
+    if progress:
+        progress("exporting the embedding model to ONNX", 0, 0)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer chatter; torch_export checks the export against ST
+        kwargs = dict(input_names=names, output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17)
+        try:
+            torch.onnx.export(Wrapped(hf), tuple(sample[n] for n in names), str(plain), dynamo=False, **kwargs)
+        except TypeError:  # an older torch without the dynamo switch
+            torch.onnx.export(Wrapped(hf), tuple(sample[n] for n in names), str(plain), **kwargs)
+    return names
 
 
 def _fuse(src: Path, dst: Path, config) -> bool:

@@ -301,45 +301,20 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     con = db.connect(directory)
     try:
         db.rollback_unfinished(con, manifest["generation"])
-        live = {row[1]: (row[0], row[2], row[3], row[4], row[5]) for row in con.execute(
-            "SELECT id, path, hash, size, mtime_ns, inode FROM docs WHERE collection = ? AND gen_removed IS NULL",
-            (opts.collection,))}
+        live = _live_docs(con, opts.collection)
         todo, seen = _plan(files, live, changed, report)
         read = _Reader(opts, stdin_data, emb)
         drop_lines, sampled = set(), {}
         if opts.chunk.boilerplate:
             drop_lines, sampled = _boilerplate(todo, read, live, progress)
             report.boilerplate_lines = len(drop_lines)
+        # the run's rows and removal marks commit together, before any generation is built from them
         con.execute("BEGIN")
-        for n, path in enumerate(todo):
-            if progress:
-                progress("reading", n, len(todo))
-            docs, stat, skipped = sampled.pop(path, (None, None, None))
-            if docs is None:
-                docs, stat, again = read(path)
-                skipped = again if skipped is None else skipped  # a sampled file's are reported once
-            report.skipped.extend(skipped)
-            same = []
-            for doc in docs:
-                if doc.note:
-                    report.code_fallbacks[doc.note] = report.code_fallbacks.get(doc.note, 0) + 1
-                seen.add(doc.path)
-                old = live.get(doc.path)
-                if old and old[1] == doc.hash:
-                    report.docs_unchanged += 1
-                    same.append(old[0])
-                    continue
-                if old:
-                    con.execute("UPDATE docs SET gen_removed = ? WHERE id = ?", (gen, old[0]))
-                _add_doc(con, doc, stat, gen, opts, manifest, drop_lines, emb, report)
+        for path, docs, stat in _read_files(todo, read, sampled, report, progress):
+            same = _write_docs(con, docs, stat, live, seen, gen, opts, manifest, drop_lines, emb, report)
             if same and path != "-":  # touched, not changed: next time its stat says so
                 db.set_file_stat(con, same, stat)
-        scopes = [os.path.abspath(p) for p in inputs if p != "-"]
-        gone = [doc_id for p, (doc_id, *_) in live.items()
-                if p not in seen and (p == "-" and "-" in inputs or _in_scope(p, scopes))]
-        for doc_id in gone:
-            con.execute("UPDATE docs SET gen_removed = ? WHERE id = ?", (gen, doc_id))
-        report.docs_removed = len(gone)
+        report.docs_removed = _mark_gone(con, live, seen, inputs, gen)
         con.execute("COMMIT")
         if _nothing_to_publish(manifest, opts, report):
             from llmkit.rag.index.publish import republish
@@ -361,6 +336,56 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     finally:
         con.close()
     return report
+
+
+def _live_docs(con, collection: str) -> dict:
+    """The collection's live documents: path -> (id, hash, size, mtime_ns, inode)."""
+    return {row[1]: (row[0], row[2], row[3], row[4], row[5]) for row in con.execute(
+        "SELECT id, path, hash, size, mtime_ns, inode FROM docs WHERE collection = ? AND gen_removed IS NULL",
+        (collection,))}
+
+
+def _read_files(todo, read, sampled, report, progress):
+    """Yield (path, documents, stat) for each file to index, in order: from the boilerplate sample
+    where it kept them, else read now (so only one file's text is held at a time)."""
+    for n, path in enumerate(todo):
+        if progress:
+            progress("reading", n, len(todo))
+        docs, stat, skipped = sampled.pop(path, (None, None, None))
+        if docs is None:
+            docs, stat, again = read(path)
+            skipped = again if skipped is None else skipped  # a sampled file's are reported once
+        report.skipped.extend(skipped)
+        yield path, docs, stat
+
+
+def _write_docs(con, docs, stat, live, seen, gen, opts: IndexOptions, manifest, drop_lines, emb, report) -> list[int]:
+    """Insert one file's new and changed documents (marking the versions they replace removed); the
+    ids of its unchanged ones."""
+    same = []
+    for doc in docs:
+        if doc.note:
+            report.code_fallbacks[doc.note] = report.code_fallbacks.get(doc.note, 0) + 1
+        seen.add(doc.path)
+        old = live.get(doc.path)
+        if old and old[1] == doc.hash:
+            report.docs_unchanged += 1
+            same.append(old[0])
+            continue
+        if old:
+            con.execute("UPDATE docs SET gen_removed = ? WHERE id = ?", (gen, old[0]))
+        _add_doc(con, doc, stat, gen, opts, manifest, drop_lines, emb, report)
+    return same
+
+
+def _mark_gone(con, live, seen, inputs, gen) -> int:
+    """Mark removed the live documents under the run's inputs that it did not see; how many."""
+    scopes = [os.path.abspath(p) for p in inputs if p != "-"]
+    gone = [doc_id for p, (doc_id, *_) in live.items()
+            if p not in seen and (p == "-" and "-" in inputs or _in_scope(p, scopes))]
+    for doc_id in gone:
+        con.execute("UPDATE docs SET gen_removed = ? WHERE id = ?", (gen, doc_id))
+    return len(gone)
 
 
 SEARCHABLE_FIRST_BATCHES = 16  # a run adding more chunks than this many embedding batches is searchable first

@@ -31,58 +31,23 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     manifest counts them as `pending`, and the next generation brings their vectors. `same_as`: the
     directory of the searchable-first generation this run just published over the same rows: its
     deduplication and BM25 files are taken over (hard links) instead of being computed again."""
-    from llmkit.rag.index.analysis import doc_terms
-    from llmkit.rag.index.bm25 import BM25Index
-
-    rows = db.live_chunks(con, gen)
     manifest.pop("pending", None)  # chunks without a vector: set again below if this generation has some
-    if keep_ids is not None:
-        rows = [r for r in rows if r[0] in keep_ids]
-    if same_as is not None:
-        kept = set(np.load(os.path.join(same_as, "rows.npy")).tolist())
-        rows = [r for r in rows if r[0] in kept]
-    elif opts.chunk.dedupe and rows and keep_ids is None:
-        rows = _dedupe(con, rows, opts.chunk, report)
+    rows = _rows_to_publish(con, gen, opts, report, keep_ids, same_as)
     report.chunks_indexed = len(rows)
     gdir = os.path.join(directory, f"gen-{gen}")
     shutil.rmtree(gdir, ignore_errors=True)  # a half-built directory of a killed run
     os.makedirs(gdir)
-    ids = np.array([r[0] for r in rows], np.int64)
-    keys = np.array([r[2] for r in rows], dtype="S32")
-    collections = sorted({r[5] for r in rows})
-    coll_code = {c: i for i, c in enumerate(collections)}
-    np.save(os.path.join(gdir, "rows.npy"), ids)
-    np.save(os.path.join(gdir, "keys.npy"), keys)
-    np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
-    np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
-    if rows and manifest["store"]:
-        dim = _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report, progress,
-                              switch=keep_ids is not None)
-    elif rows:
-        path = os.path.join(gdir, "vectors.npy")
-        dim, pending = _vectors(directory, con, manifest, opts, rows, keys, path, report, progress,
-                                reuse=keep_ids is None, embed=not searchable_first)
-        if pending:
-            manifest["pending"] = pending
-        # exact search until the vectors are complete: no graph is built twice
-        kind = "flat" if pending else index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above)
-        dtype = vector_dtype(opts.store.vector_dtype, os.path.join(directory, f"gen-{manifest['generation']}"))
-        report.index_type = write_vectors(gdir, kind, dtype)
+    ids, keys, collections = _write_rows(gdir, rows)
     if rows:
-        if progress:
-            progress("BM25", 0, 1)
-        how, idents = manifest["analysis"], manifest["bm25_idents"]
-        if same_as is not None and os.path.isdir(os.path.join(same_as, "bm25")):
-            shutil.copytree(os.path.join(same_as, "bm25"), os.path.join(gdir, "bm25"), copy_function=_link)
+        if manifest["store"]:
+            dim = _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report, progress,
+                                  switch=keep_ids is not None)
         else:
-            texts = db.texts_of(con, [r[0] for r in rows])  # streamed: BM25 keeps postings, not texts
-            BM25Index.build(doc_terms(t, how, idents) for t in texts).save(os.path.join(gdir, "bm25"))
-        if manifest["ranking"] == "documents":  # the unit a hit stands for: a document, a code definition
-            _, unit = np.unique([(1, r[6]) if r[8] else (0, r[7]) for r in rows], axis=0, return_inverse=True)
-            np.save(os.path.join(gdir, "unit.npy"), unit.reshape(-1).astype(np.int64))
-            from llmkit.rag.index.reader import unit_leads
-
-            np.save(os.path.join(gdir, "lead.npy"), unit_leads(unit.reshape(-1)))  # read mapped by queries
+            dim = _publish_local(directory, con, manifest, gdir, opts, rows, keys, report, progress,
+                                 reuse=keep_ids is None, embed=not searchable_first)
+        _publish_bm25(con, manifest, gdir, rows, same_as, progress)
+        if manifest["ranking"] == "documents":
+            _publish_units(gdir, rows)
         manifest["dim"] = dim
         if manifest["graph"]:
             if progress:
@@ -93,6 +58,72 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
     db.journal_drop(con, _space(manifest), report.journalled)  # the generation holds these vectors now
     _retire_old(directory, con, manifest, gen)
+
+
+def _rows_to_publish(con, gen, opts, report, keep_ids: set | None, same_as: str | None) -> list:
+    """The live chunk rows generation `gen` holds: `keep_ids` only, the rows of `same_as`, or deduplicated."""
+    rows = db.live_chunks(con, gen)
+    if keep_ids is not None:
+        rows = [r for r in rows if r[0] in keep_ids]
+    if same_as is not None:
+        kept = set(np.load(os.path.join(same_as, "rows.npy")).tolist())
+        rows = [r for r in rows if r[0] in kept]
+    elif opts.chunk.dedupe and rows and keep_ids is None:
+        rows = _dedupe(con, rows, opts.chunk, report)
+    return rows
+
+
+def _write_rows(gdir, rows) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Write the generation's rows.npy, keys.npy, collection.npy and parent.npy; (chunk ids, text hashes,
+    collection names in code order)."""
+    ids = np.array([r[0] for r in rows], np.int64)
+    keys = np.array([r[2] for r in rows], dtype="S32")
+    collections = sorted({r[5] for r in rows})
+    coll_code = {c: i for i, c in enumerate(collections)}
+    np.save(os.path.join(gdir, "rows.npy"), ids)
+    np.save(os.path.join(gdir, "keys.npy"), keys)
+    np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
+    np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
+    return ids, keys, collections
+
+
+def _publish_local(directory, con, manifest, gdir, opts, rows, keys, report, progress, reuse: bool,
+                   embed: bool) -> int:
+    """Write the generation's vectors.npy and its faiss index in gdir; their dimension."""
+    dim, pending = _vectors(directory, con, manifest, opts, rows, keys, os.path.join(gdir, "vectors.npy"), report,
+                            progress, reuse=reuse, embed=embed)
+    if pending:
+        manifest["pending"] = pending
+    # exact search until the vectors are complete: no graph is built twice
+    kind = "flat" if pending else index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above)
+    dtype = vector_dtype(opts.store.vector_dtype, os.path.join(directory, f"gen-{manifest['generation']}"))
+    report.index_type = write_vectors(gdir, kind, dtype)
+    return dim
+
+
+def _publish_bm25(con, manifest, gdir, rows, same_as: str | None, progress) -> None:
+    """Write the generation's BM25 index: hard links to `same_as`'s where it has one, else built from the texts."""
+    from llmkit.rag.index.analysis import doc_terms
+    from llmkit.rag.index.bm25 import BM25Index
+
+    if progress:
+        progress("BM25", 0, 1)
+    how, idents = manifest["analysis"], manifest["bm25_idents"]
+    if same_as is not None and os.path.isdir(os.path.join(same_as, "bm25")):
+        shutil.copytree(os.path.join(same_as, "bm25"), os.path.join(gdir, "bm25"), copy_function=_link)
+    else:
+        texts = db.texts_of(con, [r[0] for r in rows])  # streamed: BM25 keeps postings, not texts
+        BM25Index.build(doc_terms(t, how, idents) for t in texts).save(os.path.join(gdir, "bm25"))
+
+
+def _publish_units(gdir, rows) -> None:
+    """Write unit.npy (each row's document or code definition) and lead.npy (each unit's first row)."""
+    from llmkit.rag.index.reader import unit_leads
+
+    # the unit a hit stands for: a document, a code definition
+    _, unit = np.unique([(1, r[6]) if r[8] else (0, r[7]) for r in rows], axis=0, return_inverse=True)
+    np.save(os.path.join(gdir, "unit.npy"), unit.reshape(-1).astype(np.int64))
+    np.save(os.path.join(gdir, "lead.npy"), unit_leads(unit.reshape(-1)))  # read mapped by queries
 
 
 def republish(directory, con, manifest, gen, report) -> None:
