@@ -135,9 +135,18 @@ class Stub:
         self.requests, self.bodies = [], []
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A stub whose own write errors (a client that hung up after a 302 or a timeout) print nothing:
+    run in the same process, socketserver's traceback would land in the command's captured stderr."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass
+
+
 def _serve(handler) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = _QuietServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
