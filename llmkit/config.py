@@ -176,6 +176,7 @@ CACHES = {
     "quant-probes": "per-model sensitivity probes of `quant`'s size budgets",
     "iqgrid": "i-quant lattice tables read back from ggml (rebuilt on next use)",
     "bandwidth.json": "this machine's measured memory bandwidth (`kv plan`)",
+    "verify-cost.json": "what verifying a batch of drafts costs each model here (`generate`'s adaptive drafting)",
     "llama-server-<version>": "llama.cpp tools built by scripts/build_llama_server.sh when the binding's wheel "
                               "has none",
 }

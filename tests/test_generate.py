@@ -275,8 +275,12 @@ def test_cli_bad_models(models, tmp_path):
     for path, fragment in [(str(tmp_path / "missing.gguf"), "does not exist"), (str(notgguf), "not a GGUF")]:
         r = run_cli(["generate", "-m", path, "hello"])
         assert r.exit_code == 1 and fragment in r.stderr and "Traceback" not in r.stderr
-    r = run_cli(["generate", "-m", models["target"], "--draft-model", models["foreign"], "hello"])
-    assert r.exit_code == 1 and "vocabular" in r.stderr
+    # a fixed draft length opens the draft before generating; an adaptive one when it first drafts
+    r = run_cli(["generate", "-m", models["target"], "--draft-model", models["foreign"], "--draft-min", "4",
+                 "--draft-max", "4", "hello"])
+    assert r.exit_code == 1 and "vocabular" in r.stderr and r.stdout == ""
+    r = run_cli(["generate", "-m", models["target"], "--draft-model", str(tmp_path / "missing.gguf"), "hello"])
+    assert r.exit_code == 1 and "does not exist" in r.stderr
 
 
 def test_default_model_is_packaged_smollm2(monkeypatch):
@@ -445,3 +449,26 @@ def test_draft_far_behind_rereads_only_a_recent_window(models):
     d._ctx.decode = lambda batch: calls.append(batch.batch.n_tokens) or plain_decode(batch)
     drafts, _ = drafter.draft(ctx, 2, SamplingParams(temp=0), np.random.default_rng(0))
     assert calls == [8, 1] and len(drafts) == 2 and drafter.offset == len(ctx) - 8
+
+
+def test_measured_verify_costs_are_kept_and_rule_drafting_out_next_time(models, tmp_path, monkeypatch):
+    """Costs that rule drafting out are kept (per model file and threads): the next adaptive run decodes
+    plainly from the start, with one prefill and no timed batch, and writes what plain decoding writes."""
+    from llmkit.llama import verify_cost
+    from llmkit.llama.generate import Generator
+
+    monkeypatch.setenv("LLMKIT_CACHE", str(tmp_path))
+    first = _open(models["target"])
+    prompt = first.tokenize((PROMPT * 3).encode(), add_bos=False)
+    g = Generator(first, SamplingParams(temp=0), lookup=3, ignore_eos=True)
+    real = g.chooser.observe_batch
+    g.chooser.observe_batch = lambda b, dt: real(b, 0.01 * b)  # a machine where a batch costs its tokens
+    g.run(prompt, 8)
+    assert verify_cost.load(first, 9) == pytest.approx((0.01, 0.09))
+    again = _open(models["target"])
+    calls = []
+    plain_decode = again._ctx.decode
+    again._ctx.decode = lambda batch: calls.append(batch.batch.n_tokens) or plain_decode(batch)
+    text, st = Generator(again, SamplingParams(temp=0), lookup=3, ignore_eos=True).run(prompt, 8)
+    want, _ = Generator(_open(models["target"]), SamplingParams(temp=0), ignore_eos=True).run(prompt, 8)
+    assert st.drafted == 0 and calls[0] == len(prompt) and calls[1:] == [1] * 7 and text == want

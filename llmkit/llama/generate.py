@@ -18,9 +18,9 @@ import numpy as np
 
 from llmkit.errors import BadInput, OptionError
 from llmkit.llama.cache import common_prefix, eval_logits, eval_no_logits, reuse_chunks, shift_context
-from llmkit.llama.draft import (DraftLengthChooser, DraftModel, DraftOptions, ModelDrafter, check_vocab_compatible,
-                                check_vocab_files)
+from llmkit.llama.draft import DraftLengthChooser, DraftModel, DraftOptions, ModelDrafter, check_vocab_compatible
 from llmkit.llama.sampling import History, SamplingParams, distribution, sample
+from llmkit.llama import verify_cost
 from llmkit.llama.speculative import NgramIndex, verify, verify_sample_and_match
 
 __all__ = ["GenerateStats", "Generator", "common_prefix", "eval_no_logits"]
@@ -104,10 +104,11 @@ class Generator:
         self._primed = None  # the logits of the context's last token when the prompt's evaluation gave them
         self.drafter = None
         if draft is not None:
-            if not adaptive and isinstance(draft, DraftModel):
-                draft = draft.get()  # it drafts every round: load it now, its prompt read as part of prefill
             if isinstance(draft, DraftModel):
-                check_vocab_files(target.model_path, draft.path)
+                # its vocabulary is compared once it is opened: a run that never drafts never reads it
+                draft.check = lambda d: check_vocab_compatible(target, d)
+                if not adaptive:
+                    draft = draft.get()  # it drafts every round: load it now, its prompt read as part of prefill
             else:
                 check_vocab_compatible(target, draft)
             self.drafter = ModelDrafter(draft, self.n_vocab)
@@ -156,6 +157,9 @@ class Generator:
                     break
         st.decode_s = time.perf_counter() - t_start
         self.generated = gen_ids
+        b = self.chooser.k_max + 1
+        if self.drafting and self.chooser.adaptive and {1, b} <= set(self.chooser.t_batch):
+            verify_cost.save(self.target, b, self.chooser.t_batch[1], self.chooser.t_batch[b])
         return out.finish(), st
 
     # -- the steps of run -------------------------------------------------------------------------
@@ -182,6 +186,12 @@ class Generator:
         first token; with drafting all but the last token (it is evaluated with the first round's
         drafts)."""
         tgt, b = self.target, self.chooser.k_max + 1
+        if self.drafting and self.chooser.adaptive and self.chooser.may_skip and not reused:
+            known = verify_cost.load(tgt, b)
+            if known is not None:  # measured by an earlier run: no timed batch, and no drafting if it cannot pay
+                self.chooser.observe_batch(1, known[0])
+                self.chooser.observe_batch(b, known[1])
+                self.drafting = self.chooser.could_pay()
         if not self.drafting:
             if not reused:
                 tgt.reset()
