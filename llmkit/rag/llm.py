@@ -108,17 +108,3 @@ class LocalLLM:
 
     def detokenize(self, toks: list[int]) -> str:
         return self.model.detokenize(toks).decode("utf-8", "replace")
-
-
-def open_llm(spec: str | None = None):
-    """The LLM `spec` names: an OpenAI-compatible endpoint (`URL[#MODEL]`, `remote_llm.py`; with no
-    spec, LLMKIT_LLM_URL when set) or a local GGUF file (None: LLMKIT_MODEL or the packaged model)."""
-    from llmkit import config
-    from llmkit.rag.endpoint import is_endpoint
-
-    spec = spec or config.text("LLMKIT_LLM_URL")
-    if is_endpoint(spec):
-        from llmkit.rag.remote_llm import RemoteLLM
-
-        return RemoteLLM(spec)
-    return LocalLLM(spec)

@@ -136,3 +136,13 @@ def _message(got, url: str) -> str:
         raise BadInput(f"{url} answered without a chat message ({str(got)[:120]!r}). Check that the URL is an "
                        "OpenAI-compatible chat server.") from None
     return content if isinstance(content, str) else ""
+
+
+def open_llm(spec: str | None = None):
+    """The LLM `spec` names: an OpenAI-compatible endpoint (`URL[#MODEL]`, `remote_llm.py`; with no
+    spec, LLMKIT_LLM_URL when set) or a local GGUF file (None: LLMKIT_MODEL or the packaged model)."""
+    from llmkit import config
+    from llmkit.rag.endpoint import is_endpoint
+
+    spec = spec or config.text("LLMKIT_LLM_URL")
+    return RemoteLLM(spec) if is_endpoint(spec) else LocalLLM(spec)

@@ -2,6 +2,7 @@
 
     models.py        the model registry: the packaged default, local directories, runtimes,
                      precisions; EmbedOptions
+    base.py          `Embedder`: the interface every runtime implements
     embedder.py      `load_embedder`: one interface over the runtimes (ONNX, torch, llama.cpp for GGUF)
     onnx_runtime.py  ONNX Runtime + HF tokenizers over a cached export (no torch on the query path)
     onnx_build.py    the fused ONNX graph of a BERT-family model built from its safetensors (no torch)

@@ -17,7 +17,7 @@ import re
 import numpy as np
 
 from llmkit.errors import BadInput, OptionError
-from llmkit.rag.embed.embedder import Embedder
+from llmkit.rag.embed.base import Embedder
 from llmkit.rag.embed.models import MIXABLE
 
 _WORDS = re.compile(r"\w+|[^\w\s]")

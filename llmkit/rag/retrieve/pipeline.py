@@ -354,7 +354,7 @@ def build_pipeline(index, opts: QueryOptions, need_llm: bool = False, llms: dict
     def llm_factory(path=None):
         key = path or st.llm_path
         if key not in cache:
-            from llmkit.rag.llm import open_llm
+            from llmkit.rag.remote_llm import open_llm
 
             cache[key] = open_llm(key)  # a local GGUF or an OpenAI-compatible endpoint
         return cache[key]
