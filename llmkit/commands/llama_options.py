@@ -159,8 +159,7 @@ def check_memory(path: str, opts) -> None:
     from llmkit.llama.runtime import check_cache_types, check_model_file
 
     check_cache_types(opts)  # bad settings and a missing or foreign file are reported as such, not as a plan's failure
-    check_model_file(path)
-    for note in check_fits(path, opts):
+    for note in check_fits(path, opts, gguf=check_model_file(path)):
         Output().warn(note)
 
 

@@ -213,14 +213,14 @@ def memory_chart(plans: list[KVPlan], ram_bytes: int | None):
                   hlines=hlines, xlog=True)]
 
 
-def check_fits(path: str, opts, available: int | None = None) -> list[str]:
+def check_fits(path: str, opts, available: int | None = None, gguf=None) -> list[str]:
     """Refuse, before a model is loaded, a context whose memory cannot be had (naming the bytes needed,
     the bytes available and the largest context that fits); notes to show otherwise (a context past
-    the training context)."""
+    the training context). `gguf`: the file already read, if it was."""
     from llmkit.gguf.reader import read_gguf
     from llmkit.machine import available_memory
 
-    g = read_gguf(path)
+    g = gguf if gguf is not None else read_gguf(path)
 
     def at(n: int) -> KVPlan:
         return plan(path, n, 1, opts.cache_type_k, opts.cache_type_v, n_ubatch=opts.n_batch,

