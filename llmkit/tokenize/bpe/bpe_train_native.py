@@ -88,6 +88,27 @@ def minus_ones(code: str, n: int) -> array.array:
     return array.array(code, [-1]) * n
 
 
+def words_and_texts(buf, words: Words, vocab: Vocab, n_tokens: int, text_per_token: int) -> int:
+    """Set the arrays both compiled trainers start from: the words' symbols, offsets, counts and lengths,
+    the tokens' text as code points with room for n_tokens of text_per_token, an empty token hash table;
+    the text's length."""
+    import numpy as np
+
+    buf.sym, buf.woff, buf.wcnt = words.sym, words.woff, words.cnt
+    buf.wlen = array.array(I32)
+    buf.wlen.frombytes(np.diff(np.frombuffer(buf.woff, dtype=np.int64)).astype(np.int32).tobytes())
+    texts = [[ord(c) for c in t] for t in vocab.tokens]
+    buf.tcp = array.array(I32, [c for t in texts for c in t])
+    buf.tcp.extend(zeros(I32, text_per_token * n_tokens + 16))
+    buf.toff = zeros(I64, n_tokens + 1)
+    total = 0
+    for i, t in enumerate(texts):
+        total += len(t)
+        buf.toff[i + 1] = total
+    buf.ttab = minus_ones(I32, pow2(2 * n_tokens + 2))
+    return total
+
+
 class _Buffers:
     """Every array of the loop, in the kernel's argument order."""
 
@@ -95,21 +116,8 @@ class _Buffers:
     ENTRY = (("ecount", I64, 0), ("epair", I32, 0), ("eseq", I64, 0), ("ehead", I32, -1), ("heap", I32, 0))
 
     def __init__(self, vocab: Vocab, words: Words, vocab_size: int, min_frequency: int, pair_room: int):
-        import numpy as np
-
         W, V = len(words.cnt), max(vocab_size, len(vocab))
-        self.sym, self.woff, self.wcnt = words.sym, words.woff, words.cnt
-        self.wlen = array.array(I32)
-        self.wlen.frombytes(np.diff(np.frombuffer(self.woff, dtype=np.int64)).astype(np.int32).tobytes())
-        texts = [[ord(c) for c in t] for t in vocab.tokens]
-        self.tcp = array.array(I32, [c for t in texts for c in t])
-        self.tcp.extend(zeros(I32, TEXT_PER_TOKEN * V + 16))
-        self.toff = zeros(I64, V + 1)
-        total = 0
-        for i, t in enumerate(texts):
-            total += len(t)
-            self.toff[i + 1] = total
-        self.ttab = minus_ones(I32, pow2(2 * V + 2))
+        total = words_and_texts(self, words, vocab, V, TEXT_PER_TOKEN)
         self._init_tokens(len(vocab))
         cap_p, cap_wn = pair_room + EXTRA, words.n_symbols + EXTRA
         for name, code, fill in self.PAIR + self.ENTRY:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import array
 
 from llmkit.tokenize import native
-from llmkit.tokenize.bpe.bpe_train_native import Words, minus_ones, pow2, words_from_lists, zeros
+from llmkit.tokenize.bpe.bpe_train_native import Words, minus_ones, pow2, words_and_texts, words_from_lists, zeros
 from llmkit.tokenize.pieces import Progress, Vocab
 
 I32, I64, F64 = "i", "q", "d"
@@ -31,22 +31,9 @@ class _Buffers:
             ("tstamp", I32, 0))
 
     def __init__(self, vocab: Vocab, words: Words, vocab_size: int, prefix: str, min_frequency: int, pair_room: int):
-        import numpy as np
-
         n_sym = words.n_symbols
         W, V = len(words.cnt), max(vocab_size, len(vocab))
-        self.sym, self.woff, self.wcnt = words.sym, words.woff, words.cnt
-        self.wlen = array.array(I32)
-        self.wlen.frombytes(np.diff(np.frombuffer(self.woff, dtype=np.int64)).astype(np.int32).tobytes())
-        texts = [[ord(c) for c in t] for t in vocab.tokens]
-        self.tcp = array.array(I32, [c for t in texts for c in t])
-        self.tcp.extend(zeros(I32, TEXT_PER_TOKEN * V + 16))
-        self.toff = zeros(I64, V + 1)
-        total = 0
-        for i, t in enumerate(texts):
-            total += len(t)
-            self.toff[i + 1] = total
-        self.ttab = minus_ones(I32, pow2(2 * V + 2))
+        total = words_and_texts(self, words, vocab, V, TEXT_PER_TOKEN)
         self.freq = zeros(I64, V)
         cap_p, cap_wn = pair_room + EXTRA_PAIRS, n_sym + EXTRA_PAIRS
         for name, code, fill in self.PAIR:
