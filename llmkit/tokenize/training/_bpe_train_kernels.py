@@ -29,7 +29,7 @@ from numba import carray, cfunc, njit
 from numba import types as T
 
 from llmkit.tokenize.bpe._bpe_kernels import P32, P64, np_int
-from llmkit.tokenize.training._train_kernels import _heapsort, _joined
+from llmkit.tokenize.training._train_kernels import heapsort, joined_token
 
 (ST_VOCAB, ST_PAIRS, ST_WN, ST_ENTRIES, ST_HEAP, ST_MERGES, ST_TEXT, ST_STAMP, ST_NEED, ST_SEQ,
  ST_PHASE, ST_J, ST_NW, ST_NEW, ST_ASK) = range(15)
@@ -239,7 +239,7 @@ def bpe_run(sym_p, woff_p, wlen_p, wcnt_p, tcp_p, toff_p, ttab_p, pa_p, pb_p, pc
             if st[ST_MERGES] >= caps[CAP_M]:
                 return FULL_MERGES
             _pop(heap, st, ecount, epair, eseq, pa, pb)
-            new = _joined(a, b, tcp, toff, ttab, caps[CAP_TT] - 1, tcp, 0, st)
+            new = joined_token(a, b, tcp, toff, ttab, caps[CAP_TT] - 1, tcp, 0, st)
             m = st[ST_MERGES]
             merges[3 * m], merges[3 * m + 1], merges[3 * m + 2] = a, b, new
             st[ST_MERGES] = m + 1
@@ -254,7 +254,7 @@ def bpe_run(sym_p, woff_p, wlen_p, wcnt_p, tcp_p, toff_p, ttab_p, pa_p, pb_p, pc
                     wlist[nw] = wi
                     nw += 1
                 k = wn_next[k]
-            _heapsort(wlist, nw)
+            heapsort(wlist, nw)
             st[ST_PHASE], st[ST_J], st[ST_NW], st[ST_NEW] = 1, 0, nw, new
         m = st[ST_MERGES] - 1
         a, b, new = merges[3 * m], merges[3 * m + 1], st[ST_NEW]

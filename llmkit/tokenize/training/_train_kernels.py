@@ -282,7 +282,7 @@ def _own(q, pa, pb, pflag, ohead, on_pair, on_next, st):
 
 
 @njit
-def _heapsort(x, n):
+def heapsort(x, n):
     """Sort x[:n] in place (the words a merge visits, in corpus order)."""
     for start in range((n - 2) // 2, -1, -1):
         _sift_int(x, start, n)
@@ -352,7 +352,7 @@ def _merge_in_word(wi, a, b, new, sym, woff, wlen, wcnt, freq, pa, pb, pc, fsw, 
 
 
 @njit
-def _joined(a, b, tcp, toff, ttab, ttmask, prefix, plen, st):
+def joined_token(a, b, tcp, toff, ttab, ttmask, prefix, plen, st):
     """The id of the token a + b (b without its prefix), added after the others when it is new."""
     o = st[ST_TEXT]
     n = 0
@@ -506,13 +506,13 @@ def wp_run(sym_p, woff_p, wlen_p, wcnt_p, tcp_p, toff_p, ttab_p, freq_p, pa_p, p
             return FULL_PAIRS
         if st[ST_TEXT] + (toff[a + 1] - toff[a]) + (toff[b + 1] - toff[b]) > caps[CAP_TEXT]:
             return FULL_TEXT
-        new = _joined(a, b, tcp, toff, ttab, ttmask, prefix, caps[CAP_PREFIX], st)
+        new = joined_token(a, b, tcp, toff, ttab, ttmask, prefix, caps[CAP_PREFIX], st)
         m = st[ST_MERGES]
         if m < V:  # the first V merges, for inspection (a repeated token adds none to the vocabulary)
             merges[3 * m], merges[3 * m + 1], merges[3 * m + 2] = a, b, new
         st[ST_MERGES] = m + 1
         whead[p] = -1
-        _heapsort(wlist, nw)
+        heapsort(wlist, nw)
         st[ST_NEED] = 0
         for j in range(nw):
             _merge_in_word(wlist[j], a, b, new, sym, woff, wlen, wcnt, freq, pa, pb, pc, fsw, fsi, hpos, pflag, pkey,
