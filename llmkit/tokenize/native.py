@@ -107,12 +107,15 @@ def _compile() -> Kernels | None:
     from llmkit.config import use_numba_cache
 
     use_numba_cache()
+    import importlib
+
+    # Imported by name from MODULES, as quant's jit.load_kernels does: the kernel modules stay private
+    # to their packages, and the source files hashed for the library key are the ones compiled.
     try:
-        from llmkit.tokenize.bpe import _bpe_kernels
-        from llmkit.tokenize.training import _bpe_train_kernels, _train_kernels
+        mods = [importlib.import_module("llmkit.tokenize." + m.replace("/", ".")) for m in MODULES]
     except ImportError:
         return None
-    kernels = {**_bpe_kernels.KERNELS, **_train_kernels.KERNELS, **_bpe_train_kernels.KERNELS}
+    kernels = {name: f for mod in mods for name, f in mod.KERNELS.items()}
     _link(kernels)
     lib = _load_library()
     if lib is not None:
