@@ -78,7 +78,7 @@ def sweep_cmd(base, text_path, types, target_sizes, imatrix_path, out_dir, delet
 
 
 def _measure(points, bars: StageBars, out: Output) -> list:
-    """Each point as it is measured: a JSON line on stdout, a summary line on stderr."""
+    """Each point as soon as it is done: a JSON line on stdout, a summary line on stderr."""
     done = []
     try:
         for p in points:
