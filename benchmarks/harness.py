@@ -47,6 +47,7 @@ class Config:
     quant_model: str = ""  # a real F16/F32 GGUF for the quant area's real-size rows (run.py --quant-model)
     quant_imatrix: str = ""  # its imatrix (run.py --quant-imatrix), for the rows that need one
     quant_calib: str = ""  # calibration text for GPTQ's Hessians (run.py --quant-calib; area quant-gptq)
+    parts: frozenset = frozenset()  # run.py --part: only these groups of an area's rows (empty: all)
 
     @property
     def mode(self) -> str:
@@ -55,6 +56,10 @@ class Config:
     def pick(self, full, quick, smoke):
         """The setting for this mode."""
         return smoke if self.smoke else quick if self.quick else full
+
+    def wants(self, part: str) -> bool:
+        """Whether this run makes the area's group of rows called `part` (run.py --part)."""
+        return not self.parts or part in self.parts
 
     def tmp(self, name: str) -> str:
         """A fresh directory under this run's work directory."""

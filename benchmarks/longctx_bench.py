@@ -2,7 +2,7 @@
 a 20k-token slot, and what --draft-model / --lookup cost as whole processes.
 
     scripts/fetch_models.sh                         # once, for the Qwen rows (models/)
-    python benchmarks/run.py --area long [--quick]
+    python benchmarks/run.py --area long [--quick] [--part contexts|prompt|speculation]
 
 - Contexts of 4k / 32k / 128k tokens (SmolLM2-135M, packaged): the same ~1,500-token prompt of real text
   (kernel documentation), 16 tokens greedy, 2 threads on both sides, no flash attention on both sides
@@ -181,10 +181,12 @@ def rows(cfg):
 
     smol = default_model_path()
     work = cfg.tmp("long")
-    out = context_rows(cfg, smol, work) + long_prompt_rows(cfg, smol, work)
-    if os.path.exists(QWEN_S) and os.path.exists(QWEN_L):
+    out = context_rows(cfg, smol, work) if cfg.wants("contexts") else []
+    out += long_prompt_rows(cfg, smol, work) if cfg.wants("prompt") else []
+    have_qwen = os.path.exists(QWEN_S) and os.path.exists(QWEN_L)
+    if cfg.wants("speculation") and have_qwen:
         out += speculation_rows(cfg, work)
-    else:
+    elif cfg.wants("speculation"):
         out.append(Row.skipped("spec-process", "--draft-model / --lookup against plain, whole process",
                                "models/ missing: run scripts/fetch_models.sh"))
     return "long contexts against llama-cpp-python; speculation as whole processes", [

@@ -4,6 +4,7 @@
     python benchmarks/run.py --quick               # every area but the quality ones (about 90 min on 2 cores)
     python benchmarks/run.py --area quant --quick  # one area: only its section of RESULTS.md is replaced
     python benchmarks/run.py --smoke               # tiny inputs: proves the plumbing, figures mean nothing
+    python benchmarks/run.py --area scale --part query --work DIR  # one group of rows, inputs kept in DIR
 
 How each figure is measured is in harness.py: whole processes timed from outside, alternating,
 median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale,
@@ -87,6 +88,42 @@ def header(cfg: harness.Config) -> str:
     return "\n".join(lines)
 
 
+_ROW = re.compile(r"^\| `([^`]+)` \|")
+
+
+def _rows_of(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """A section's table lines and its commands per row id."""
+    table = {m.group(1): line for line in text.splitlines() if (m := _ROW.match(line))}
+    cmds = {}
+    for block in re.split(r"\n(?=- `)", text.split("<summary>commands per row</summary>", 1)[-1]):
+        m = re.match(r"- `([^`]+)`\n", block)
+        if m:
+            cmds[m.group(1)] = block.split("\n</details>")[0].rstrip("\n")
+    return table, cmds
+
+
+def merge_part(old: str, new: str, parts: list[str]) -> str:
+    """A section of some groups of rows (--part): the new rows take the place of those with the same id,
+    the others stay as the earlier run wrote them, and the header says so."""
+    if not old:
+        return new
+    old_table, old_cmds = _rows_of(old)
+    new_table, new_cmds = _rows_of(new)
+    kept = [r for r in old_table if r not in new_table]
+    if not kept:
+        return new
+    head, rest = new.split("\n| row |", 1)
+    table_end = rest.index("\n\n")
+    earlier = re.search(r"\n\n(\w+ mode, \d{4}-\d\d-\d\d \d\d:\d\d UTC)", old)
+    note = (f"- this run made the rows of {', '.join(parts)} (`--part`); the other rows are kept from the earlier run"
+            + (f" ({earlier.group(1)})" if earlier else ""))
+    lines = ["| row |" + rest[:table_end]] + [old_table[r] for r in kept]
+    details = "\n".join([new_cmds[r] for r in new_table if r in new_cmds] + [old_cmds[r] for r in kept if r in old_cmds])
+    tail = rest[table_end:].split("<summary>commands per row</summary>", 1)[0]
+    return (head.rstrip("\n") + "\n" + note + "\n\n" + "\n".join(lines) + tail + "<summary>commands per row</summary>\n\n"
+            + details + "\n\n</details>\n" + new.rstrip("\n").rsplit("\n", 1)[-1] + "\n")
+
+
 def merge(path: str, head: str, sections: dict[str, str], smoke: bool) -> str:
     """Replace the sections just run; keep the others (unless the old file was a smoke run and this is not)."""
     old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
@@ -96,7 +133,11 @@ def merge(path: str, head: str, sections: dict[str, str], smoke: bool) -> str:
     # every section of the old file, this script's areas and those other scripts write (quant_sections.py)
     for m in re.finditer(r"<!-- area:([\w.-]+) -->.*?<!-- /area:\1 -->\n?", old, re.S):
         kept[m.group(1)] = m.group(0).rstrip("\n") + "\n"
-    kept.update(sections)
+    for area, text in sections.items():
+        parts = re.search(r"<!-- parts:([\w,.-]+) -->", text)
+        if parts:
+            text = merge_part(kept.get(area, ""), text.replace(parts.group(0) + "\n", ""), parts.group(1).split(","))
+        kept[area] = text
     order = [a for a in AREAS if a in kept] + [a for a in kept if a not in AREAS]
     return head + "\n" + "\n".join(kept[a] for a in order)
 
@@ -114,10 +155,18 @@ def main() -> None:
     ap.add_argument("--quant-calib", default="", metavar="TEXT",
                     help="calibration text for --quant-model's GPTQ Hessians (area quant-gptq)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (inputs and outputs of every row)")
+    ap.add_argument("--part", action="append", default=[], metavar="NAME",
+                    help="only this group of rows of the area (repeatable; names in each area script's module doc); "
+                         "the section's other rows are kept")
+    ap.add_argument("--work", default="", metavar="DIR",
+                    help="use and keep this work directory: untimed inputs an earlier run built there are reused")
     a = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="llmkit-bench-")
+    work = a.work or tempfile.mkdtemp(prefix="llmkit-bench-")
+    if a.work:
+        os.makedirs(work, exist_ok=True)
+        a.keep = True
     cfg = harness.Config(quick=a.quick or a.smoke, smoke=a.smoke, work=work, quant_model=a.quant_model,
-                         quant_imatrix=a.quant_imatrix, quant_calib=a.quant_calib)
+                         quant_imatrix=a.quant_imatrix, quant_calib=a.quant_calib, parts=frozenset(a.part))
     sections, failed = {}, []
     t_all = time.perf_counter()
     try:
@@ -133,6 +182,8 @@ def main() -> None:
                 title, setup, rows = "failed", [f"the area raised {type(e).__name__}: {str(e)[:300]}"], []
             took = time.perf_counter() - t0
             sections[area] = section(area, title, setup, rows, took, (l0, harness.load()), cfg)
+            if a.part:
+                sections[area] = f"<!-- parts:{','.join(a.part)} -->\n" + sections[area]
             print(f"[{area}] {len(rows)} rows in {took:.0f} s", file=sys.stderr, flush=True)
             tmp = a.output + ".tmp"
             with open(tmp, "w", encoding="utf-8") as f:

@@ -1,6 +1,6 @@
 """Past one machine, measured on one — rows for run.py (not a test).
 
-    python benchmarks/run.py --area scale [--quick]
+    python benchmarks/run.py --area scale [--quick] [--part build|query|store|ray|batch] [--work DIR]
 
 store  faiss (the default store, the anchor) vs Milvus Lite on the same real MiniLM vectors of
        kernel-doc paragraphs: `llmkit rag index` of both kinds and fresh-process `llmkit rag query`
@@ -406,13 +406,17 @@ def query_rows(cfg, sizes: list[int]) -> list[Row]:
     out, first = [], {}
     for n in sizes:
         docs, idx = os.path.join(work, f"docs-{n}.jsonl"), os.path.join(work, f"idx-{n}")
-        with open(docs, "w") as f:
-            for i in range(n):
-                text = f"{paras[i % len(paras)]} (copy {i // len(paras)})"
-                f.write(json.dumps({"id": i, "text": text, "lang": langs[i % 4]}) + "\n")
-        built = subprocess.run([PY, "-m", "llmkit", "-q", "rag", "index", idx, docs, "--model", model, "--dedupe", "off",
-                                "--no-tune", "--json"], check=True, capture_output=True, text=True, env=env)
-        chunks = json.loads(built.stdout)["chunks_indexed"]
+        done = os.path.join(work, f"built-{n}.json")  # an index an earlier run built in this --work directory
+        if not os.path.exists(done):
+            with open(docs, "w") as f:
+                for i in range(n):
+                    text = f"{paras[i % len(paras)]} (copy {i // len(paras)})"
+                    f.write(json.dumps({"id": i, "text": text, "lang": langs[i % 4]}) + "\n")
+            built = subprocess.run([PY, "-m", "llmkit", "-q", "rag", "index", idx, docs, "--model", model, "--dedupe",
+                                    "off", "--no-tune", "--json"], check=True, capture_output=True, text=True, env=env)
+            with open(done, "w") as f:
+                f.write(built.stdout)
+        chunks = json.loads(open(done).read())["chunks_indexed"]
         base = [PY, "-m", "llmkit", "-q", "rag", "query", idx, query, "-k", 10]
         cmds = [Cmd("bm25", base + ["--mode", "bm25"]), Cmd("hybrid", base),
                 Cmd("hybrid --filter", base + ["--filter", "lang=py"])]
@@ -469,7 +473,6 @@ def build_rows(cfg, sizes: list[int]) -> list[Row]:
         w, chunks = walls(runs["first run"]), runs["first run"][-1].report["chunks_indexed"]
         rate = chunks / w.median
         first_rate = first_rate or rate
-        cmds = [full]
         out.append(Row(f"scale-build-index-{n}", f"`rag index` of {n // 10} files, {chunks} chunks (tiny 32-d embedder), "
                        "whole process", "smallest tree" if n == sizes[0] else f"{first_rate:.0f} chunks/s",
                        f"{w.fmt()}, peak RSS {rss(runs['first run']):.0f} MB, {rate:.0f} chunks/s",
@@ -515,11 +518,17 @@ def build_rows(cfg, sizes: list[int]) -> list[Row]:
 
 
 def rows(cfg):
-    out = build_rows(cfg, cfg.pick([10_000, 100_000], [2_000], [200]))
-    out += query_rows(cfg, cfg.pick([10_000, 100_000, 1_000_000], [2_000, 20_000], [100, 400]))
-    out += store_rows(cfg, cfg.pick(3000, 400, 60))
-    out += ray_rows(cfg, cfg.pick(600, 200, 40))
-    out += batch_rows(cfg, cfg.pick(16, 8, 4), cfg.pick(64, 16, 8))
+    out = []
+    if cfg.wants("build"):
+        out += build_rows(cfg, cfg.pick([10_000, 100_000], [2_000], [200]))
+    if cfg.wants("query"):
+        out += query_rows(cfg, cfg.pick([10_000, 100_000, 1_000_000], [2_000, 20_000], [100, 400]))
+    if cfg.wants("store"):
+        out += store_rows(cfg, cfg.pick(3000, 400, 60))
+    if cfg.wants("ray"):
+        out += ray_rows(cfg, cfg.pick(600, 200, 40))
+    if cfg.wants("batch"):
+        out += batch_rows(cfg, cfg.pick(16, 8, 4), cfg.pick(64, 16, 8))
     return "index and query paths at growing sizes, Milvus Lite, Ray, llama-server batching", [
         "paragraphs of tests/fixtures/kernel-docs.txt.gz (150–1500 characters); store queries: first sentences of "
         "200 further paragraphs",

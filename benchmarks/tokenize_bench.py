@@ -1,6 +1,6 @@
 """Tokenizer rows for run.py (not a test): llmkit vs HF `tokenizers` (and tiktoken for encoding).
 
-    python benchmarks/run.py --area tokenize [--quick]
+    python benchmarks/run.py --area tokenize [--quick] [--part train|encode|count|scale]
 
 - Training: `llmkit tokenize train` and an HF `tokenizers` script, whole processes on the same
   corpus file, the same settings (byte-level BPE with the full byte alphabet; WordPiece with
@@ -556,17 +556,20 @@ def rows(cfg):
     corpus, desc = corpus_file(cfg, cfg.pick(10, 2, 0.1))
     jobs = cfg.pick(list(JOBS), list(JOBS), ["bpe8k", "wp8k", "uni8k"])
     tok, setup = encode_tokenizer(cfg, corpus)
-    out = train_rows(cfg, corpus, jobs) + encode_rows(cfg, corpus, tok, setup)
+    out = train_rows(cfg, corpus, jobs) if cfg.wants("train") else []
+    out += encode_rows(cfg, corpus, tok, setup) if cfg.wants("encode") else []
     big, big_desc = big_corpus(cfg, cfg.pick(100, 100, 1))
-    out += encode_rows(cfg, big, tok, setup, tag="-big", threads=True)
-    out += [adversarial_row(cfg, corpus, tok), vocab_row(cfg)]
-    out += count_rows(cfg, tok, setup)
-    out += train_rows(cfg, big, ["bpe8k", "wp8k"], tag="-big")
+    if cfg.wants("encode"):
+        out += encode_rows(cfg, big, tok, setup, tag="-big", threads=True)
+        out += [adversarial_row(cfg, corpus, tok), vocab_row(cfg)]
+    out += count_rows(cfg, tok, setup) if cfg.wants("count") else []
     # Unigram's EM over a lattice of every seed piece takes minutes per 20 MB on both sides: its large
     # row uses the first 20 MB of the same text
     mid = head_of(big, cfg.pick(20, 20, 0.5), cfg.tmp("tokenize"))
-    out += train_rows(cfg, mid, ["uni8k"], tag="-20mb")
-    scaled, scale_notes = scale_rows(cfg)
+    if cfg.wants("train"):
+        out += train_rows(cfg, big, ["bpe8k", "wp8k"], tag="-big")
+        out += train_rows(cfg, mid, ["uni8k"], tag="-20mb")
+    scaled, scale_notes = scale_rows(cfg) if cfg.wants("scale") else ([], [])
     out += scaled
     setup_lines = [f"corpus: {desc}", f"large corpus (-big rows): {big_desc}; the -20mb row: its first "
                    f"{os.path.getsize(mid) / 1e6:.1f} MB",
