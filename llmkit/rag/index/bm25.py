@@ -217,14 +217,24 @@ class BM25Index:
         s, hit = 0.0, False
         for i, term in enumerate(query):
             f = tf.get(term, 0)
-            t = self.vocab.get(term) if f else None
-            if t is None:
+            idf = self.term_idf(term) if f else None
+            if idf is None:
                 continue
-            w = self.idf[t] if weights is None else self.idf[t] * weights[i]
+            w = idf if weights is None else idf * weights[i]
             if weights is None or weights[i] != 0:
                 hit = True
             s += self.term_score(w, f, norm)
         return float(s), hit
+
+    def doc_freq(self, term: str) -> int:
+        """How many documents contain `term`."""
+        t = self.vocab.get(term)
+        return 0 if t is None else int(self.indptr[t + 1] - self.indptr[t])
+
+    def term_idf(self, term: str) -> float | None:
+        """The idf `term` scores with (None: no document has it)."""
+        t = self.vocab.get(term)
+        return None if t is None else float(self.idf[t])
 
     def top_k(self, query: list[str], k: int = 10, allowed: np.ndarray | None = None,
               weights: list[float] | None = None) -> list[tuple[int, float]]:

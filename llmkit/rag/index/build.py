@@ -111,6 +111,7 @@ class IndexReport:
     over_window: int = 0  # embedded chunks longer than the model's window: their ends are not embedded
     window: int = 0  # the model's window in its tokens
     changes: list[str] = field(default_factory=list)  # chunking that differs from the collection's recorded one
+    segments: dict = field(default_factory=dict)  # base, dead and delta rows of a segmented publish (empty: full)
     vectors_reused: int = 0
     vectors_resumed: int = 0  # of the reused: vectors an interrupted run embedded (kept in the journal)
     journalled: list[str] = field(default_factory=list, repr=False)  # text hashes the generation took from the journal
@@ -288,7 +289,8 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     """One run under the writer lock: files are planned by their stat, read one at a time, and each
     document's rows written as it is chunked (its text is dropped then), all in one transaction;
     then the generation is published, unless nothing changed."""
-    from llmkit.rag.index.publish import load_index_embedder, publish
+    from llmkit.rag.index.embedding import load_index_embedder
+    from llmkit.rag.index.publish import publish
 
     manifest = _open_or_create(directory, opts)
     gen = manifest["generation"] + 1

@@ -7,19 +7,20 @@ N-1 is kept for readers that opened it just before the swap, and any older one a
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import time
 
 import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.rag.chunk import dedupe
-from llmkit.rag.embed.models import stored_model
-from llmkit.rag.index import db
+from llmkit.rag.index import db, segments
+from llmkit.rag.index.embedding import (embed_missing, journal_dim, journal_space, journalled,
+                                        load_index_embedder)
 from llmkit.rag.index.manifest import now, try_retire, write_manifest
+from llmkit.rag.index.segmented import open_vectors, vectors_dir
+from llmkit.rag.index.segments import link
 from llmkit.rag.index.vectors import index_kind, vector_dtype, write_vectors
 
 
@@ -38,14 +39,25 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     shutil.rmtree(gdir, ignore_errors=True)  # a half-built directory of a killed run
     os.makedirs(gdir)
     ids, keys, collections = _write_rows(gdir, rows)
+    seg = None  # a small update: the previous base's BM25 and vectors plus a delta (segments.py)
+    if rows and keep_ids is None and same_as is None and not searchable_first:
+        seg = segments.plan(directory, manifest, gdir, ids, opts)
+    report.segments = seg.summary() if seg is not None else {}
     if rows:
         if manifest["store"]:
             dim = _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report, progress,
                                   switch=keep_ids is not None)
+        elif seg is not None:
+            dim = segments.publish_vectors(seg, con, manifest, opts, keys, report, progress)
         else:
             dim = _publish_local(directory, con, manifest, gdir, opts, rows, keys, report, progress,
                                  reuse=keep_ids is None, embed=not searchable_first)
-        _publish_bm25(con, manifest, gdir, rows, same_as, progress)
+        if seg is not None:
+            if progress:
+                progress("BM25", 0, 1)
+            segments.publish_bm25(seg, con, manifest)
+        else:
+            _publish_bm25(con, manifest, gdir, rows, same_as, progress)
         if manifest["ranking"] == "documents":
             _publish_units(gdir, rows)
         manifest["dim"] = dim
@@ -56,7 +68,7 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
 
             _publish_graph(con, rows, gdir, report, entity_llm(opts.store.graph_llm))
     _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
-    db.journal_drop(con, _space(manifest), report.journalled)  # the generation holds these vectors now
+    db.journal_drop(con, journal_space(manifest), report.journalled)  # the generation holds these vectors now
     _retire_old(directory, con, manifest, gen)
 
 
@@ -96,7 +108,7 @@ def _publish_local(directory, con, manifest, gdir, opts, rows, keys, report, pro
         manifest["pending"] = pending
     # exact search until the vectors are complete: no graph is built twice
     kind = "flat" if pending else index_kind(opts.store.index_type, len(rows), opts.store.hnsw_above)
-    dtype = vector_dtype(opts.store.vector_dtype, os.path.join(directory, f"gen-{manifest['generation']}"))
+    dtype = vector_dtype(opts.store.vector_dtype, vectors_dir(os.path.join(directory, f"gen-{manifest['generation']}")))
     report.index_type = write_vectors(gdir, kind, dtype)
     return dim
 
@@ -110,7 +122,7 @@ def _publish_bm25(con, manifest, gdir, rows, same_as: str | None, progress) -> N
         progress("BM25", 0, 1)
     how, idents = manifest["analysis"], manifest["bm25_idents"]
     if same_as is not None and os.path.isdir(os.path.join(same_as, "bm25")):
-        shutil.copytree(os.path.join(same_as, "bm25"), os.path.join(gdir, "bm25"), copy_function=_link)
+        shutil.copytree(os.path.join(same_as, "bm25"), os.path.join(gdir, "bm25"), copy_function=link)
     else:
         texts = db.texts_of(con, [r[0] for r in rows])  # streamed: BM25 keeps postings, not texts
         BM25Index.build(doc_terms(t, how, idents) for t in texts).save(os.path.join(gdir, "bm25"))
@@ -134,7 +146,7 @@ def republish(directory, con, manifest, gen, report) -> None:
 
     old, new = (os.path.join(directory, f"gen-{g}") for g in (manifest["generation"], gen))
     shutil.rmtree(new, ignore_errors=True)  # a half-built directory of a killed run
-    shutil.copytree(old, new, copy_function=_link, ignore=shutil.ignore_patterns(RETIRED))
+    shutil.copytree(old, new, copy_function=link, ignore=shutil.ignore_patterns(RETIRED))
     os.remove(os.path.join(new, "rows.npy"))
     shutil.copy2(os.path.join(old, "rows.npy"), os.path.join(new, "rows.npy"))
     manifest.update(generation=gen, updated=now())
@@ -142,14 +154,6 @@ def republish(directory, con, manifest, gen, report) -> None:
     report.generation, report.index_type = gen, manifest["index"] or ""
     report.chunks_indexed = sum(c.get("chunks", 0) for c in manifest["collections"].values())
     _retire_old(directory, con, manifest, gen)
-
-
-def _link(src: str, dst: str) -> None:
-    """Hard-link a file of an immutable generation into a new one (a copy where links fail)."""
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def _retire_old(directory, con, manifest, gen) -> None:
@@ -294,12 +298,12 @@ def _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report
     reuse = [i for i in reuse if key_to_prev[keys[i]] in got]
     fresh = sorted(set(need.tolist()) - set(reuse))
     if fresh:
-        dim = _embed_missing(con, manifest, opts, [(keys[i].decode(), rows[i][0]) for i in fresh], dim, report,
+        dim = embed_missing(con, manifest, opts, [(keys[i].decode(), rows[i][0]) for i in fresh], dim, report,
                              progress)
     vecs = np.zeros((len(need), dim or 0), np.float32)
     pos = {r: j for j, r in enumerate(need.tolist())}
     if fresh:
-        vecs[[pos[i] for i in fresh]] = _journalled(con, manifest, [keys[i].decode() for i in fresh], dim, report)
+        vecs[[pos[i] for i in fresh]] = journalled(con, manifest, [keys[i].decode() for i in fresh], dim, report)
     for i in reuse:
         vecs[pos[i]] = got[key_to_prev[keys[i]]]
     kind = (manifest["index"] if (manifest["index"] and not switch)
@@ -330,87 +334,6 @@ def _generation_rows(directory, gen) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, np.int64), np.zeros(0, "S32")
 
 
-def load_index_embedder(manifest, e, progress=None):
-    """The index's embedding model, loaded here (`e`: the run's EmbedOptions, for the runtime)."""
-    from llmkit.rag.embed.embedder import load_embedder
-
-    return load_embedder(stored_model(manifest["model"]), e.runtime, manifest["embed_precision"],
-                         manifest["query_prompt"], manifest["passage_prompt"], progress=progress)
-
-
-def _space(manifest) -> str:
-    """The journal's name for the vectors of this index's model: same text, same space, same vector."""
-    return json.dumps([manifest["model"], manifest["embed_precision"], manifest["passage_prompt"]])
-
-
-def _embed_missing(con, manifest, opts, items, dim, report, progress) -> int | None:
-    """Embed the texts of the (text hash, chunk id) pairs the journal does not hold yet, in batches of
-    LLMKIT_INDEX_BATCH chunks, each committed to the journal as it finishes (a killed run keeps
-    them); returns the vectors' dimension (None: nothing embedded, none known). Texts are tokenized
-    batch by batch, and only one batch of vectors is in memory at a time."""
-    from llmkit import config
-
-    space = _space(manifest)
-    texts = dict(items)  # unique text hashes (a corpus kept without dedupe may repeat a text) -> a chunk id
-    held = db.journal_keys(con, space, list(texts))
-    report.vectors_resumed = len(held)
-    if held and not dim:
-        dim = _journal_dim(con, manifest, next(iter(held)))
-    todo = [k for k in texts if k not in held]
-    del held
-    if not todo:
-        return dim
-    e, batch = opts.embed, config.size("LLMKIT_INDEX_BATCH")
-    t = time.perf_counter()
-    emb = None
-    if not e.ray:
-        emb = load_index_embedder(manifest, e, progress)
-        _check_dim(emb.dim, dim)  # before embedding: a wrong model is refused at once
-        report.window = emb.window
-        emb.expect(len(todo))  # a long run pays for the faster bulk session once
-    step = batch if emb is not None else batch * 64  # a Ray round starts its runtime and actors: fewer, larger
-    for lo in range(0, len(todo), step):
-        keys = todo[lo:lo + step]
-        part = list(db.texts_of(con, [texts[k] for k in keys]))
-        if emb is not None:
-            report.over_window += sum(1 for x in part if emb.count_tokens(x) > emb.window)
-            new, got_dim = emb.passages(part), emb.dim
-        else:
-            from llmkit.rag.embed.ray_embed import embed_on_ray
-
-            model = stored_model(manifest["model"])
-            new, got_dim = embed_on_ray(part, model, e.runtime, manifest["embed_precision"], manifest["query_prompt"],
-                                        manifest["passage_prompt"], address=e.ray, workers=e.ray_workers,
-                                        batch_size=e.ray_batch)
-            _check_dim(got_dim, dim)  # (Ray: known only from the vectors)
-        dim = got_dim
-        db.journal_put(con, space, zip(keys, new))
-        report.embedded += len(keys)
-        if progress:
-            progress("embedding (ray)" if emb is None else "embedding", lo + len(keys), len(todo))
-    report.embed_s = time.perf_counter() - t
-    return dim
-
-
-def _journal_dim(con, manifest, key: str) -> int:
-    """The dimension of the journal's vectors (from one of them)."""
-    return len(db.journal_get(con, _space(manifest), [key])[key]) // 4
-
-
-def _journalled(con, manifest, keys: list[str], dim: int, report) -> np.ndarray:
-    """The journal's vectors of these text hashes, in order (noted in the report: the journal lets
-    go of them once the generation is live)."""
-    report.journalled.extend(keys)
-    got = db.journal_get(con, _space(manifest), keys)
-    return np.frombuffer(b"".join(got[k] for k in keys), "<f4").reshape(len(keys), dim)
-
-
-def _check_dim(got: int, dim: int | None) -> None:
-    if dim and got != dim:
-        raise BadInput(f"the embedding model gives {got}-d vectors but the index holds {dim}-d ones. "
-                       "Use the model the index was built with.")
-
-
 def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, reuse: bool = True,
              embed: bool = True) -> tuple[int, int]:
     """Write the live chunks' vectors to `out` (a .npy file, filled in slices): reused from the
@@ -423,7 +346,8 @@ def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, 
     if reuse:
         try:
             old_keys = np.load(os.path.join(old_gen, "keys.npy"))
-            old_vecs = np.load(os.path.join(old_gen, "vectors.npy"), mmap_mode="r")
+            np.load(os.path.join(vectors_dir(old_gen), "vectors.npy"), mmap_mode="r")  # present and readable
+            old_vecs = open_vectors(old_gen, len(old_keys), manifest["index"])
             done = _embedded(old_gen, len(old_keys))
             reuse_at = {k: i for i, k in enumerate(old_keys.tolist()) if done[i]}
         except (OSError, ValueError):
@@ -433,24 +357,24 @@ def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, 
     have = [i for i, k in enumerate(key_list) if k in reuse_at]
     missing: list[int] = []
     if embed:
-        dim = _embed_missing(con, manifest, opts, [(key_list[i].decode(), rows[i][0]) for i in need],
+        dim = embed_missing(con, manifest, opts, [(key_list[i].decode(), rows[i][0]) for i in need],
                              manifest["dim"], report, progress)
     else:
-        held = db.journal_keys(con, _space(manifest), [key_list[i].decode() for i in need])
+        held = db.journal_keys(con, journal_space(manifest), [key_list[i].decode() for i in need])
         missing = [i for i in need if key_list[i].decode() not in held]
         need = [i for i in need if key_list[i].decode() in held]
-        dim = _journal_dim(con, manifest, key_list[need[0]].decode()) if need else None
-    dim = dim or manifest["dim"] or (old_vecs.shape[1] if old_vecs is not None else 0)
+        dim = journal_dim(con, manifest, key_list[need[0]].decode()) if need else None
+    dim = dim or manifest["dim"] or (old_vecs.of_rows(np.zeros(0, np.int64)).shape[1] if old_vecs is not None else 0)
     if not dim:
         dim = load_index_embedder(manifest, opts.embed, progress).dim
     vectors = np.lib.format.open_memmap(out, "w+", np.float32, (len(rows), dim))
     step = 8192
     for lo in range(0, len(have), step):
         part = have[lo:lo + step]
-        vectors[part] = old_vecs[[reuse_at[key_list[i]] for i in part]]
+        vectors[part] = old_vecs.of_rows(np.array([reuse_at[key_list[i]] for i in part], np.int64))
     for lo in range(0, len(need), step):
         part = need[lo:lo + step]
-        vectors[part] = _journalled(con, manifest, [key_list[i].decode() for i in part], dim, report)
+        vectors[part] = journalled(con, manifest, [key_list[i].decode() for i in part], dim, report)
     vectors.flush()
     del vectors
     if missing:

@@ -15,7 +15,8 @@ from llmkit.rag.index.analysis import doc_terms, query_groups, query_terms
 from llmkit.rag.index.bm25 import BM25Index
 from llmkit.rag.index.catalog import chunk_texts
 from llmkit.rag.index.manifest import DB, pin_generation, read_manifest
-from llmkit.rag.index.vectors import FaissStore, VectorStore, rows_of_ids
+from llmkit.rag.index.segmented import open_bm25, open_vectors
+from llmkit.rag.index.vectors import VectorStore, rows_of_ids
 
 
 def unit_leads(unit: np.ndarray) -> np.ndarray:
@@ -132,8 +133,9 @@ class Index:
 
     @property
     def bm25(self) -> BM25Index:
+        """This generation's BM25 index (a segmented generation's behaves as one: `segmented.py`)."""
         if self._bm25 is None:
-            self._bm25 = BM25Index.load(os.path.join(self.gdir, "bm25"))
+            self._bm25 = open_bm25(self.gdir, self.n)
         return self._bm25
 
     @property
@@ -154,7 +156,7 @@ class Index:
 
                 self._vectors = MilvusVectors(self)
             else:
-                self._vectors = FaissStore(self.gdir, self.n, self.manifest["index"])
+                self._vectors = open_vectors(self.gdir, self.n, self.manifest["index"])
         return self._vectors
 
     def vectors(self) -> np.ndarray:

@@ -200,9 +200,10 @@ class FaissStore:
                 return rows[top].tolist(), s[top].tolist()
         if self.exact:
             return exact_search(self.vectors(), q, depth, allowed)
+        if allowed is not None:
             import faiss
 
-            sel = faiss.IDSelectorBitmap(np.packbits(allowed, bitorder="little"))
+            sel = faiss.IDSelectorBitmap(np.packbits(np.asarray(allowed, bool), bitorder="little"))
             params = (faiss.SearchParametersHNSW(sel=sel, efSearch=max(64, depth))
                       if isinstance(self.faiss_index, faiss.IndexHNSW) else faiss.SearchParameters(sel=sel))
             dist, idx = self.faiss_index.search(q2, min(depth, self.n), params=params)

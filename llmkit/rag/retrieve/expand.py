@@ -58,10 +58,9 @@ def prf_terms(index, tokens: list[str], n_terms: int, allowed=None, n_docs: int 
     q = set(tokens)
     out = []
     for t, p in acc.most_common():
-        tid = bm.vocab.get(t)
-        if t in q or tid is None or bm.indptr[tid + 1] - bm.indptr[tid] < 2 or bm.idf[tid] < 1.0:
+        if t in q or bm.doc_freq(t) < 2 or bm.term_idf(t) < 1.0:
             continue
-        out.append((t, p * float(bm.idf[tid])))
+        out.append((t, p * bm.term_idf(t)))
         if len(out) == n_terms:
             break
     return out

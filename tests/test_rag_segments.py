@@ -1,0 +1,190 @@
+"""A small update publishes segments (segments.py): the base's BM25 postings and vectors are the
+previous generation's files, hard-linked, dead rows are never answered, a delta holds the new rows,
+and every score equals a full build's of the same files; past the threshold the run compacts."""
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+
+pytest.importorskip("faiss")
+pytest.importorskip("sentence_transformers")
+
+OLD = time.time() - 3 * 3600  # well before any run: a stat taken now is not "racy"
+WORDS = ("pump valve pipe tank gauge filter boiler fan motor belt gear shaft seal bearing nozzle hose "
+         "clamp bolt flange weld rivet spring lever piston cylinder turbine rotor stator coil relay").split()
+QUERIES = ["pump valve", "turbine rotor coil", "shared words everywhere", "seal bearing nozzle hose",
+           "zebra giraffe", "gear", "flange weld rivet spring common"]
+
+
+@pytest.fixture(scope="module")
+def st32(tmp_path_factory):
+    from tinyst import write_tiny_models
+
+    return str(write_tiny_models(tmp_path_factory.mktemp("tiny"))["st32"])
+
+
+def _para(seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    # a few words in every paragraph: their idf is negative in a small corpus (rank-bm25's epsilon rule)
+    return "Shared words everywhere common. " + " ".join(rng.choice(WORDS, 12 + seed % 7)) + "."
+
+
+def _write(d, name, seeds):
+    (d / name).write_text("\n\n".join(_para(s) for s in seeds) + "\n")
+    os.utime(d / name, (OLD, OLD))
+
+
+def _tree(d, n=12):
+    d.mkdir()
+    for i in range(n):
+        _write(d, f"f{i:02d}.txt", range(10 * i, 10 * i + 4))
+
+
+def _index(idx, d, st32):
+    r = run_cli(["rag", "index", str(idx), str(d), "--model", st32, "--size", "200", "--no-tune", "--json"])
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _gen(idx):
+    return idx / f"gen-{json.loads((idx / 'manifest.json').read_text())['generation']}"
+
+
+def _bm25(idx):
+    """Per query: the top 20 (text, BM25 score), and every chunk's score keyed by its text."""
+    from llmkit.rag.index.reader import Index
+
+    ix = Index(str(idx))
+    try:
+        out = []
+        for q in QUERIES:
+            toks = ix.tok(q)
+            top = ix.bm25.top_k(toks, 20)
+            texts = ix.texts([r for r, _ in top])
+            every = dict(zip(ix.texts(range(ix.n)), ix.bm25.scores(toks).tolist()))
+            out.append(([(t, s) for t, (_, s) in zip(texts, top)], every))
+        return out
+    finally:
+        ix.close()
+
+
+def _hybrid(idx, queries):
+    hits = []
+    for q in queries:
+        r = run_cli(["rag", "query", str(idx), q, "-k", "8", "--jsonl"])
+        assert r.exit_code == 0, r.stderr
+        hits.append([(h["doc"], h["text"]) for h in map(json.loads, r.stdout.splitlines())])
+    return hits
+
+
+def _same_as_clean(idx, d, st32, tmp_path, ordered=False):
+    """BM25 scores of every chunk and the top lists equal a full build's of the same files. Rows are
+    numbered in the order chunks were added, so where an edit moved a file's chunks after others
+    only tied scores may order otherwise; with `ordered` (the rows in the full build's order) the
+    BM25 and hybrid result lists are the same lists."""
+    clean = tmp_path / f"clean-{len(list(tmp_path.iterdir()))}"
+    _index(clean, d, st32)
+    for q, (top, every), (ctop, cevery) in zip(QUERIES, _bm25(idx), _bm25(clean)):
+        assert every.keys() == cevery.keys()
+        np.testing.assert_allclose([every[t] for t in cevery], list(cevery.values()), rtol=0, atol=1e-9)
+        np.testing.assert_allclose([s for _, s in top], [s for _, s in ctop], rtol=0, atol=1e-9)
+        cut = ctop[-1][1] + 1e-9 if len(ctop) == 20 and not ordered else -np.inf
+        assert [t for t, s in top if s > cut] == [t for t, s in ctop if s > cut] or not ordered and (
+            {t for t, s in top if s > cut} == {t for t, s in ctop if s > cut}), q
+    if ordered:
+        assert _hybrid(idx, QUERIES) == _hybrid(clean, QUERIES)
+
+
+def test_small_updates_publish_segments_equal_to_a_full_build(tmp_path, st32):
+    d = tmp_path / "d"
+    _tree(d)
+    idx = tmp_path / "idx"
+    first = _index(idx, d, st32)
+    assert first["segments"] == {}
+    base_docs = _gen(idx) / "bm25" / "docs.npy"
+    base_inode = os.stat(base_docs).st_ino  # gen-1 itself is retired two runs later
+    # the last file edited, one added after it, one deleted: the rows keep a full build's order
+    _write(d, "f11.txt", [110, 111, 999, 113])
+    _write(d, "zz-new.txt", [500, 501])
+    (d / "f07.txt").unlink()
+    gone = [_para(s) for s in range(70, 74)]
+    r = _index(idx, d, st32)
+    seg = r["segments"]
+    # the edited and the deleted file's chunks are dead; the edited and the new file's are the delta
+    assert seg["base_rows"] == first["chunks_indexed"] and seg["dead"] > 0 and seg["delta_rows"] > 0
+    assert r["chunks_indexed"] == seg["base_rows"] - seg["dead"] + seg["delta_rows"]
+    assert 0 < r["embedded"] < seg["delta_rows"]  # an edited file's unchanged text keeps its vector
+    g = _gen(idx)
+    assert os.path.samefile(g / "base" / "bm25" / "docs.npy", base_docs)  # the base is linked, not rebuilt
+    assert os.path.samefile(g / "base" / "vectors.npy", base_docs.parent.parent / "vectors.npy")
+    _same_as_clean(idx, d, st32, tmp_path, ordered=True)
+    # a deleted file's chunks are in no list
+    from llmkit.rag.index.reader import Index
+
+    ix = Index(str(idx))
+    try:
+        rows, _ = ix.dense_list(np.ones(32, np.float32), ix.n + 10)
+        assert sorted(rows) == list(range(ix.n))
+        texts = ix.texts(range(ix.n))
+        assert not any(p in t for p in gone for t in texts)
+        assert ix.bm25.n_docs == ix.n == r["chunks_indexed"]
+    finally:
+        ix.close()
+    # a second and a third small update: the delta is rebuilt from its alive rows and the new ones
+    _write(d, "zz-new.txt", [501, 502])
+    _write(d, "f01.txt", [10, 11, 12, 13, 777])
+    r2 = _index(idx, d, st32)
+    assert r2["segments"]["base_rows"] == first["chunks_indexed"] and r2["segments"]["dead"] > seg["dead"]
+    (d / "f11.txt").unlink()  # its chunks were delta rows: the delta shrinks, the base loses no row
+    r3 = _index(idx, d, st32)
+    assert r3["segments"]["dead"] == r2["segments"]["dead"] and r3["segments"]["delta_rows"] < r2["segments"]["delta_rows"]
+    assert os.stat(_gen(idx) / "base" / "bm25" / "docs.npy").st_ino == base_inode
+    _same_as_clean(idx, d, st32, tmp_path)
+    hit = run_cli(["rag", "query", str(idx), "zebra", "--mode", "bm25", "--jsonl"])
+    assert hit.exit_code == 0 and hit.stdout == ""
+
+
+def test_a_duplicate_of_a_deleted_chunk_comes_back_in_the_delta(tmp_path, st32):
+    d = tmp_path / "d"
+    _tree(d, 6)
+    _write(d, "f02b.txt", [20, 300])  # paragraph 20 repeats f02's first: deduplicated away
+    idx = tmp_path / "idx"
+    first = _index(idx, d, st32)
+    assert first["exact_duplicates"] >= 1
+    (d / "f02.txt").unlink()
+    r = _index(idx, d, st32)
+    assert r["segments"]["delta_rows"] >= 1 and r["exact_duplicates"] < first["exact_duplicates"]
+    g = _gen(idx)
+    base, delta = np.load(g / "base" / "row_of.npy"), np.load(g / "delta" / "row_of.npy")
+    assert delta.min() < base.max()  # live again, between base rows (f02b's chunk id is below f03's)
+    _same_as_clean(idx, d, st32, tmp_path)
+
+
+def test_past_the_threshold_a_run_compacts(tmp_path, st32, monkeypatch):
+    from llmkit.rag.index import segments
+
+    d = tmp_path / "d"
+    _tree(d)
+    idx = tmp_path / "idx"
+    _index(idx, d, st32)
+    _write(d, "f05.txt", [50, 51, 52, 600])
+    assert _index(idx, d, st32)["segments"]["delta_rows"] >= 1
+    monkeypatch.setattr(segments, "DELTA_MIN", 2)
+    monkeypatch.setattr(segments, "DELTA_FRACTION", 0.01)
+    _write(d, "f06.txt", [601, 602, 603])
+    r = _index(idx, d, st32)
+    assert r["segments"] == {} and r["embedded"] >= 1
+    g = _gen(idx)
+    assert (g / "bm25" / "docs.npy").exists() and not (g / "base").exists()
+    _same_as_clean(idx, d, st32, tmp_path)
+    monkeypatch.setattr(segments, "DELTA_MIN", 1000)
+    _write(d, "f08.txt", [80, 81, 82, 604])  # the compacted generation is the next base
+    r = _index(idx, d, st32)
+    assert r["segments"]["delta_rows"] >= 1 and os.path.samefile(_gen(idx) / "base" / "bm25" / "docs.npy",
+                                                                 g / "bm25" / "docs.npy")
+    _same_as_clean(idx, d, st32, tmp_path)
