@@ -37,7 +37,8 @@ import harness  # noqa: E402
 
 AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench", "generate": "generate_bench",
          "kv": "kv_bench", "long": "longctx_bench", "scale": "scale_bench", "rag-quality": "quality_bench",
-         "quant-quality": "quant_quality_bench", "quant-gptq": "gptq_bench", "setup": "setup_bench"}
+         "quant-quality": "quant_quality_bench", "quant-gptq": "gptq_bench", "setup": "setup_bench",
+         "endpoint": "endpoint_bench"}
 # long runs: only with --area (or a full run), not in --quick
 NOT_QUICK = {"rag-quality", "quant-quality", "quant-gptq", "setup", "long"}
 QUALITY = {"rag-quality"}  # areas of quality figures only (no clock)
