@@ -147,11 +147,13 @@ _BERT_CLASSES: bytes | None = None
 
 
 def class_table() -> bytes:
-    """One byte per code point: 1 letter (\\p{L}), 2 number (\\p{N}), 4 whitespace (\\s), as the `regex`
-    module that the Python pre-tokenizers use defines them; cached beside the kernels."""
+    """One byte per code point: 1 letter (\\p{L}), 2 number (\\p{N}), 4 whitespace (\\s), as HF tokenizers'
+    regex engine defines them (`unicode_classes`, which the Python pre-tokenizers read too)."""
     global _CLASSES
     if _CLASSES is None:
-        _CLASSES = _table("classes", ((1, r"\p{L}"), (2, r"\p{N}"), (4, r"\s")))
+        from llmkit.tokenize import unicode_classes
+
+        _CLASSES = unicode_classes.table()
     return _CLASSES
 
 

@@ -63,10 +63,14 @@ def from_byte_symbols(symbols: str) -> bytes:
 
 @lru_cache(maxsize=16)
 def compile_pattern(pattern: str):
-    """The `regex` module's compiled pattern (imported on first use: the compiled BPE path needs none)."""
+    """The `regex` module's compiled pattern (imported on first use: the compiled BPE path needs none),
+    its \\p{L} and \\p{N} pinned to HF tokenizers' Unicode version (`unicode_classes`)."""
     import regex
 
-    return regex.compile(pattern)
+    from llmkit.tokenize import unicode_classes
+
+    pinned, v1 = unicode_classes.pin_pattern(pattern)
+    return regex.compile(pinned, regex.V1 if v1 else 0)
 
 
 def split_gpt2(text: str, pattern: str = GPT2_PATTERN, add_prefix_space: bool = False) -> list[str]:
