@@ -125,13 +125,17 @@ def test_answer_and_rerank_through_a_chat_endpoint(tmp_path, docs, minilm, chat,
 
 class Stub:
     """What the stub answers on /v1/embeddings: ok, busy (one 429 first), shrink (4-d vectors after an
-    8-d probe), html, slow (1.5 s), 500, or a fixed `dim`; on /tokenize: 404, another status, or
-    "bytes" (a byte-level tokenizer: one token per ASCII character, one per byte of any other, as
-    llama-server answers); on /v1/chat/completions: `reply`, streamed 3 characters an event when asked;
+    8-d probe), html, slow (1.5 s), 500, nodata (JSON without `data`), short (one vector fewer than
+    texts), tokens (a vector per token, as llama-server without pooling), strings, or a fixed `dim`;
+    on /tokenize: 404, another status, or "bytes" (a byte-level tokenizer: one token per ASCII
+    character, one per byte of any other, as llama-server answers); on /v1/chat/completions: `reply`,
+    streamed 3 characters an event when asked, unless `chat` is html (a page, streamed or not),
+    garbled (a `data:` line of HTML) or error (JSON without a message; streamed, an error event);
     with `redirect` set, a 302 there for everything. Every request and body is recorded."""
 
     def __init__(self):
         self.mode, self.dim, self.tokenize, self.reply, self.redirect = "ok", 8, 404, "", None
+        self.chat = "ok"
         self.requests, self.bodies = [], []
 
 
@@ -203,15 +207,23 @@ def stub(monkeypatch):
                 return self._send(200, json.dumps({"tokens": toks}).encode())
             if self.path == "/tokenize":
                 return self._send(state.tokenize, b'{"error": {"message": "another schema"}}')
+            if self.path == "/v1/chat/completions" and state.chat == "html":
+                return self._send(200, b"<html>oops</html>", "text/html")
             if self.path == "/v1/chat/completions" and body.get("stream"):
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                for i in range(0, len(state.reply), 3):
-                    ev = {"choices": [{"delta": {"content": state.reply[i:i + 3]}}]}
-                    self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                events = [json.dumps({"choices": [{"delta": {"content": state.reply[i:i + 3]}}]}).encode()
+                          for i in range(0, len(state.reply), 3)]
+                if state.chat != "ok":
+                    events = [b"<html>oops</html>" if state.chat == "garbled" else
+                              b'{"error": {"message": "model  gone", "code": 404}}']
+                for ev in events:
+                    self.wfile.write(b"data: " + ev + b"\n\n")
                 self.wfile.write(b"data: [DONE]\n\n")
                 return
+            if self.path == "/v1/chat/completions" and state.chat == "error":
+                return self._send(200, b'{"error": {"message": "model gone"}}')
             if self.path == "/v1/chat/completions":
                 return self._send(200, json.dumps({"choices": [{"message": {"content": state.reply}}]}).encode())
             if self.path != "/v1/embeddings":
@@ -224,10 +236,17 @@ def stub(monkeypatch):
                 return self._send(500, b'{"error": {"message": "boom"}}')
             if mode == "html":
                 return self._send(200, b"<html>oops</html>", "text/html")
+            if mode == "nodata":
+                return self._send(200, b'{"object": "error", "message": "no"}')
             if mode == "slow":
                 time.sleep(1.5)
             dim = 4 if mode == "shrink" and body["input"] != ["dimension probe"] else state.dim
             data = [{"index": i, "embedding": _vector(t, dim)} for i, t in enumerate(body["input"])]
+            if mode == "short":
+                data = data[1:]
+            for d in data:
+                d["embedding"] = [d["embedding"]] * 3 if mode == "tokens" else "0.5 0.5" if mode == "strings" else \
+                    d["embedding"]
             self._send(200, json.dumps({"object": "list", "model": body["model"], "data": data}).encode())
 
     server = _serve(Handler)
@@ -264,6 +283,12 @@ def test_a_busy_server_is_asked_again_and_the_key_stays_out_of_the_index(tmp_pat
                "server runs."),
     ("500", "{url}/v1/embeddings answered HTTP 500 after 4 tries: boom. Check the model name and the server's log."),
     ("slow", "{url}/v1/embeddings did not answer within 1 s. Check the server, or raise LLMKIT_ENDPOINT_SECONDS."),
+    ("nodata", "{url}/v1/embeddings answered without embeddings (\"{{'object': 'error', 'message': 'no'}}\"). Check "
+               "that the URL is an OpenAI-compatible embeddings server (llama-server needs --embedding)."),
+    ("short", "{url}/v1/embeddings returned 0 embeddings for 1 texts. Check the server."),
+    ("tokens", "{url}/v1/embeddings returned an embedding of shape (3, 8), not a vector. Start the server with a "
+               "pooling type (llama-server: --pooling mean)."),
+    ("strings", "{url}/v1/embeddings returned embeddings that are not lists of numbers. Check the server."),
 ])
 def test_a_bad_server_is_one_line_and_writes_nothing(tmp_path, docs, stub, monkeypatch, mode, error):
     monkeypatch.setenv("LLMKIT_ENDPOINT_SECONDS", "1")
@@ -391,3 +416,37 @@ def test_stop_strings_past_the_api_s_four_are_cut_here(stub):
     streamed.clear()
     assert llm.complete("capital of France?", on_text=streamed.append) == stub.reply
     assert "".join(streamed) == stub.reply
+
+
+@pytest.mark.parametrize("mode, error", [
+    ("html", "{url}/v1/chat/completions answered a streamed request without any event (no `data:` line). Check "
+             "that the URL is an OpenAI-compatible chat server."),
+    ("garbled", "{url}/v1/chat/completions streamed something that is not JSON: '<html>oops</html>'. Check that the "
+                "URL is an OpenAI-compatible server."),
+    ("error", "{url}/v1/chat/completions streamed an error: model gone. Check the model name and the server's log."),
+])
+def test_a_bad_chat_server_is_one_line_not_an_empty_answer(tmp_path, docs, stub, mode, error):
+    idx = tmp_path / "idx"
+    assert _index(idx, docs, "--model", stub.url).exit_code == 0
+    stub.chat = mode
+    r = run_cli(["rag", "answer", str(idx), "How are kernel modules loaded?", "--llm", stub.url, "-k", "1"])
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == "Error: " + error.format(url=stub.url) + "\n"
+
+
+def test_a_chat_server_that_is_down_or_answers_without_a_message(tmp_path, docs, stub):
+    from llmkit.errors import BadInput
+    from llmkit.rag.remote_llm import RemoteLLM
+
+    idx = tmp_path / "idx"
+    assert _index(idx, docs, "--model", stub.url).exit_code == 0
+    url = f"http://127.0.0.1:{free_port()}"
+    r = run_cli(["rag", "answer", str(idx), "How are kernel modules loaded?", "--llm", url + "#chat"])
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: cannot reach {url}/v1/models (Connection refused). Check that the server is running "
+                        "and the URL is right.\n")
+    stub.chat = "error"
+    with pytest.raises(BadInput) as e:
+        RemoteLLM(stub.url).complete("capital of France?")
+    assert str(e.value) == (f"{stub.url}/v1/chat/completions answered without a chat message (\"{{'error': "
+                            "{'message': 'model gone'}}\"). Check that the URL is an OpenAI-compatible chat server.")

@@ -50,10 +50,14 @@ class RemoteLLM:
             return _cut(_message(got, self.url), stop)[0].strip()
         # text that may begin a stop string is held back until the next piece tells
         hold = max(map(len, stop), default=1) - 1
-        text, sent = "", 0
+        text, sent, seen = "", 0, False
         stream = events(self.url, self._body(user, system, n_predict, stream=True, **extra))
         try:
             for ev in stream:
+                seen = True
+                if isinstance(ev, dict) and ev.get("error"):  # vLLM and OpenAI report a failure inside the stream
+                    raise BadInput(f"{self.url} streamed an error: {_error_text(ev['error'])}. Check the model name "
+                                   "and the server's log.")
                 choices = ev.get("choices") if isinstance(ev, dict) else None
                 delta = (choices[0].get("delta") or {}) if choices and isinstance(choices[0], dict) else {}
                 piece = delta.get("content") if isinstance(delta, dict) else None
@@ -68,6 +72,9 @@ class RemoteLLM:
                     break
         finally:
             stream.close()
+        if not seen:  # a page of HTML or plain JSON holds no `data:` line: an empty answer would hide that
+            raise BadInput(f"{self.url} answered a streamed request without any event (no `data:` line). Check that "
+                           "the URL is an OpenAI-compatible chat server.")
         if len(text) > sent:
             on_text(text[sent:])
         return text.strip()
@@ -126,6 +133,16 @@ def _cut(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
     """
     at = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
     return (text[:at], True) if at >= 0 else (text, False)
+
+
+def _error_text(err) -> str:
+    """An error event's message on one line ({"message": ...} or a bare string).
+
+    >>> _error_text({"message": "model   not found", "code": 404}), _error_text("boom")
+    ('model not found', 'boom')
+    """
+    msg = err.get("message", err) if isinstance(err, dict) else err
+    return " ".join(str(msg).split())[:200]
 
 
 def _message(got, url: str) -> str:
