@@ -184,7 +184,7 @@ def adapt(directory: str, opts: AdaptOptions, llm=None, runtime: str = "onnx",
     _save(model, opts.out_dir)
     reembedded = False
     if promoted and opts.promote:
-        from llmkit.rag.index.build import switch_model
+        from llmkit.rag.index.switch import switch_model
 
         switch_model(directory, opts.out_dir, runtime, progress)
         reembedded = True

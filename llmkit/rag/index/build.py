@@ -5,7 +5,8 @@ then publishes a new searchable generation (`publish.py`). The directory holds
                       chunking parameters, metadata fields (written last, atomically)
     chunks.sqlite     documents, parents and chunks with their metadata (SQLite, one transaction per run)
     gen-N/            the searchable arrays of generation N: rows.npy (chunk ids), keys.npy (text hashes),
-                      vectors.npy, faiss.index, bm25/, collection.npy, parent.npy
+                      vectors.npy, faiss.index, bm25/, collection.npy, parent.npy (after a small
+                      update: the last full build's BM25 and vectors as a base, plus a delta: segments.py)
 
 Crash safety: a run inserts its rows tagged with the next generation and marks removed documents
 with it, commits, builds gen-N+1 in a fresh directory and only then swaps the manifest. Until the
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -35,15 +35,15 @@ from typing import Callable
 
 import numpy as np
 
-from llmkit.errors import BadInput
 from llmkit.io import disk_error
 from llmkit.rag.chunk import dedupe, spans
 from llmkit.rag.chunk.sections import ChunkOptions, chunk_document, chunking_of
-from llmkit.rag.embed.models import MIXABLE, EmbedOptions, default_precision
+from llmkit.rag.embed.models import EmbedOptions
 from llmkit.errors import OptionError
 from llmkit.rag.index import db
 from llmkit.rag.index.analysis import ANALYSES
-from llmkit.rag.index.manifest import MANIFEST, VERSION, new_manifest, read_manifest, stored_version, writer_lock
+from llmkit.rag.index.manifest import MANIFEST, VERSION, read_manifest, stored_version, writer_lock
+from llmkit.rag.index.opening import open_or_create
 from llmkit.rag.index.vectors import HNSW_ABOVE
 from llmkit.rag.read.documents import load_file
 from llmkit.rag.read.files import ReadOptions, check_csv_meta, collect_files, read_input
@@ -127,9 +127,6 @@ class IndexReport:
         d["skipped"] = [asdict(s) for s in self.skipped]
         del d["journalled"]  # bookkeeping between the publish steps, not a result
         return d
-
-
-_OWN = re.compile(r"writer\.lock|chunks\.sqlite(-wal|-shm|-journal)?|gen-\d+|\.manifest\.json\..*\.tmp|milvus\.db|\.milvus\.db\.lock|\.milvus\.db\.llmkit\.lock")
 
 
 def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: bytes | None = None,
@@ -292,7 +289,7 @@ def _build_locked(directory, files, inputs, opts: IndexOptions, stdin_data, prog
     from llmkit.rag.index.embedding import load_index_embedder
     from llmkit.rag.index.publish import publish
 
-    manifest = _open_or_create(directory, opts)
+    manifest = open_or_create(directory, opts)
     gen = manifest["generation"] + 1
     report = IndexReport(generation=gen, files=len(files))
     if os.path.exists(os.path.join(directory, MANIFEST)) and stored_version(directory) < VERSION:
@@ -451,99 +448,3 @@ def _undo_unpublished(directory, con, old_gen: int) -> None:
 def _in_scope(path: str, scopes: list[str]) -> bool:
     base = path.split("#", 1)[0]
     return any(base == s or base.startswith(s.rstrip(os.sep) + os.sep) for s in scopes)
-
-
-def _check_compatible(directory: str, m: dict, opts: IndexOptions) -> None:
-    """Refuse options that would mix incompatible vectors or terms into an existing index."""
-    e, st = opts.embed, opts.store
-    want = e.model or None
-    have = m["model"]
-    from llmkit.rag.embed.models import same_model
-
-    if want is not None and not same_model(want, have):
-        raise BadInput(f"index '{directory}' was built with the embedding model '{have}'; vectors of "
-                       f"'{want}' cannot be mixed into it. Use a new index directory.")
-    if (e.query_prompt or e.passage_prompt) and (e.query_prompt, e.passage_prompt) != (
-            m["query_prompt"], m["passage_prompt"]):
-        raise OptionError("this index was built with other {query_prompt}/{passage_prompt} values; "
-                          "use a new index directory to change them.")
-    have_an, want_an = m["analysis"], st.analysis
-    if want_an and want_an != have_an:
-        raise OptionError("this index analyses BM25 terms as {have}, not {want}; BM25 terms cannot be mixed. Use a "
-                          "new index directory.", have=have_an, want=want_an)
-    have_prec = m["embed_precision"]
-    if e.precision and e.precision != have_prec and not {e.precision, have_prec} <= set(MIXABLE):
-        raise BadInput(f"index '{directory}' holds {have_prec} embeddings; {e.precision} vectors cannot be "
-                       "mixed into it. Use a new index directory.")
-    if st.store is not None:
-        from llmkit.rag.index.milvus import parse_store
-
-        want_store = parse_store(st.store, directory)
-        have_store = m["store"]
-        if (want_store or {}).get("uri") != (have_store or {}).get("uri"):
-            raise OptionError("index '{directory}' keeps its vectors in {have}, not {want}. Drop {store} to extend "
-                              "it, or build a new index directory.", directory=directory,
-                              have=(have_store or {}).get("uri", "faiss"), want=st.store)
-
-
-def _open_or_create(directory: str, opts: IndexOptions) -> dict:
-    """The manifest to extend; a new one for an empty directory, or one holding only what a first run
-    killed before its manifest left behind (its rows are rolled back as any unfinished run's)."""
-    existing = os.listdir(directory) if os.path.isdir(directory) else []
-    if os.path.exists(os.path.join(directory, MANIFEST)) or any(not _OWN.fullmatch(n) for n in existing):
-        m = read_manifest(directory)
-        _check_compatible(directory, m, opts)
-        from llmkit.rag.endpoint import is_endpoint
-
-        if is_endpoint(opts.embed.model):  # the index's model, served from where the run says
-            from llmkit.rag.embed.models import resolve_model
-
-            m["model"] = resolve_model(opts.embed.model)
-        if opts.store.keeps_graph and not m["graph"]:
-            m["graph"] = True  # enabled now: the chunks already indexed get their entities at publish
-        return m
-    from llmkit.rag.index.milvus import parse_store
-
-    e = opts.embed
-    spec = parse_store(opts.store.store, directory)  # checked before anything is created
-    os.makedirs(directory, exist_ok=True)
-    from llmkit import config
-
-    model = e.model or config.text("LLMKIT_EMBED_URL")
-    if model:
-        from llmkit.rag.embed.models import resolve_model
-
-        model = resolve_model(model)
-    precision = e.precision or default_precision(model, e.runtime)
-    return new_manifest(model=model or "default", embed_precision=precision, embed_runtime=e.runtime,
-                        query_prompt=e.query_prompt, passage_prompt=e.passage_prompt,
-                        analysis=opts.store.analysis or "english", graph=opts.store.keeps_graph, store=spec)
-
-
-def switch_model(directory: str, model: str, runtime: str = "onnx", progress=None) -> IndexReport:
-    """Re-embed every chunk of the current generation with another model (the one `rag adapt`
-    trained) and publish it as the next generation; chunks, BM25 and metadata stay as they are."""
-    from llmkit.rag.embed.models import resolve_model
-    from llmkit.rag.index.publish import publish
-
-    t0 = time.perf_counter()
-    path = resolve_model(model)
-    with writer_lock(directory):
-        manifest = read_manifest(directory)
-        gen = manifest["generation"] + 1
-        report = IndexReport(generation=gen)
-        try:
-            current = set(np.load(os.path.join(directory, f"gen-{manifest['generation']}", "rows.npy")).tolist())
-        except (OSError, ValueError) as e:
-            raise BadInput(f"index '{directory}' is damaged ({e}). Rebuild it with llmkit rag index.") from None
-        manifest.update(model=path, dim=None, embed_runtime=runtime)
-        con = db.connect(directory)
-        try:
-            db.rollback_unfinished(con, manifest["generation"])
-            opts = IndexOptions(embed=EmbedOptions(runtime=runtime),
-                                store=StoreOptions(index_type=manifest["index"] or "auto"))
-            publish(directory, con, manifest, gen, opts, report, progress, keep_ids=current)
-        finally:
-            con.close()
-    report.total_s = time.perf_counter() - t0
-    return report
