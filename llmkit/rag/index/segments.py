@@ -13,7 +13,7 @@ alive postings counted under the dead mask, plus the delta's) and the idf with r
 rule over the merged vocabulary are computed here over arrays, with no text read again.
 
 When the delta or the dead rows pass DELTA_FRACTION of the base (at least DELTA_MIN rows), or the
-vector options change, or the previous generation is not a plain base (vectors pending, an older
+vector options change (the index type asked or chosen by size, a vector dtype asked), or the previous generation is not a plain base (vectors pending, an older
 BM25 format), publishing is the full build (`plan` returns None): that compaction makes the next base.
 """
 
@@ -31,6 +31,7 @@ from llmkit.rag.index import db
 from llmkit.rag.index.bm25 import BM25Index
 from llmkit.rag.index.embedding import embed_missing, journalled
 from llmkit.rag.index.segmented import SEGMENTS, is_segmented, open_vectors
+from llmkit.rag.index.vectors import index_kind
 
 DELTA_FRACTION = 0.1  # compact (a full build) when the delta or the dead rows pass this share of the base
 DELTA_MIN = 1000  # ... or this many rows, whichever is larger: a small index keeps its base a while
@@ -70,7 +71,7 @@ def plan(directory: str, manifest: dict, gdir: str, ids: np.ndarray, opts) -> Se
     prev = os.path.join(directory, f"gen-{manifest['generation']}")
     st = opts.store
     if (manifest["generation"] == 0 or not len(ids) or os.path.exists(os.path.join(prev, "embedded.npy"))
-            or st.index_type not in ("auto", manifest["index"]) or st.vector_dtype):
+            or index_kind(st.index_type, len(ids), st.hnsw_above) != manifest["index"] or st.vector_dtype):
         return None
     segmented = is_segmented(prev)
     src = os.path.join(prev, "base") if segmented else prev
