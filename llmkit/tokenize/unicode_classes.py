@@ -152,7 +152,33 @@ def pin_pattern(pattern: str) -> tuple[str, bool]:
 
 @lru_cache(maxsize=1)
 def _regex_sets() -> dict[str, str]:
-    """For L and N: '' when the `regex` module's class equals ours, else a version 1 set equal to ours."""
+    """For L and N: '' when the `regex` module's class equals ours, else a version 1 set equal to ours;
+    kept in the cache directory per `regex` version, since finding them scans every code point."""
+    import json
+
+    import regex
+
+    from llmkit.tokenize import native
+
+    path = native.cache_dir() / f"tokenize-pinned-{regex.__version__}-{UNICODE_VERSION}.json"
+    try:
+        sets = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(sets, dict) and set(sets) == {"L", "N"}:
+            return sets
+    except (OSError, ValueError):
+        pass
+    sets = _compare_with_regex()
+    try:
+        from llmkit.io import atomic_write_bytes
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(str(path), json.dumps(sets).encode())
+    except OSError:
+        pass
+    return sets
+
+
+def _compare_with_regex() -> dict[str, str]:
     import regex
 
     every = "".join(map(chr, range(0x110000)))
