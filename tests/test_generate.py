@@ -121,7 +121,9 @@ def test_kv_rollback_leaves_no_stale_entries(models):
 
 
 def test_sampled_first_token_distribution_matches_plain(models):
-    """temp > 0: the first token from speculative decoding follows the target's distribution."""
+    """temp > 0: the first token from speculative decoding follows the target's distribution. The
+    prompt's KV stays cached, so its last token is verified with a draft and the first token comes
+    out of rejection sampling."""
     from llmkit.llama.generate import Generator
 
     params = SamplingParams(temp=1.5, top_k=6, top_p=1.0, min_p=0.0)
@@ -133,11 +135,14 @@ def test_sampled_first_token_distribution_matches_plain(models):
     p = distribution(eval_logits(target, prompt)[0], params, prompt)
     support = np.flatnonzero(p)
     counts = np.zeros(len(p))
+    drafted = 0
     for seed in range(1500):
         params.seed = seed
         g = Generator(target, params, draft=draft, adaptive=False, draft_max=3, ignore_eos=True)
-        g.run(prompt, 1)
+        _, st = g.run(prompt, 2, reuse_cache=True)
+        drafted += st.drafted
         counts[g.generated[0]] += 1
+    assert drafted == 1500  # every first token went through a verification
     assert len(support) == 6
     assert chi2(counts, p) < CHI2_DF5_P001
 
@@ -472,3 +477,44 @@ def test_measured_verify_costs_are_kept_and_rule_drafting_out_next_time(models, 
     text, st = Generator(again, SamplingParams(temp=0), lookup=3, ignore_eos=True).run(prompt, 8)
     want, _ = Generator(_open(models["target"]), SamplingParams(temp=0), ignore_eos=True).run(prompt, 8)
     assert st.drafted == 0 and calls[0] == len(prompt) and calls[1:] == [1] * 7 and text == want
+
+
+def _spy_decode(model):
+    """Record each llama_decode of `model` as (tokens in the batch, positions whose logits are computed)."""
+    calls = []
+    real = model._ctx.decode
+
+    def spy(batch):
+        n = batch.batch.n_tokens
+        calls.append((n, sum(bool(batch.batch.logits[i]) for i in range(n))))
+        return real(batch)
+
+    model._ctx.decode = spy
+    return calls
+
+
+def test_lookup_reads_the_prompt_as_plain_decoding_does(models, tmp_path, monkeypatch):
+    """Prompt lookup where drafting could pay: with the verification cost known from an earlier run the
+    prompt is one evaluation with one position's logits, as in plain decoding, and its logits give the
+    first token; without it, the last k_max + 1 prompt tokens are the timed batch and still give the
+    first token (no extra step). Greedy output equals plain decoding's either way."""
+    from llmkit.llama import verify_cost
+    from llmkit.llama.generate import Generator
+
+    monkeypatch.setenv("LLMKIT_CACHE", str(tmp_path))
+    target = _open(models["target"])
+    prompt = target.tokenize((PROMPT * 3).encode(), add_bos=False)
+    want, _ = Generator(_open(models["target"]), SamplingParams(temp=0), ignore_eos=True).run(prompt, 24)
+    calls = _spy_decode(target)
+    measuring = Generator(target, SamplingParams(temp=0), lookup=3, ignore_eos=True)
+    text, st = measuring.run(prompt, 24)
+    assert calls[:2] == [(len(prompt) - 9, 1), (9, 9)] and text == want
+    assert st.target_steps == len(calls) - 2 == 23 - st.accepted
+    verify_cost.save(target, 9, 0.01, 0.02)  # a machine where verifying 9 tokens costs two steps
+    calls.clear()
+    g = Generator(target, SamplingParams(temp=0), lookup=3, ignore_eos=True)
+    real = g.chooser.observe_batch
+    g.chooser.observe_batch = lambda b, dt: real(b, 0.01 + 0.00125 * (b - 1))  # and keeps doing so
+    text, st = g.run(prompt, 24)
+    assert calls[0] == (len(prompt), 1) and text == want
+    assert st.drafted > 0 and st.target_steps == len(calls) - 1 == 23 - st.accepted

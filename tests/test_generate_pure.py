@@ -5,7 +5,7 @@ import pytest
 
 from chisquare import CHI2_DF5_P001, chi2
 from llmkit.llama.sampling import SamplingParams, distribution, sample
-from llmkit.llama.speculative import expected_tokens, lookup_draft, verify, verify_sample_and_match
+from llmkit.llama.speculative import expected_tokens, lookup_draft, verify, verify_greedy, verify_sample_and_match
 
 def test_distribution_known_answers():
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
@@ -56,6 +56,21 @@ def test_greedy_verify_is_argmax_match():
     assert verify([1, 2, 3], [one(1), one(2), one(3)], [one(1), one(0), one(3), one(4)], rng) == (1, 0)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_verify_greedy_equals_rejection_sampling_on_one_hot_distributions(seed):
+    """The greedy shortcut (argmax of the logits, no distributions) accepts and continues exactly as
+    rejection sampling does with greedy p and one-hot q, ties included (the first maximum wins)."""
+    rng = np.random.default_rng(seed)
+    vocab, k = 6, int(rng.integers(0, 5))
+    logits = rng.integers(0, 3, (k + 1, vocab)).astype(np.float32)  # few values: many ties
+    best = logits.argmax(axis=1)
+    drafts = [int(best[i]) if rng.random() < 0.6 else int(rng.integers(vocab)) for i in range(k)]
+    greedy = SamplingParams(temp=0)
+    ps = [distribution(row, greedy) for row in logits]
+    qs = [np.eye(vocab)[x] for x in drafts]
+    assert verify_greedy(drafts, logits) == verify(drafts, qs, ps, rng)
+
+
 def test_lookup_and_expected_tokens():
     assert lookup_draft([1, 2, 3, 4, 1, 2], 2, 2) == [3, 4]
     assert lookup_draft([1, 2, 3], 2, 2) == []
@@ -96,6 +111,25 @@ def test_ngram_index_drafts_what_the_scan_drafts(seed):
         if step == 40:
             del toks[2:len(toks) // 2]
             ix.reset()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_ngram_index_of_a_whole_prompt_equals_one_token_at_a_time(seed):
+    """Indexing a prompt in one call (as prefill does) builds the same tables as extending by one token
+    at a time, and the rounds after it extend it the same way."""
+    from llmkit.llama.speculative import NgramIndex
+
+    rng = np.random.default_rng(seed)
+    n_max = int(rng.integers(1, 6))
+    toks = [int(t) for t in rng.integers(0, 4, 300)]
+    bulk, step = NgramIndex(n_max), NgramIndex(n_max)
+    bulk.extend(toks[:250])
+    for i in range(1, 251):
+        step.extend(toks[:i])
+    assert bulk.starts == step.starts
+    for i in range(251, 301, 7):
+        assert bulk.draft(toks[:i], 4) == step.draft(toks[:i], 4) == lookup_draft(toks[:i], n_max, 4)
+    assert bulk.starts == step.starts
 
 
 def test_linear_batch_costs_never_probe_and_flat_ones_draft():

@@ -21,7 +21,7 @@ from llmkit.llama.cache import common_prefix, eval_logits, eval_no_logits, reuse
 from llmkit.llama.draft import DraftLengthChooser, DraftModel, DraftOptions, ModelDrafter, check_vocab_compatible
 from llmkit.llama.sampling import History, SamplingParams, distribution, sample
 from llmkit.llama import verify_cost
-from llmkit.llama.speculative import NgramIndex, verify, verify_sample_and_match
+from llmkit.llama.speculative import NgramIndex, verify, verify_greedy, verify_sample_and_match
 
 __all__ = ["GenerateStats", "Generator", "common_prefix", "eval_no_logits"]
 
@@ -86,6 +86,8 @@ class Generator:
         self.target, self.draft, self.lookup = target, draft, lookup
         self.params = params
         self.rng = np.random.default_rng(params.seed)
+        # greedy without a repeat penalty takes each token as the logits' argmax: no distributions built
+        self.argmax_only = params.greedy and params.repeat_penalty == 1.0
         self.ignore_eos = ignore_eos
         self.context_shift, self.keep = context_shift, keep
         self.n_vocab = target.n_vocab()
@@ -182,40 +184,40 @@ class Generator:
         return reused
 
     def _prefill(self, prompt: list[int], reused: int) -> None:
-        """Evaluate the prompt. Without drafting all of it, the last position's logits kept for the
-        first token; with drafting all but the last token (it is evaluated with the first round's
-        drafts)."""
+        """Evaluate the prompt as plain decoding does: all of it in one evaluation whose last logits give
+        the first token. Two exceptions while drafting: where only the last prompt token is left (a
+        restored cache) it waits for the first round's drafts, and where no earlier run measured the
+        verification cost the last k_max + 1 tokens are evaluated apart as a timed batch."""
         tgt, b = self.target, self.chooser.k_max + 1
+        known = None
         if self.drafting and self.chooser.adaptive and self.chooser.may_skip and not reused:
             known = verify_cost.load(tgt, b)
             if known is not None:  # measured by an earlier run: no timed batch, and no drafting if it cannot pay
                 self.chooser.observe_batch(1, known[0])
                 self.chooser.observe_batch(b, known[1])
                 self.drafting = self.chooser.could_pay()
-        if not self.drafting:
-            if not reused:
-                tgt.reset()
-            self._primed = eval_logits(tgt, prompt[reused:])[0]
-            return
-        if reused:
-            if len(prompt) - 1 > reused:
-                eval_no_logits(tgt, prompt[reused:-1])
-        else:
+        if not reused:
             tgt.reset()
-            if self.drafting and self.chooser.adaptive and len(prompt) > b + 8:
-                self._prefill_timing_a_verify_batch(prompt, b)
-            elif len(prompt) > 1:
-                eval_no_logits(tgt, prompt[:-1])
-        if self.drafter is not None:  # the draft reads the prompt too: part of prefill, not decoding
+        if self.drafting and len(prompt) - reused == 1:
+            pass  # the last prompt token rides with the first round's drafts instead of a step of its own
+        elif self.drafting and self.chooser.adaptive and known is None and not reused and len(prompt) > b + 8:
+            self._primed = self._prefill_timing_a_verify_batch(prompt, b)
+        else:
+            self._primed = eval_logits(tgt, prompt[reused:])[0]
+        if self.drafting and self.ngram is not None:  # indexing the prompt is prompt processing, not a round's work
+            self.ngram.extend(prompt)
+        if self.drafting and self.drafter is not None:  # the draft reads the prompt too: part of prefill
             self.drafter.prefill(prompt)
 
-    def _prefill_timing_a_verify_batch(self, prompt: list[int], b: int) -> None:
-        """Evaluate the last b prompt tokens as one batch, timed: the cost of verifying k_max drafts,
-        measured for free during prefill instead of by a wasted drafting round."""
-        eval_no_logits(self.target, prompt[:-1 - b])
+    def _prefill_timing_a_verify_batch(self, prompt: list[int], b: int) -> np.ndarray:
+        """Evaluate the last b prompt tokens as one timed batch with every position's logits, as a
+        verification of k_max drafts is, and return the last position's: the cost is measured during
+        prefill instead of by a wasted drafting round."""
+        eval_no_logits(self.target, prompt[:-b])
         t1 = time.perf_counter()
-        eval_logits(self.target, prompt[-1 - b:-1], b)
+        logits = eval_logits(self.target, prompt[-b:], b)
         self.chooser.observe_batch(b, time.perf_counter() - t1)
+        return logits[-1]
 
     def _make_room(self, ctx: list[int], n_ctx: int, st: GenerateStats) -> int | None:
         """Free context positions for this round (shifting the context when allowed); None when full."""
@@ -238,6 +240,8 @@ class Generator:
         tgt = self.target
         if self._primed is not None:  # the prompt's evaluation gave the first token's logits
             logits, self._primed = self._primed, None
+            if self.argmax_only:
+                return [int(np.argmax(logits))]
             return [sample(distribution(logits, self.params, History(ctx, [])), self.rng)]
         behind = self.drafter.behind(ctx) if self.drafter is not None else 0
         k = self.chooser.choose(available, behind) if self.drafting else 0
@@ -250,12 +254,17 @@ class Generator:
         st.verify_s += dt
         st.target_steps += 1
         self.chooser.observe_batch(1 + len(drafts), dt)
-        ps = [distribution(logits[i], self.params, History(ctx, drafts[:i])) for i in range(len(drafts) + 1)]
-        if drafts:
-            if self.acceptance_rule == "rejection":
+        if self.argmax_only:  # both acceptance rules reduce to argmax matching
+            n_acc, nxt = verify_greedy(drafts, logits)
+        else:
+            ps = [distribution(logits[i], self.params, History(ctx, drafts[:i])) for i in range(len(drafts) + 1)]
+            if not drafts:
+                n_acc, nxt = 0, sample(ps[0], self.rng)
+            elif self.acceptance_rule == "rejection":
                 n_acc, nxt = verify(drafts, qs, ps, self.rng)
             else:  # sample-and-match, for comparison (llama-cpp-python's draft hook)
                 n_acc, nxt = verify_sample_and_match(drafts, ps, self.rng)
+        if drafts:
             if timing_only:
                 self.chooser.rounds_without_draft += 1
             else:
@@ -265,7 +274,6 @@ class Generator:
                 self.chooser.observe_acceptance(n_acc, len(drafts))
                 self.chooser.rounds_without_draft = 0
         else:
-            n_acc, nxt = 0, sample(ps[0], self.rng)
             self.chooser.rounds_without_draft += 1
         tgt.n_tokens = n0 + 1 + n_acc  # roll back past the first rejection
         return drafts[:n_acc] + [nxt]
@@ -288,7 +296,8 @@ class Generator:
             # target's distribution), so the draft model is not loaded for it
             drafts = self.ngram.draft(ctx, k) if self.lookup else [ctx[-1]] * k
             st.lookup_s += time.perf_counter() - t0
-            return drafts, [np.eye(1, self.n_vocab, t).ravel() for t in drafts]
+            # one-hot proposals; greedy verification reads only the logits
+            return drafts, [] if self.argmax_only else [np.eye(1, self.n_vocab, t).ravel() for t in drafts]
         drafts, qs = self.drafter.draft(ctx, k, self.params, self.rng)
         dt = time.perf_counter() - t0
         st.draft_s += dt

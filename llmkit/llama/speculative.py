@@ -34,6 +34,20 @@ def verify(draft: list[int], q: list[np.ndarray], p: list[np.ndarray], rng: np.r
     return len(draft), sample(p[len(draft)], rng)
 
 
+def verify_greedy(draft: list[int], logits: np.ndarray) -> tuple[int, int]:
+    """`verify` for greedy decoding from the target's logits (one row per draft, plus one): accept while
+    a draft is the argmax; the same answer as `verify` on one-hot p and q, without building them.
+
+    >>> verify_greedy([2, 0], np.array([[0.0, 1.0, 5.0], [0.0, 3.0, 1.0], [1.0, 0.0, 0.0]]))
+    (1, 1)
+    """
+    best = np.argmax(logits[:len(draft) + 1], axis=1)
+    for i, x in enumerate(draft):
+        if best[i] != x:
+            return i, int(best[i])
+    return len(draft), int(best[len(draft)])
+
+
 def verify_sample_and_match(draft: list[int], p: list[np.ndarray], rng: np.random.Generator) -> tuple[int, int]:
     """The weaker rule (llama-cpp-python's draft hook): sample from p, accept while it equals the draft."""
     for i, x in enumerate(draft):
@@ -81,19 +95,27 @@ class NgramIndex:
         self.starts = {n: {} for n in self.starts}
         self.n_seen = 0
 
-    def _extend(self, tokens: list[int]) -> None:
-        """Index the tokens after those seen; `tokens` must start with them (else call reset first)."""
+    def extend(self, tokens: list[int]) -> None:
+        """Index the tokens after those seen; `tokens` must start with them (else call reset first).
+
+        >>> ix = NgramIndex(2)
+        >>> ix.extend([5, 6, 5, 6, 7])
+        >>> ix.starts[2]
+        {(5, 6): 2, (6, 5): 1}
+        """
         if self.n_seen > len(tokens):
             self.reset()
-        for i in range(max(self.n_seen, 1), len(tokens)):  # token i follows the n-grams that end at i - 1
-            for n, table in self.starts.items():
-                if i >= n:
-                    table[tuple(tokens[i - n:i])] = i - n
-        self.n_seen = len(tokens)
+        first, end = max(self.n_seen, 1), len(tokens)  # token i follows the n-grams that end at i - 1
+        for n, table in self.starts.items():
+            lo = max(first, n) - n  # the new n-grams start at lo .. end - n - 1
+            if lo < end - n:
+                # zip builds the n-gram tuples in C (a whole prompt at once); later starts overwrite earlier ones
+                table.update(zip(zip(*(tokens[lo + j:end - n + j] for j in range(n))), range(lo, end - n)))
+        self.n_seen = end
 
     def draft(self, tokens: list[int], k: int) -> list[int]:
         """Up to k tokens that followed the latest earlier occurrence of the context's last n-gram."""
-        self._extend(tokens)
+        self.extend(tokens)
         n_tok = len(tokens)
         for n in range(min(self.ngram_max, n_tok - 1), self.ngram_min - 1, -1):
             start = self.starts[n].get(tuple(tokens[n_tok - n:]))
