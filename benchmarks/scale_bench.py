@@ -17,7 +17,7 @@ query  a fresh `llmkit rag query` process (BM25, hybrid, hybrid with a --filter)
        growing size: median wall and peak RSS, the index's size on disk, and the bytes a fresh open
        and one BM25 query read through read() (memory-mapped data is not read so); the smallest
        index is the anchor, so the ratio is the growth. The indexes are built (not timed) from
-       kernel-doc paragraphs, each copy numbered, with a tiny 32-d embedder so building 10⁶ chunks
+       kernel-doc paragraphs, each copy numbered (JSONL files of 10,000 records), with a tiny 32-d embedder so building 10⁶ chunks
        stays affordable; queries load the same embedder.
 build  `llmkit rag index` of a tree of text files (kernel-doc paragraphs, numbered copies, 10 per
        file, 1000 files per directory) with the same tiny embedder, at growing sizes: a first run
@@ -392,6 +392,9 @@ def _disk_mb(path: str) -> float:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs) / 2**20
 
 
+SHARD = 10_000  # records per JSONL file of the query rows' collections
+
+
 def query_rows(cfg, sizes: list[int]) -> list[Row]:
     """Fresh-process `rag query` at growing index sizes (module doc)."""
     from harness import rss
@@ -405,13 +408,15 @@ def query_rows(cfg, sizes: list[int]) -> list[Row]:
     langs = ("c", "py", "md", "rs")
     out, first = [], {}
     for n in sizes:
-        docs, idx = os.path.join(work, f"docs-{n}.jsonl"), os.path.join(work, f"idx-{n}")
+        docs, idx = os.path.join(work, f"docs-{n}"), os.path.join(work, f"idx-{n}")
         done = os.path.join(work, f"built-{n}.json")  # an index an earlier run built in this --work directory
         if not os.path.exists(done):
-            with open(docs, "w") as f:
-                for i in range(n):
-                    text = f"{paras[i % len(paras)]} (copy {i // len(paras)})"
-                    f.write(json.dumps({"id": i, "text": text, "lang": langs[i % 4]}) + "\n")
+            os.makedirs(docs, exist_ok=True)
+            for start in range(0, n, SHARD):  # JSONL shards of 10,000 records, each under the per-file cap
+                with open(os.path.join(docs, f"part-{start // SHARD:05d}.jsonl"), "w") as f:
+                    for i in range(start, min(start + SHARD, n)):
+                        text = f"{paras[i % len(paras)]} (copy {i // len(paras)})"
+                        f.write(json.dumps({"id": i, "text": text, "lang": langs[i % 4]}) + "\n")
             built = subprocess.run([PY, "-m", "llmkit", "-q", "rag", "index", idx, docs, "--model", model, "--dedupe",
                                     "off", "--no-tune", "--json"], check=True, capture_output=True, text=True, env=env)
             with open(done, "w") as f:
