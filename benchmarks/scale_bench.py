@@ -17,8 +17,8 @@ query  a fresh `llmkit rag query` process (BM25, hybrid, hybrid with a --filter)
        growing size: median wall and peak RSS, the index's size on disk, and the bytes a fresh open
        and one BM25 query read through read() (memory-mapped data is not read so); the smallest
        index is the anchor, so the ratio is the growth. The indexes are built (not timed) from
-       kernel-doc paragraphs, each copy numbered (JSONL files of 10,000 records), with a tiny 32-d embedder so building 10⁶ chunks
-       stays affordable; queries load the same embedder.
+       kernel-doc paragraphs, each copy numbered (JSONL files of 10,000 records), with a tiny 32-d
+       embedder so building 10⁶ chunks stays affordable; queries load the same embedder.
 build  `llmkit rag index` of a tree of text files (kernel-doc paragraphs, numbered copies, 10 per
        file, 1000 files per directory) with the same tiny embedder, at growing sizes: a first run
        (wall, peak RSS, chunks/s against the smallest tree's), a re-run with nothing changed, a
