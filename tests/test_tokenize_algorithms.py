@@ -199,3 +199,13 @@ def test_wordpiece_and_unigram_train_as_before(algo, size, path, kernel_small, m
     tok = train(iter_lines([str(kernel_small)]), algo, size)
     model = json.dumps(tok.to_hf()["model"], ensure_ascii=False, sort_keys=True)
     assert hashlib.sha256(model.encode()).hexdigest()[:16] == SAME_AS_BEFORE[(algo, size)]
+
+
+@pytest.mark.parametrize("path", ["python", "compiled"])
+def test_wordpiece_limit_alphabet_known_answer(path, monkeypatch):
+    """'é' (2) is left out of the words: 'x' and 'y' (5 each) become neighbours in the first word, and the 'x' after it
+    stays a continuation piece, as in HF's trainer."""
+    monkeypatch.setenv("LLMKIT_JIT" if path == "compiled" else "LLMKIT_NO_JIT", "1")
+    r = train_wordpiece({"éxéy": 1, "xy": 4}, 10, limit_alphabet=2)
+    assert r.vocab == ["x", "##x", "##y", "##xy", "xy"]
+    assert train_wordpiece({"éxéy": 1, "xy": 4}, 10).vocab[:4] == ["x", "é", "##x", "##y"]

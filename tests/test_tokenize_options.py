@@ -75,3 +75,73 @@ def test_the_corpus_is_read_in_blocks(kernel_small, tmp_path, monkeypatch):
     r = run_cli(["tokenize", "train", "--algo", "bpe", "--vocab-size", "300", "-o", str(out), str(bad)])
     assert r.exit_code == 1 and f"not valid UTF-8 (byte {len(data) + 2})" in r.stderr, r.stderr
     assert not out.exists()
+
+
+def _rare_characters_corpus(path):
+    """Common English words plus 40 rare characters, character i in i + 1 lines (so every character
+    count differs), the six rarest also before a 'j' found nowhere else."""
+    import random
+
+    rng = random.Random(7)
+    common = "the kernel maps memory pages into each process and frees them later".split()
+    rare = [chr(c) for c in range(0x3B1, 0x3B1 + 20)] + [chr(c) for c in range(0x430, 0x430 + 20)]
+    lines = [" ".join(rng.choice(common) for _ in range(8)) for _ in range(300)]
+    for i, ch in enumerate(rare):
+        lines += [f"{ch}ab x{ch}y" if j % 2 else f"q{ch}{ch} {ch}zz" for j in range(i + 1)]
+    # 'j' only after characters --limit-alphabet 56 leaves out: then it is a continuation ('##j') only
+    lines += [f"{ch}j" for ch in rare[:6] for _ in range(4)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("path", ["python", "compiled"])
+def test_limit_alphabet_keeps_hf_wordpiece_trainers_alphabet(path, tmp_path, monkeypatch):
+    """--limit-alphabet keeps the characters HF's WordPieceTrainer(limit_alphabet=K) keeps, with the
+    same continuation pieces (a character after a left-out first character is still '##'), and the
+    vocabulary has the size asked (HF's trainer ranks merges differently, so only the alphabet is
+    compared)."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    monkeypatch.setenv("LLMKIT_JIT" if path == "compiled" else "LLMKIT_NO_JIT", "1")
+    corpus = _rare_characters_corpus(tmp_path / "corpus.txt")
+    k, size = 56, 200
+    counts = sorted(Counter(corpus.read_text(encoding="utf-8").replace(" ", "").replace("\n", "")).values(),
+                    reverse=True)
+    assert len(counts) == k + 7 and counts[k - 1] != counts[k]  # no tie at the cut: HF's cut is then certain
+    out = tmp_path / "wp.json"
+    r = run_cli(["tokenize", "train", "--algo", "wordpiece", "--vocab-size", str(size), "--limit-alphabet", str(k),
+                 "-o", str(out), str(corpus)])
+    assert r.exit_code == 0, r.stderr
+    ours = json.loads(out.read_text(encoding="utf-8"))["model"]["vocab"]
+
+    ref = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    ref.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    ref.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    ref.train([str(corpus)], trainers.WordPieceTrainer(vocab_size=size, show_progress=False, special_tokens=["[UNK]"],
+                                                       limit_alphabet=k))
+    theirs = ref.get_vocab()
+
+    def single(vocab):
+        return {t for t in vocab if len(t.removeprefix("##")) == 1}
+
+    assert len(ours) == size
+    assert {t.removeprefix("##") for t in single(ours)} == {t.removeprefix("##") for t in single(theirs)}
+    assert len({t.removeprefix("##") for t in single(ours)}) == k
+    # HF adds every kept character bare; llmkit only those that begin a word
+    assert {t for t in single(ours) if t.startswith("##")} == {t for t in single(theirs) if t.startswith("##")}
+    assert "##j" in ours and "j" not in ours and single(ours) <= single(theirs)
+
+
+def test_limit_alphabet_is_named_when_the_alphabet_does_not_fit_and_refused_outside_wordpiece(tmp_path):
+    corpus = _rare_characters_corpus(tmp_path / "corpus.txt")
+    out = tmp_path / "wp.json"
+    r = run_cli(["tokenize", "train", "--algo", "wordpiece", "--vocab-size", "30", "-o", str(out), str(corpus)])
+    assert r.exit_code == 1 and "Use --vocab-size" in r.stderr
+    assert "or --limit-alphabet N to keep the N most frequent characters." in r.stderr, r.stderr
+    for algo in ("bpe", "unigram"):
+        r = run_cli(["tokenize", "train", "--algo", algo, "--vocab-size", "300", "--limit-alphabet", "10", "-o",
+                     str(out), str(corpus)])
+        assert r.exit_code == 2 and "--limit-alphabet" in r.stderr and "WordPiece only" in r.stderr, r.stderr
+    assert not out.exists()

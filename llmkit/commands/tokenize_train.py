@@ -30,6 +30,9 @@ def _size(ctx, param, value):
               help="Stop merging below this pair count (Unigram: drop rarer words).")
 @click.option("--special", "specials", multiple=True, help="Special token (repeatable). Default: none for BPE, [UNK] for WordPiece, <unk> for Unigram.")
 @click.option("--lowercase", is_flag=True, help="Lower-case text first (WordPiece, Unigram).")
+@click.option("--limit-alphabet", type=click.IntRange(min=1), metavar="N",
+              help="WordPiece: keep only the N most frequent characters (BERT uses 1000); the others are left "
+                   "out of the words, as HF's limit_alphabet does. For corpora with many rare characters (code).")
 @click.option("--max-memory", callback=_size, metavar="SIZE",
               help="Bound on training memory, e.g. 2G (default: 3/4 of this machine's). When the distinct words "
                    "outgrow it, the rarest are dropped (lossy counting): every count stays exact or at most E low "
@@ -37,7 +40,8 @@ def _size(ctx, param, value):
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write tokenizer.json here (default: stdout).")
 @click.option("--trace", is_flag=True, help="Print every training step (merges/scores/pruning).")
 @click.option("--jsonl", is_flag=True, help="With --trace: one JSON object per step.")
-def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, max_memory, output, trace, jsonl):
+def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, limit_alphabet, max_memory, output, trace,
+              jsonl):
     """Train a tokenizer on text FILES, directories or '-' (stdin).
 
     Memory follows the corpus's distinct words, not its size: a corpus of any size trains within
@@ -47,11 +51,15 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, max_
     \b
     llmkit tokenize train --algo bpe --vocab-size 8000 -o tok.json corpus/
     llmkit tokenize train --algo bpe --vocab-size 32000 --max-memory 2G -o tok.json big-corpus/
+    llmkit tokenize train --algo wordpiece --vocab-size 8000 --limit-alphabet 1000 -o tok.json src/
     cat notes.txt | llmkit tokenize train --algo unigram --vocab-size 500 --trace > tok.json
     """
     from llmkit.io import expand_inputs, iter_lines
     from llmkit.tokenize.training.train import input_bytes, train
 
+    if limit_alphabet is not None and algo != "wordpiece":
+        raise click.BadParameter(f"applies to WordPiece only ({algo} keeps its whole alphabet). Drop it or pass "
+                                 "--algo wordpiece.", param_hint="--limit-alphabet")
     out = Output(jsonl=jsonl)
     paths = expand_inputs(resolve_inputs(inputs, "corpus"))
     if not paths:
@@ -68,7 +76,7 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, max_
         tok = train(iter_lines(paths), algo, vocab_size, min_frequency=min_frequency,
                     special_tokens=list(specials) if specials else None, lowercase=lowercase,
                     progress=bar, trace=trace_fn, work_bytes=input_bytes(paths), max_memory=max_memory,
-                    pruned=pruned)
+                    pruned=pruned, limit_alphabet=limit_alphabet)
     if output:
         tok.save(output)
         out.info(f"{algo}: {tok.vocab_size} tokens -> {output}")

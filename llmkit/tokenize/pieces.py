@@ -13,11 +13,13 @@ Progress = Callable[[int, int, str], None]  # (done, total, note)
 Trace = Callable[[dict], None]  # one training step, as JSON-ready data
 
 
-def check_vocab_size(vocab_size: int, needed: int) -> None:
-    """Refuse a vocabulary too small for the alphabet and the special tokens."""
+def check_vocab_size(vocab_size: int, needed: int, alphabet: bool = False) -> None:
+    """Refuse a vocabulary too small for the alphabet and the special tokens; `alphabet`: the
+    trainer can keep fewer characters (`limit_alphabet`), so the fix names that too."""
     if vocab_size < needed:
+        fix = " or {limit_alphabet} N to keep the N most frequent characters" if alphabet else ""
         raise OptionError("vocab size {size} is smaller than the alphabet plus special tokens ({needed}). "
-                          "Use {vocab_size} {needed} or more.", size=vocab_size, needed=needed)
+                          "Use {vocab_size} {needed} or more" + fix + ".", size=vocab_size, needed=needed)
 
 
 class Vocab:

@@ -96,14 +96,17 @@ def train(
     work_bytes: int = 0,
     max_memory: int | None = None,
     pruned: Callable[[Pruning], None] | None = None,
+    limit_alphabet: int | None = None,
 ) -> Tokenizer:
     """Train a tokenizer of `algorithm` on text lines (`work_bytes`: their size, when known), the
     distinct words held within `max_memory` bytes (None: a share of the machine's memory; see
-    `wordbound`); `pruned` is told what the bound dropped, if anything, once the words are counted."""
+    `wordbound`); `pruned` is told what the bound dropped, if anything, once the words are counted.
+    `limit_alphabet` (WordPiece): keep only that many of the most frequent characters."""
     if algorithm not in ALGORITHMS:
         raise BadInput(f"unknown algorithm '{algorithm}'. Choose one of: {', '.join(ALGORITHMS)}.")
     if vocab_size < 1:
         raise OptionError("vocab size must be positive, got {value}. Pass {vocab_size} N with N > 0.", value=vocab_size)
+    check_limit_alphabet(algorithm, limit_alphabet)
     specials = list(DEFAULT_SPECIALS[algorithm] if special_tokens is None else special_tokens)
     seen_text = False
 
@@ -117,7 +120,7 @@ def train(
     bound = Bound(algorithm, max_memory)
     if algorithm != "unigram" and trace is None and not lowercase and _compiled_counting_serves(specials):
         done = _train_compiled(algorithm, watched(lines), vocab_size, min_frequency, specials, progress, work_bytes,
-                               bound, lambda: seen_text, pruned)
+                               bound, lambda: seen_text, pruned, limit_alphabet)
         if done is not None:
             return done
     counts = count_words(watched(lines), algorithm, specials, lowercase, work_bytes, bound)
@@ -126,11 +129,25 @@ def train(
     if pruned is not None:
         pruned(bound.report)
     return _train_counted(counts, algorithm, vocab_size, min_frequency, specials, lowercase, progress, trace,
-                          work_bytes)
+                          work_bytes, limit_alphabet)
+
+
+def check_limit_alphabet(algorithm: str, limit_alphabet: int | None) -> None:
+    """Refuse `limit_alphabet` where it means nothing: byte-level BPE keeps its 256 byte symbols and
+    Unigram keeps every character (HF's UnigramTrainer has no such option)."""
+    if limit_alphabet is None:
+        return
+    if algorithm != "wordpiece":
+        raise OptionError("{limit_alphabet} applies to WordPiece only ({algo} keeps its whole alphabet). "
+                          "Drop {limit_alphabet} or train WordPiece.", algo=algorithm)
+    if limit_alphabet < 1:
+        raise OptionError("limit alphabet must be positive, got {value}. Pass {limit_alphabet} N with N > 0.",
+                          value=limit_alphabet)
 
 
 def _train_counted(counts, algorithm: str, vocab_size: int, min_frequency: int, specials: list[str], lowercase: bool,
-                   progress: Progress | None, trace: Trace | None, work_bytes: int) -> Tokenizer:
+                   progress: Progress | None, trace: Trace | None, work_bytes: int,
+                   limit_alphabet: int | None = None) -> Tokenizer:
     """The tokenizer `algorithm` learns from counted words (the Python trainers)."""
     if algorithm == "bpe":
         # all 256 byte symbols are in the vocabulary, so any text encodes (HF: ByteLevel.alphabet())
@@ -142,7 +159,7 @@ def _train_counted(counts, algorithm: str, vocab_size: int, min_frequency: int, 
     elif algorithm == "wordpiece":
         unk, specials = _wordpiece_unk(specials)
         r = train_wordpiece(counts, vocab_size, min_frequency=min_frequency, special_tokens=specials,
-                            progress=progress, trace=trace, work_bytes=work_bytes)
+                            progress=progress, trace=trace, work_bytes=work_bytes, limit_alphabet=limit_alphabet)
         vocab = {t: i for i, t in enumerate(r.vocab)}
         model = WordPiece(vocab, unk_token=unk, lowercase=lowercase)
         added = [AddedToken(s, vocab[s]) for s in r.special_tokens]
@@ -165,7 +182,7 @@ def _wordpiece_unk(specials: list[str]) -> tuple[str, list[str]]:
 
 
 def _train_compiled(algorithm, lines, vocab_size, min_frequency, specials, progress, work_bytes, bound, seen_text,
-                    pruned) -> Tokenizer | None:
+                    pruned, limit_alphabet=None) -> Tokenizer | None:
     """BPE or WordPiece from the compiled counter's table straight into the compiled merge loop (no
     Python object per distinct word), or None when the kernels are not available."""
     from llmkit.tokenize.bpe import bpe_train_native
@@ -181,9 +198,9 @@ def _train_compiled(algorithm, lines, vocab_size, min_frequency, specials, progr
         pruned(bound.report)
     if algorithm == "wordpiece":
         unk, specials = _wordpiece_unk(specials)
-        vocab, words = wordpiece_native.words_from_table(table, list(dict.fromkeys(specials)), "##")
+        vocab, words = wordpiece_native.words_from_table(table, list(dict.fromkeys(specials)), "##", limit_alphabet)
         del table
-        check_vocab_size(vocab_size, len(vocab))
+        check_vocab_size(vocab_size, len(vocab), alphabet=True)
         tokens = wordpiece_native.train_words(vocab, words, vocab_size, "##", min_frequency, progress, work_bytes)
         ids = {t: i for i, t in enumerate(tokens)}
         return Tokenizer(WordPiece(ids, unk_token=unk), [AddedToken(s, ids[s]) for s in dict.fromkeys(specials)])

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from llmkit.errors import BadInput
+from llmkit.errors import BadInput, OptionError
 from llmkit.tokenize import pretok
 from llmkit.tokenize.pieces import PairMerges, Progress, Trace, Vocab, WordEncoder, check_vocab_size, merge_pair
 
@@ -34,9 +34,12 @@ def train_wordpiece(
     trace: Trace | None = None,
     trace_top: int = 5,
     work_bytes: int = 0,
+    limit_alphabet: int | None = None,
 ) -> WordPieceTrainResult:
     """Learn a WordPiece vocabulary from {word: count}; the compiled loop (`wordpiece_native`) runs
     it when the kernels are available and no trace is asked for (`work_bytes`: see native.kernels).
+    With `limit_alphabet` only the most frequent characters are kept (`kept_alphabet`) and the
+    others are left out of the words, as HF's trainer does.
 
     Ties in score go to the pair seen first in the corpus (word order, then position in the word),
     the rule of the HF course's reference implementation; the result is deterministic.
@@ -45,18 +48,34 @@ def train_wordpiece(
     ['b', 'h', 'p', '##g', '##n', '##s', '##u', '##gs', 'hu', 'hugs']
     """
     specials = list(dict.fromkeys(special_tokens))
+    kept = None
+    if limit_alphabet is not None:
+        chars: dict[str, int] = defaultdict(int)
+        for w, c in word_counts.items():
+            for ch in w:
+                chars[ch] += c
+        kept = kept_alphabet(chars, limit_alphabet)
     firsts, rests = set(), set()
     for w in word_counts:
         if w:
             firsts.add(w[0])
             rests.update(w[1:])
+    if kept is not None:
+        firsts &= kept
+        rests &= kept
     vocab = Vocab(specials + sorted(firsts, key=ord) + [prefix + c for c in sorted(rests, key=ord)])
-    check_vocab_size(vocab_size, len(vocab))
+    check_vocab_size(vocab_size, len(vocab), alphabet=True)
     words: list[list[int]] = []
     counts: list[int] = []
     for w, c in word_counts.items():
-        if w:
-            words.append([vocab.ids[w[0]]] + [vocab.ids[prefix + ch] for ch in w[1:]])
+        if kept is not None:
+            # a left-out character is skipped and its neighbours become a pair; the prefix still
+            # follows the position in the whole word (HF's BpeTrainer::tokenize_words)
+            ids = [vocab.ids[ch if i == 0 else prefix + ch] for i, ch in enumerate(w) if ch in kept]
+        else:
+            ids = [vocab.ids[w[0]]] + [vocab.ids[prefix + ch] for ch in w[1:]] if w else []
+        if ids:
+            words.append(ids)
             counts.append(c)
     if trace is None:
         from llmkit.tokenize.wordpiece import wordpiece_native
@@ -66,6 +85,20 @@ def train_wordpiece(
             return WordPieceTrainResult(vocab=tokens, special_tokens=specials)
     WordPieceMerges(vocab, words, counts, prefix, min_frequency, trace_top).run(vocab_size, progress, trace)
     return WordPieceTrainResult(vocab=vocab.tokens, special_tokens=specials)
+
+
+def kept_alphabet(char_counts: dict[str, int], limit: int) -> set[str]:
+    """The `limit` characters with the highest counts (each occurrence weighted by its word's count),
+    as HF's `limit_alphabet` keeps them; ties at the cut go to the lower code point (HF's unstable
+    sort leaves them to chance).
+
+    >>> sorted(kept_alphabet({"a": 5, "b": 1, "c": 3, "d": 1}, 3))
+    ['a', 'b', 'c']
+    """
+    if limit < 1:
+        raise OptionError("limit alphabet must be positive, got {value}. Pass {limit_alphabet} N with N > 0.",
+                          value=limit)
+    return set(sorted(char_counts, key=lambda ch: (-char_counts[ch], ord(ch)))[:limit])
 
 
 class WordPieceMerges(PairMerges):

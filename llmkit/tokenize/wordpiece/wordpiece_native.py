@@ -102,9 +102,10 @@ def train(vocab: Vocab, words: list[list[int]], counts: list[int], vocab_size: i
     return train_words(vocab, words_from_lists(words, counts), vocab_size, prefix, min_frequency, progress, work_bytes)
 
 
-def words_from_table(table, specials: list[str], prefix: str) -> tuple[Vocab, Words]:
+def words_from_table(table, specials: list[str], prefix: str, limit_alphabet: int | None = None) -> tuple[Vocab, Words]:
     """The initial vocabulary (specials, first characters, prefixed other characters, each sorted by
-    code point) and the words as its ids, straight from the compiled counter's table (UTF-8 words)."""
+    code point) and the words as its ids, straight from the compiled counter's table (UTF-8 words);
+    with `limit_alphabet`, only the characters `wordpiece.kept_alphabet` keeps (see `_drop_rare_chars`)."""
     import numpy as np
 
     n = table.st[0]
@@ -119,6 +120,9 @@ def words_from_table(table, specials: list[str], prefix: str) -> tuple[Vocab, Wo
     del raw
     first = np.zeros(len(cps), dtype=bool)
     first[coff[:-1]] = True
+    cnt = np.frombuffer(table.wcount, dtype=np.int64)[:n]
+    if limit_alphabet is not None:
+        cps, first, coff, cnt = _drop_rare_chars(cps, first, coff, cnt, limit_alphabet)
     firsts, rests = np.unique(cps[first]), np.unique(cps[~first])
     vocab = Vocab(specials + [chr(c) for c in firsts.tolist()] + [prefix + chr(c) for c in rests.tolist()])
     lut_first = np.array([vocab.ids[chr(c)] for c in firsts.tolist()], dtype=np.int32)
@@ -128,8 +132,47 @@ def words_from_table(table, specials: list[str], prefix: str) -> tuple[Vocab, Wo
     sym[first] = lut_first[np.searchsorted(firsts, cps[first])]
     sym[~first] = lut_rest[np.searchsorted(rests, cps[~first])]
     out.woff.frombytes(coff.astype(np.int64).tobytes())
-    out.cnt.frombytes(np.frombuffer(table.wcount, dtype=np.int64)[:n].tobytes())
+    out.cnt.frombytes(cnt.tobytes())
     return vocab, out
+
+
+CHARS_PER_CHUNK = 1 << 22  # characters weighted at a time when counting the alphabet
+
+
+def _drop_rare_chars(cps, first, coff, cnt, limit: int):
+    """The words (code points `cps`, `first`-character flags, offsets `coff`, counts `cnt`) without
+    the characters `kept_alphabet` leaves out, and without the words left empty: a first flag stays
+    with its character, so a word whose first character went keeps only prefixed pieces (as HF).
+
+    >>> import numpy as np
+    >>> cps = np.array([ord(c) for c in "abéb"], dtype=np.uint32)
+    >>> r = _drop_rare_chars(cps, np.array([1, 0, 1, 0], bool), np.array([0, 2, 4]), np.array([3, 1]), 2)
+    >>> "".join(map(chr, r[0])), r[1].tolist(), r[2].tolist(), r[3].tolist()
+    ('abb', [True, False, False], [0, 2, 3], [3, 1])
+    """
+    import numpy as np
+
+    from llmkit.tokenize.wordpiece.wordpiece import kept_alphabet
+
+    lens = np.diff(coff)
+    total = np.zeros(0x110000, dtype=np.int64)
+    a = 0
+    while a < len(cnt):  # in chunks of words, so the per-character weights stay small
+        b = min(len(cnt), int(np.searchsorted(coff, coff[a] + CHARS_PER_CHUNK, side="right")))
+        b = max(b, a + 1)
+        weights = np.repeat(cnt[a:b], lens[a:b]).astype(np.float64)
+        total += np.bincount(cps[coff[a]:coff[b]], weights=weights, minlength=0x110000).astype(np.int64)
+        a = b
+    seen = np.flatnonzero(total)
+    kept = kept_alphabet({chr(c): int(total[c]) for c in seen.tolist()}, limit)
+    keep_cp = np.zeros(0x110000, dtype=bool)
+    keep_cp[[ord(ch) for ch in kept]] = True
+    keep = keep_cp[cps]
+    kept_before = np.concatenate([[0], np.cumsum(keep)])
+    new_lens = np.diff(kept_before[coff])
+    full = new_lens > 0
+    new_coff = np.concatenate([[0], np.cumsum(new_lens[full])])
+    return cps[keep], first[keep], new_coff, cnt[full]
 
 
 def train_words(vocab: Vocab, words: Words, vocab_size: int, prefix: str, min_frequency: int,
