@@ -18,7 +18,9 @@
 - Training at scale (`tok-train-*-prose-*`, `-code-*`): 10 MB, 300 MB and 1 GB of prose (the Debian
   text) and of code (this Python's site-packages .py files), shorter sources continued with varied
   repetitions (a quarter of the words rotated, so rare words keep appearing); time and peak RSS
-  against HF, BPE merges compared.
+  against HF, BPE merges compared. WordPiece trains with limit_alphabet=1000 on both sides (BERT's
+  setting; `--limit-alphabet 1000`): code has more distinct characters than 8k tokens leave room for,
+  where llmkit refuses and HF's default returns every character and its ## form with one merge.
 - GGUF vocabulary read: `llmkit gguf inspect --json --full` vs the `gguf` package's GGUFReader on
   a 151,936-token vocabulary (Qwen2.5's size; models/qwen2.5-coder-1.5b... if present, else a tiny
   random-weight model with that many tokens built here).
@@ -46,7 +48,7 @@ QWEN = os.path.join(ROOT, "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
 
 
 # -- children ---------------------------------------------------------------------------------------
-def hf_train(algo: str, vocab: int, corpus: str, out: str) -> None:
+def hf_train(algo: str, vocab: int, corpus: str, out: str, limit_alphabet: int | None = None) -> None:
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     if algo == "bpe":
@@ -58,7 +60,8 @@ def hf_train(algo: str, vocab: int, corpus: str, out: str) -> None:
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tr = trainers.WordPieceTrainer(vocab_size=vocab, show_progress=False, special_tokens=["[UNK]"])
+        tr = trainers.WordPieceTrainer(vocab_size=vocab, show_progress=False, special_tokens=["[UNK]"],
+                                       limit_alphabet=limit_alphabet)
     else:
         tok = Tokenizer(models.Unigram())
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -134,7 +137,7 @@ def read_lines(data: bytes) -> list[str]:
 def child(argv: list[str]) -> None:
     what = argv[0]
     if what == "train-hf":
-        hf_train(argv[1], int(argv[2]), argv[3], argv[4])
+        hf_train(argv[1], int(argv[2]), argv[3], argv[4], int(argv[5]) if len(argv) > 5 else None)
     elif what == "encode":  # whole process: stdin lines -> ids lines on stdout, like `llmkit tokenize encode`
         enc = encoder(argv[1], argv[2])
         ids = enc(read_lines(sys.stdin.buffer.read()))
@@ -269,15 +272,17 @@ def model_json(path: str) -> dict:
     return {"merges": merges, "vocab": vocab if isinstance(vocab, dict) else None, "tokens": toks}
 
 
-def train_rows(cfg, corpus: str, jobs: list[str], tag: str = "") -> list[Row]:
+def train_rows(cfg, corpus: str, jobs: list[str], tag: str = "", limit_alphabet: int | None = None) -> list[Row]:
+    """Training rows for `jobs` on `corpus`; `limit_alphabet` goes to both sides' WordPiece."""
     rows = []
     d = cfg.tmp("tokenize")
     for job in jobs:
         algo, vocab = JOBS[job]
         hf_out, lk_out = os.path.join(d, f"hf-{job}{tag}.json"), os.path.join(d, f"llmkit-{job}{tag}.json")
-        hf = Cmd("HF tokenizers", [PY, ME, "train-hf", algo, vocab, corpus, hf_out])
-        lk = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "tokenize", "train", "--algo", algo, "--vocab-size", vocab, "-o",
-                            lk_out, corpus])
+        limit = limit_alphabet if algo == "wordpiece" else None
+        hf = Cmd("HF tokenizers", [PY, ME, "train-hf", algo, vocab, corpus, hf_out] + ([limit] if limit else []))
+        lk = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "tokenize", "train", "--algo", algo, "--vocab-size", vocab,
+                            *(["--limit-alphabet", limit] if limit else []), "-o", lk_out, corpus])
         runs = compare([hf, lk], cfg, warmup=False)
         a, b = model_json(hf_out), model_json(lk_out)
         if algo == "bpe":
@@ -288,8 +293,9 @@ def train_rows(cfg, corpus: str, jobs: list[str], tag: str = "") -> list[Row]:
         wa, wb = walls(runs[hf.label]), walls(runs[lk.label])
         ca, cb = cpu(runs[hf.label]), cpu(runs[lk.label])
         mb = os.path.getsize(corpus) / 1e6
-        rows.append(Row(f"tok-train-{job}{tag}", f"{algo} train {vocab // 1000}k on {mb:.1f} MB, whole process: wall "
-                        "time; CPU seconds; peak RSS", f"{wa.fmt()}; {ca.fmt('CPU-s')}; {rss(runs[hf.label]):.0f} MB",
+        setting = f" (limit_alphabet {limit})" if limit else ""
+        rows.append(Row(f"tok-train-{job}{tag}", f"{algo} train {vocab // 1000}k{setting} on {mb:.1f} MB, whole process: "
+                        "wall time; CPU seconds; peak RSS", f"{wa.fmt()}; {ca.fmt('CPU-s')}; {rss(runs[hf.label]):.0f} MB",
                         f"{wb.fmt()}; {cb.fmt('CPU-s')}; {rss(runs[lk.label]):.0f} MB",
                         f"time {ratio(wb.median, wa.median)}, CPU {ratio(cb.median, ca.median)}, "
                         f"RSS {ratio(rss(runs[lk.label]), rss(runs[hf.label]))}", check, cmds_of(hf, lk)))
@@ -540,14 +546,15 @@ def scale_corpus(cfg, kind: str, mb: float) -> tuple[str, str]:
 
 def scale_rows(cfg) -> tuple[list[Row], list[str]]:
     """Training time and peak RSS against HF at 10 MB, 300 MB and 1 GB of prose and of code: BPE and
-    WordPiece at every size, Unigram up to 50 MB (its EM over every seed piece takes minutes per 20 MB)."""
+    WordPiece (limit_alphabet 1000 on both sides) at every size, Unigram up to 50 MB (its EM over every
+    seed piece takes minutes per 20 MB)."""
     rows, notes = [], []
     for mb in cfg.pick([10, 300, 1000], [10, 300], [0.3]):
         for kind in ("prose", "code"):
             corpus, desc = scale_corpus(cfg, kind, mb)
             notes.append(f"-{kind}-{mb:g}mb rows: {desc}")
             jobs = ["bpe8k", "wp8k"] + (["uni8k"] if mb <= 50 else [])
-            rows += train_rows(cfg, corpus, jobs, tag=f"-{kind}-{mb:g}mb")
+            rows += train_rows(cfg, corpus, jobs, tag=f"-{kind}-{mb:g}mb", limit_alphabet=1000)
             os.remove(corpus)
     return rows, notes
 
