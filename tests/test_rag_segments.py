@@ -45,8 +45,8 @@ def _tree(d, n=12):
         _write(d, f"f{i:02d}.txt", range(10 * i, 10 * i + 4))
 
 
-def _index(idx, d, st32):
-    r = run_cli(["rag", "index", str(idx), str(d), "--model", st32, "--size", "200", "--no-tune", "--json"])
+def _index(idx, d, st32, *extra):
+    r = run_cli(["rag", "index", str(idx), str(d), "--model", st32, "--size", "200", "--no-tune", "--json", *extra])
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -82,13 +82,13 @@ def _hybrid(idx, queries):
     return hits
 
 
-def _same_as_clean(idx, d, st32, tmp_path, ordered=False):
+def _same_as_clean(idx, d, st32, tmp_path, ordered=False, extra=()):
     """BM25 scores of every chunk and the top lists equal a full build's of the same files. Rows are
     numbered in the order chunks were added, so where an edit moved a file's chunks after others
     only tied scores may order otherwise; with `ordered` (the rows in the full build's order) the
     BM25 and hybrid result lists are the same lists."""
     clean = tmp_path / f"clean-{len(list(tmp_path.iterdir()))}"
-    _index(clean, d, st32)
+    _index(clean, d, st32, *extra)
     for q, (top, every), (ctop, cevery) in zip(QUERIES, _bm25(idx), _bm25(clean)):
         assert every.keys() == cevery.keys()
         np.testing.assert_allclose([every[t] for t in cevery], list(cevery.values()), rtol=0, atol=1e-9)
@@ -188,3 +188,67 @@ def test_past_the_threshold_a_run_compacts(tmp_path, st32, monkeypatch):
     assert r["segments"]["delta_rows"] >= 1 and os.path.samefile(_gen(idx) / "base" / "bm25" / "docs.npy",
                                                                  g / "bm25" / "docs.npy")
     _same_as_clean(idx, d, st32, tmp_path)
+
+
+def _rows_like(idx):
+    """Each row's (text, collection, parent text, the texts of its unit, its unit's lead text) and
+    the manifest's fields, collections and counts: what the per-row arrays say, keyed by text."""
+    from llmkit.rag.index.reader import Index
+
+    ix = Index(str(idx))
+    try:
+        texts = ix.texts(range(ix.n))
+        unit, lead = np.asarray(ix.unit), np.asarray(ix.lead)
+        members = {}
+        for r, u in enumerate(unit.tolist()):
+            members.setdefault(u, set()).add(texts[r])
+        parents = dict(ix.con.execute("SELECT id, text FROM parents"))
+        rows = sorted((texts[r], ix.collections[int(ix.collection[r])], parents[int(ix.parent[r])],
+                       tuple(sorted(members[u])), texts[int(lead[u])]) for r, u in enumerate(unit.tolist()))
+        m = ix.manifest
+        return rows, m["fields"], m["collection_order"], {k: (c["docs"], c["chunks"]) for k, c in m["collections"].items()}
+    finally:
+        ix.close()
+
+
+def test_without_dedupe_a_small_update_carries_the_rows_and_reads_only_the_changed_chunks(tmp_path, st32, monkeypatch):
+    from llmkit.rag.index import db
+
+    d = tmp_path / "d"
+    _tree(d)
+    (d / "tool.py").write_text("def pump_valve():\n    return 'pump valve gauge'\n\n\n"
+                               "def turbine():\n    return 'turbine rotor coil'\n")
+    os.utime(d / "tool.py", (OLD, OLD))
+    other = tmp_path / "other"
+    other.mkdir()
+    _write(other, "o.txt", [900, 901])
+    idx = tmp_path / "idx"
+    _index(idx, d, st32, "--dedupe", "off")
+    r = run_cli(["rag", "index", str(idx), str(other), "--collection", "other", "--dedupe", "off", "--no-tune", "--json"])
+    assert r.exit_code == 0, r.stderr
+    fields = json.loads((idx / "manifest.json").read_text())["fields"]
+    assert "line_start" in fields  # only the code file's chunks have it
+
+    def no_full_read(*a):
+        raise AssertionError("every live chunk read")
+
+    monkeypatch.setattr(db, "live_chunks", no_full_read)
+    monkeypatch.setattr(db, "live_field_counts", no_full_read)
+    _write(d, "f03.txt", [30, 31, 888, 33])  # edited in the middle: its chunks come after the others
+    _write(d, "zz-new.txt", [500, 501])
+    (d / "tool.py").unlink()  # the last chunks with line numbers: the field goes
+    r = _index(idx, d, st32, "--dedupe", "off")
+    assert r["segments"]["delta_rows"] > 0 and r["segments"]["dead"] > 0
+    rows, fields, order, counts = _rows_like(idx)
+    assert "line_start" not in fields and order == ["default", "other"]
+    (other / "o.txt").unlink()  # the other collection's last document: the collection has no rows
+    r = run_cli(["rag", "index", str(idx), str(other), "--collection", "other", "--dedupe", "off", "--no-tune", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["segments"]["dead"] > 0
+    monkeypatch.undo()
+    clean = tmp_path / "clean"
+    _index(clean, d, st32, "--dedupe", "off")
+    got, want = _rows_like(idx), _rows_like(clean)
+    assert got[0] == want[0] and got[1] == want[1] and got[2] == want[2] == ["default"]
+    assert got[3]["default"] == want[3]["default"] and got[3]["other"] == (0, 0)
+    _same_as_clean(idx, d, st32, tmp_path, extra=("--dedupe", "off"))

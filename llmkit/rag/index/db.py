@@ -140,17 +140,23 @@ def drop_superseded(con: sqlite3.Connection, gen: int) -> None:
     con.execute("COMMIT")
 
 
+_CHUNK_ROW = ("SELECT c.id, NULL, c.text_hash, c.dup_key, NULL, c.collection, c.parent_id, c.doc_id, "
+              "json_extract(c.meta, '$.line_start') IS NOT NULL OR json_extract(c.meta, '$.row_start') IS NOT NULL "
+              "FROM chunks c JOIN docs d ON d.id = c.doc_id")
+
+
 def live_chunks(con: sqlite3.Connection, gen: int):
     """(id, None, text_hash, dup_key, None, collection, parent_id, doc_id, a unit of its own) of
     generation `gen`'s chunks; a unit of its own: a section the reader cut itself (a code definition,
     with line numbers; table rows, with row numbers), which results rank apart from its file's others.
     The text and MinHash signature are left out (`texts_of`, `minhashes_of` read them): they are most
     of a chunk row's size."""
-    return con.execute(
-        "SELECT c.id, NULL, c.text_hash, c.dup_key, NULL, c.collection, c.parent_id, c.doc_id, "
-        "json_extract(c.meta, '$.line_start') IS NOT NULL OR json_extract(c.meta, '$.row_start') IS NOT NULL "
-        "FROM chunks c "
-        f"JOIN docs d ON d.id = c.doc_id WHERE {LIVE} ORDER BY c.id", (gen, gen)).fetchall()
+    return con.execute(f"{_CHUNK_ROW} WHERE {LIVE} ORDER BY c.id", (gen, gen)).fetchall()
+
+
+def chunks_added(con: sqlite3.Connection, gen: int):
+    """The `live_chunks` rows of the documents generation `gen` added."""
+    return con.execute(f"{_CHUNK_ROW} WHERE d.gen_added = ? ORDER BY c.id", (gen,)).fetchall()
 
 
 def texts_of(con: sqlite3.Connection, ids):
@@ -176,11 +182,16 @@ def minhashes_of(con: sqlite3.Connection, ids, n_perm: int) -> np.ndarray:
     return out
 
 
-def live_fields(con: sqlite3.Connection, gen: int) -> list[str]:
-    """The metadata keys of generation `gen`'s chunks, sorted."""
-    return sorted({k for (k,) in con.execute(
-        f"SELECT DISTINCT j.key FROM chunks c JOIN docs d ON d.id = c.doc_id, json_each(c.meta) j WHERE {LIVE}",
-        (gen, gen))})
+def field_counts(con: sqlite3.Connection, where: str, *args) -> dict[str, int]:
+    """Metadata key -> how many chunks have it, over the chunks of the documents `d` matching `where`."""
+    return dict(con.execute(
+        f"SELECT j.key, COUNT(*) FROM chunks c JOIN docs d ON d.id = c.doc_id, json_each(c.meta) j WHERE {where} "
+        "GROUP BY j.key", args).fetchall())
+
+
+def live_field_counts(con: sqlite3.Connection, gen: int) -> dict[str, int]:
+    """Metadata key -> how many of generation `gen`'s chunks have it."""
+    return field_counts(con, LIVE, gen, gen)
 
 
 def live_doc_counts(con: sqlite3.Connection, gen: int) -> dict[str, int]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from llmkit.errors import BadInput
 from llmkit.rag.chunk import dedupe
-from llmkit.rag.index import db, segments
+from llmkit.rag.index import carry, db, segments
 from llmkit.rag.index.embedding import (embed_missing, journal_dim, journal_space, journalled,
                                         load_index_embedder)
 from llmkit.rag.index.manifest import now, try_retire, write_manifest
@@ -33,17 +33,22 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     directory of the searchable-first generation this run just published over the same rows: its
     deduplication and BM25 files are taken over (hard links) instead of being computed again."""
     manifest.pop("pending", None)  # chunks without a vector: set again below if this generation has some
-    rows = _rows_to_publish(con, gen, opts, report, keep_ids, same_as)
+    rows = None  # a small update without deduplication: the previous generation's rows, changed (carry.py)
+    if keep_ids is None and same_as is None and not searchable_first and not opts.chunk.dedupe:
+        rows = carry.carried(directory, con, manifest, gen)
+    if rows is None:
+        rows = _rows_to_publish(con, gen, opts, report, keep_ids, same_as)
     report.chunks_indexed = len(rows)
     gdir = os.path.join(directory, f"gen-{gen}")
     shutil.rmtree(gdir, ignore_errors=True)  # a half-built directory of a killed run
     os.makedirs(gdir)
-    ids, keys, collections = _write_rows(gdir, rows)
+    carry.write(gdir, rows, complete=keep_ids is None and not opts.chunk.dedupe)
+    ids, keys = rows.ids, rows.keys
     seg = None  # a small update: the previous base's BM25 and vectors plus a delta (segments.py)
-    if rows and keep_ids is None and same_as is None and not searchable_first:
+    if len(rows) and keep_ids is None and same_as is None and not searchable_first:
         seg = segments.plan(directory, manifest, gdir, ids, opts)
     report.segments = seg.summary() if seg is not None else {}
-    if rows:
+    if len(rows):
         if manifest["store"]:
             dim = _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report, progress,
                                   switch=keep_ids is not None)
@@ -59,7 +64,7 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
         else:
             _publish_bm25(con, manifest, gdir, rows, same_as, progress)
         if manifest["ranking"] == "documents":
-            _publish_units(gdir, rows)
+            carry.units(gdir, rows)
         manifest["dim"] = dim
         if manifest["graph"]:
             if progress:
@@ -67,14 +72,15 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
             from llmkit.rag.index.graph import entity_llm
 
             _publish_graph(con, rows, gdir, report, entity_llm(opts.store.graph_llm))
-    _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection=keep_ids is None)
+    _swap(directory, con, manifest, gen, opts, report, rows, update_collection=keep_ids is None)
     db.journal_drop(con, journal_space(manifest), report.journalled)  # the generation holds these vectors now
     _retire_old(directory, con, manifest, gen)
 
 
-def _rows_to_publish(con, gen, opts, report, keep_ids: set | None, same_as: str | None) -> list:
+def _rows_to_publish(con, gen, opts, report, keep_ids: set | None, same_as: str | None) -> carry.Rows:
     """The live chunk rows generation `gen` holds: `keep_ids` only, the rows of `same_as`, or deduplicated."""
     rows = db.live_chunks(con, gen)
+    fields = db.live_field_counts(con, gen)
     if keep_ids is not None:
         rows = [r for r in rows if r[0] in keep_ids]
     if same_as is not None:
@@ -82,21 +88,7 @@ def _rows_to_publish(con, gen, opts, report, keep_ids: set | None, same_as: str 
         rows = [r for r in rows if r[0] in kept]
     elif opts.chunk.dedupe and rows and keep_ids is None:
         rows = _dedupe(con, rows, opts.chunk, report)
-    return rows
-
-
-def _write_rows(gdir, rows) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Write the generation's rows.npy, keys.npy, collection.npy and parent.npy; (chunk ids, text hashes,
-    collection names in code order)."""
-    ids = np.array([r[0] for r in rows], np.int64)
-    keys = np.array([r[2] for r in rows], dtype="S32")
-    collections = sorted({r[5] for r in rows})
-    coll_code = {c: i for i, c in enumerate(collections)}
-    np.save(os.path.join(gdir, "rows.npy"), ids)
-    np.save(os.path.join(gdir, "keys.npy"), keys)
-    np.save(os.path.join(gdir, "collection.npy"), np.array([coll_code[r[5]] for r in rows], np.int32))
-    np.save(os.path.join(gdir, "parent.npy"), np.array([r[6] for r in rows], np.int64))
-    return ids, keys, collections
+    return carry.of_tuples(rows, fields)
 
 
 def _publish_local(directory, con, manifest, gdir, opts, rows, keys, report, progress, reuse: bool,
@@ -124,18 +116,8 @@ def _publish_bm25(con, manifest, gdir, rows, same_as: str | None, progress) -> N
     if same_as is not None and os.path.isdir(os.path.join(same_as, "bm25")):
         shutil.copytree(os.path.join(same_as, "bm25"), os.path.join(gdir, "bm25"), copy_function=link)
     else:
-        texts = db.texts_of(con, [r[0] for r in rows])  # streamed: BM25 keeps postings, not texts
+        texts = db.texts_of(con, rows.ids)  # streamed: BM25 keeps postings, not texts
         BM25Index.build(doc_terms(t, how, idents) for t in texts).save(os.path.join(gdir, "bm25"))
-
-
-def _publish_units(gdir, rows) -> None:
-    """Write unit.npy (each row's document or code definition) and lead.npy (each unit's first row)."""
-    from llmkit.rag.index.reader import unit_leads
-
-    # the unit a hit stands for: a document, a code definition
-    _, unit = np.unique([(1, r[6]) if r[8] else (0, r[7]) for r in rows], axis=0, return_inverse=True)
-    np.save(os.path.join(gdir, "unit.npy"), unit.reshape(-1).astype(np.int64))
-    np.save(os.path.join(gdir, "lead.npy"), unit_leads(unit.reshape(-1)))  # read mapped by queries
 
 
 def republish(directory, con, manifest, gen, report) -> None:
@@ -225,11 +207,10 @@ def _dedupe(con, rows, chunk, report):
     return [r for r, k in zip(rows, keep) if k]
 
 
-def _swap(directory, con, manifest, gen, opts, report, rows, collections, update_collection: bool) -> None:
+def _swap(directory, con, manifest, gen, opts, report, rows, update_collection: bool) -> None:
     """Record the generation's fields and counts in the manifest and write it: the generation is live."""
-    fields = db.live_fields(con, gen)
     counts = db.live_doc_counts(con, gen)
-    chunk_counts = dict(zip(*np.unique([r[5] for r in rows], return_counts=True))) if rows else {}
+    chunk_counts = rows.chunk_counts()
     colls = manifest.setdefault("collections", {})
     if update_collection:
         from llmkit.rag.chunk.sections import chunking_record
@@ -238,8 +219,8 @@ def _swap(directory, con, manifest, gen, opts, report, rows, collections, update
     for name in list(colls):
         colls[name]["docs"] = int(counts.get(name, 0))
         colls[name]["chunks"] = int(chunk_counts.get(name, 0))
-    manifest.update(generation=gen, fields=fields, index=report.index_type or manifest["index"],
-                    collection_order=collections, updated=now())
+    manifest.update(generation=gen, fields=sorted(rows.fields), index=report.index_type or manifest["index"],
+                    collection_order=rows.collections, updated=now())
     write_manifest(directory, manifest)
 
 
@@ -249,13 +230,13 @@ def _publish_graph(con, rows, gdir, report, llm=None) -> None:
     from llmkit.rag.index import graph
 
     have = {cid for (cid,) in con.execute("SELECT DISTINCT chunk_id FROM chunk_entities")}
-    ids = [r[0] for r in rows if r[0] not in have]
+    ids = [i for i in rows.ids.tolist() if i not in have]
     missing = list(zip(ids, db.texts_of(con, ids)))
     if missing:
         con.execute("BEGIN")
         db.add_entities(con, missing, llm)
         con.execute("COMMIT")
-    row_of = {r[0]: i for i, r in enumerate(rows)}
+    row_of = {cid: i for i, cid in enumerate(rows.ids.tolist())}
 
     def triples():
         for cid, ent, tf in con.execute("SELECT chunk_id, entity, tf FROM chunk_entities"):
@@ -298,7 +279,7 @@ def _publish_remote(directory, con, manifest, gen, opts, rows, ids, keys, report
     reuse = [i for i in reuse if key_to_prev[keys[i]] in got]
     fresh = sorted(set(need.tolist()) - set(reuse))
     if fresh:
-        dim = embed_missing(con, manifest, opts, [(keys[i].decode(), rows[i][0]) for i in fresh], dim, report,
+        dim = embed_missing(con, manifest, opts, [(keys[i].decode(), int(ids[i])) for i in fresh], dim, report,
                              progress)
     vecs = np.zeros((len(need), dim or 0), np.float32)
     pos = {r: j for j, r in enumerate(need.tolist())}
@@ -357,7 +338,7 @@ def _vectors(directory, con, manifest, opts, rows, keys, out, report, progress, 
     have = [i for i, k in enumerate(key_list) if k in reuse_at]
     missing: list[int] = []
     if embed:
-        dim = embed_missing(con, manifest, opts, [(key_list[i].decode(), rows[i][0]) for i in need],
+        dim = embed_missing(con, manifest, opts, [(key_list[i].decode(), int(rows.ids[i])) for i in need],
                              manifest["dim"], report, progress)
     else:
         held = db.journal_keys(con, journal_space(manifest), [key_list[i].decode() for i in need])

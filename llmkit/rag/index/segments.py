@@ -35,6 +35,7 @@ from llmkit.rag.index.vectors import index_kind
 
 DELTA_FRACTION = 0.1  # compact (a full build) when the delta or the dead rows pass this share of the base
 DELTA_MIN = 1000  # ... or this many rows, whichever is larger: a small index keeps its base a while
+RECOUNT_ROWS = 10_000  # count the alive postings again when more base rows died than postings / this
 POSTINGS = ("terms", "term_offsets", "indptr", "docs", "tfs", "doc_len")  # what the base's BM25 shares
 
 
@@ -110,9 +111,8 @@ def publish_bm25(seg: Segments, con, manifest) -> None:
     terms, indptr, docs, tfs, doc_len, base_term = _delta_postings(seg, con, manifest, base)
     # document frequencies over the generation: the base's alive postings, plus the delta's
     alive = seg.base_rows >= 0
-    df = np.zeros(len(base.indptr) - 1, np.int64)
-    if len(df):
-        df[:] = np.add.reduceat(alive.astype(np.int32)[base.docs], np.asarray(base.indptr[:-1]))
+    df = _alive_df(seg, con, manifest, base)
+    np.save(os.path.join(base_dir, "alive_df.npy"), df.astype(np.int32))
     delta_df = np.diff(indptr)
     shared = base_term >= 0
     df[base_term[shared]] += delta_df[shared]
@@ -141,6 +141,33 @@ def publish_bm25(seg: Segments, con, manifest) -> None:
         np.save(os.path.join(delta_dir, "row_of.npy"), seg.delta_rows)
     atomic_write_text(os.path.join(seg.gdir, SEGMENTS), json.dumps(
         {"format": "llmkit-segments", "version": 1, **seg.summary()}))
+
+
+def _alive_df(seg: Segments, con, manifest, base: BM25Index) -> np.ndarray:
+    """Each base term's document frequency over the base's alive rows: the previous generation's,
+    less the terms of the rows that died since (their texts tokenized again: a few rows), or the
+    alive postings counted where many rows died."""
+    from llmkit.rag.index.analysis import doc_terms
+
+    alive = seg.base_rows >= 0
+    try:
+        if is_segmented(seg.prev):
+            was = np.load(os.path.join(seg.prev, "base", "row_of.npy")) >= 0
+            df = np.load(os.path.join(seg.prev, "base", "alive_df.npy")).astype(np.int64)
+        else:
+            was, df = np.ones(len(alive), bool), np.diff(np.asarray(base.indptr)).astype(np.int64)
+    except OSError:
+        was = None
+    died = np.flatnonzero(was & ~alive) if was is not None else None
+    if died is None or len(died) * RECOUNT_ROWS > len(base.docs):
+        df = np.zeros(len(base.indptr) - 1, np.int64)
+        if len(df):
+            df[:] = np.add.reduceat(alive.astype(np.int32)[base.docs], np.asarray(base.indptr[:-1]))
+        return df
+    how, idents = manifest["analysis"], manifest["bm25_idents"]
+    gone = [base.vocab.get(t) for text in db.texts_of(con, seg.base_ids[died]) for t in set(doc_terms(text, how, idents))]
+    np.subtract.at(df, np.array(gone, np.int64), 1)
+    return df
 
 
 def _delta_postings(seg: Segments, con, manifest, base: BM25Index):
