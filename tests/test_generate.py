@@ -515,6 +515,9 @@ def test_lookup_reads_the_prompt_as_plain_decoding_does(models, tmp_path, monkey
     g = Generator(target, SamplingParams(temp=0), lookup=3, ignore_eos=True)
     real = g.chooser.observe_batch
     g.chooser.observe_batch = lambda b, dt: real(b, 0.01 + 0.00125 * (b - 1))  # and keeps doing so
+    saved = (tmp_path / "verify-cost.json").read_text()
     text, st = g.run(prompt, 24)
     assert calls[0] == (len(prompt), 1) and text == want
     assert st.drafted > 0 and st.target_steps == len(calls) - 1 == 23 - st.accepted
+    # figures read, not re-measured (no verification of 8 drafts), are not saved again with a new date
+    assert ((tmp_path / "verify-cost.json").read_text() == saved) == (8 not in st.draft_lengths)

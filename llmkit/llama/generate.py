@@ -135,6 +135,7 @@ class Generator:
         n_ctx = min(self.target.n_ctx(), len(self.target.input_ids))
         prompt = self._fit_prompt(list(prompt), n_ctx)
         st = GenerateStats(prompt_tokens=len(prompt))
+        self._timed_max_batch = False  # this run timed a verification of k_max drafts
         t0 = time.perf_counter()
         st.prefill_reused = self._reuse_cache(prompt, cache_reuse, st) if reuse_cache and self.target.n_tokens else 0
         self._prefill(prompt, st.prefill_reused)
@@ -160,7 +161,8 @@ class Generator:
         st.decode_s = time.perf_counter() - t_start
         self.generated = gen_ids
         b = self.chooser.k_max + 1
-        if self.drafting and self.chooser.adaptive and {1, b} <= set(self.chooser.t_batch):
+        # only a run that timed a k_max batch itself saves: re-saving the figures it read would keep them forever
+        if self.drafting and self.chooser.adaptive and self._timed_max_batch and 1 in self.chooser.t_batch:
             verify_cost.save(self.target, b, self.chooser.t_batch[1], self.chooser.t_batch[b])
         return out.finish(), st
 
@@ -217,6 +219,7 @@ class Generator:
         t1 = time.perf_counter()
         logits = eval_logits(self.target, prompt[-b:], b)
         self.chooser.observe_batch(b, time.perf_counter() - t1)
+        self._timed_max_batch = True
         return logits[-1]
 
     def _make_room(self, ctx: list[int], n_ctx: int, st: GenerateStats) -> int | None:
@@ -254,6 +257,7 @@ class Generator:
         st.verify_s += dt
         st.target_steps += 1
         self.chooser.observe_batch(1 + len(drafts), dt)
+        self._timed_max_batch |= len(drafts) == self.chooser.k_max
         if self.argmax_only:  # both acceptance rules reduce to argmax matching
             n_acc, nxt = verify_greedy(drafts, logits)
         else:
