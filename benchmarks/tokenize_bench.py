@@ -294,8 +294,9 @@ def train_rows(cfg, corpus: str, jobs: list[str], tag: str = "", limit_alphabet:
         ca, cb = cpu(runs[hf.label]), cpu(runs[lk.label])
         mb = os.path.getsize(corpus) / 1e6
         setting = f" (limit_alphabet {limit})" if limit else ""
-        rows.append(Row(f"tok-train-{job}{tag}", f"{algo} train {vocab // 1000}k{setting} on {mb:.1f} MB, whole process: "
-                        "wall time; CPU seconds; peak RSS", f"{wa.fmt()}; {ca.fmt('CPU-s')}; {rss(runs[hf.label]):.0f} MB",
+        rows.append(Row(f"tok-train-{job}{tag}", f"{algo} train {vocab // 1000}k{setting} on {mb:.1f} MB, whole "
+                        "process: wall time; CPU seconds; peak RSS",
+                        f"{wa.fmt()}; {ca.fmt('CPU-s')}; {rss(runs[hf.label]):.0f} MB",
                         f"{wb.fmt()}; {cb.fmt('CPU-s')}; {rss(runs[lk.label]):.0f} MB",
                         f"time {ratio(wb.median, wa.median)}, CPU {ratio(cb.median, ca.median)}, "
                         f"RSS {ratio(rss(runs[lk.label]), rss(runs[hf.label]))}", check, cmds_of(hf, lk)))

@@ -203,8 +203,8 @@ def test_wordpiece_and_unigram_train_as_before(algo, size, path, kernel_small, m
 
 @pytest.mark.parametrize("path", ["python", "compiled"])
 def test_wordpiece_limit_alphabet_known_answer(path, monkeypatch):
-    """'é' (2) is left out of the words: 'x' and 'y' (5 each) become neighbours in the first word, and the 'x' after it
-    stays a continuation piece, as in HF's trainer."""
+    """'é' (2) is left out of the words: 'x' and 'y' (5 each) become neighbours in the first word, and
+    the 'x' after the left-out first character stays a continuation piece, as in HF's trainer."""
     monkeypatch.setenv("LLMKIT_JIT" if path == "compiled" else "LLMKIT_NO_JIT", "1")
     r = train_wordpiece({"éxéy": 1, "xy": 4}, 10, limit_alphabet=2)
     assert r.vocab == ["x", "##x", "##y", "##xy", "xy"]
