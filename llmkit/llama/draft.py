@@ -190,7 +190,8 @@ class ModelDrafter:
 
     def draft(self, ctx: list[int], k: int, params: SamplingParams,
               rng: np.random.Generator) -> tuple[list[int], list[np.ndarray]]:
-        """k proposed tokens after ctx and the distribution each was drawn from."""
+        """k proposed tokens after ctx and the distribution each was drawn from (none for greedy decoding
+        without a repeat penalty, whose verification reads only the target's logits)."""
         d = self.model
         n_rel = len(ctx) - self.offset
         # the context only grew since the last round, so the comparison starts where the two last agreed
@@ -206,12 +207,16 @@ class ModelDrafter:
             self.last = eval_logits(d, ctx[self.offset + common:])[0]
         self.synced = n_rel
         drafts, qs = [], []
+        argmax_only = params.greedy and params.repeat_penalty == 1.0  # greedy verification needs no q
         for j in range(k):
             # the draft may have a few more or fewer (padding) tokens: it proposes only target ids
-            q = distribution(fit_vocab(self.last, self.n_vocab), params, History(ctx, drafts))
-            x = sample(q, rng)
+            if argmax_only:
+                x = int(np.argmax(fit_vocab(self.last, self.n_vocab)))
+            else:
+                q = distribution(fit_vocab(self.last, self.n_vocab), params, History(ctx, drafts))
+                x = sample(q, rng)
+                qs.append(q)
             drafts.append(x)
-            qs.append(q)
             if j < k - 1:
                 self.last = eval_logits(d, [x])[0]
         return drafts, qs
