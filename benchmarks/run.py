@@ -7,7 +7,8 @@
     python benchmarks/run.py --area scale --part query --work DIR  # one group of rows, inputs kept in DIR
 
 How each figure is measured is in harness.py: whole processes timed from outside, alternating,
-median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale,
+median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale
+endpoint (rag through llama-server's OpenAI-compatible API against the in-process paths),
 rag-quality (llmkit's retrieval quality against the naive baseline; about 40 minutes with an
 empty vector cache), quant-quality (size budgets against llama.cpp's mixes on a real model,
 --quant-model/--quant-imatrix; about 45 minutes) and quant-gptq (GPTQ against llama.cpp's rounding,
