@@ -285,3 +285,60 @@ def test_an_hnsw_base_never_returns_dead_rows_and_ranks_as_exact_search(tmp_path
         assert not any(_para(s) in t for s in range(90, 94) for t in texts)
     finally:
         ix.close()
+
+
+def _long(seed: int, swap: int = 0) -> str:
+    """A 40-word paragraph; `swap` words at its end changed: a near-duplicate of the paragraph."""
+    words = list(np.random.default_rng(seed).choice(WORDS, 40))
+    for i in range(swap):
+        words[-1 - 2 * i] = "zebra" if words[-1 - 2 * i] != "zebra" else "giraffe"
+    return " ".join(words) + "."
+
+
+def _texts_file(d, name, paras):
+    (d / name).write_text("\n\n".join(paras) + "\n")
+    os.utime(d / name, (OLD, OLD))
+
+
+def test_dedupe_of_a_small_update_equals_a_full_pass(tmp_path, st32, monkeypatch):
+    from llmkit.rag.index import carry, db
+    from llmkit.rag.index.reader import Index
+
+    def kept(idx):
+        ix = Index(str(idx))
+        try:
+            return ix.texts(range(ix.n))
+        finally:
+            ix.close()
+
+    def step(edit):
+        """Apply `edit` to both trees; index one with small updates, the other with full passes."""
+        out = []
+        for name, full in (("inc", False), ("full", True)):
+            edit(tmp_path / f"d-{name}")
+            with monkeypatch.context() as m:
+                if full:
+                    m.setattr(carry, "carried", lambda *a: None)
+                elif (tmp_path / f"idx-{name}").exists():
+                    m.setattr(db, "live_chunks", lambda *a: (_ for _ in ()).throw(AssertionError("a full read")))
+                r = _index(tmp_path / f"idx-{name}", tmp_path / f"d-{name}", st32, "--size", "400")  # a chunk a paragraph
+            out.append((kept(tmp_path / f"idx-{name}"), r["exact_duplicates"], r["near_duplicates"]))
+        assert out[0] == out[1]
+        return out[0]
+
+    def first(d):
+        d.mkdir()
+        _texts_file(d, "f00.txt", [_long(1), _long(2)])
+        _texts_file(d, "f01.txt", [_long(1, 1), _long(3)])  # a near-duplicate of f00's first
+        _texts_file(d, "f02.txt", [_long(1, 2), _long(4).upper()])  # nearer to f01's than to f00's
+        _texts_file(d, "f03.txt", [_long(4), _long(5)])  # an exact duplicate of f02's second (case)
+        _texts_file(d, "f04.txt", [_long(4, 1), _long(6)])  # a near-duplicate of that key's first
+
+    texts, exact, near = step(first)
+    assert exact >= 1 and near >= 2
+    texts, exact2, near2 = step(lambda d: (d / "f00.txt").unlink())  # f01's comes back, f02's may follow it
+    assert _long(1, 1) in "\n".join(texts)
+    texts, exact3, near3 = step(lambda d: (d / "f02.txt").unlink())  # f03's copy is now first of its key
+    assert exact3 < exact2 and any(_long(4) in t for t in texts)
+    step(lambda d: _texts_file(d, "f05.txt", [_long(5, 1), _long(7), _long(7)]))  # new near and exact duplicates
+    step(lambda d: _texts_file(d, "f01.txt", [_long(8), _long(3)]))  # edited

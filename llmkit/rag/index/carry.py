@@ -3,8 +3,10 @@ and its metadata field counts (live.json), carried from the previous generation 
 a few documents: its rows less the chunks of documents the run removed, plus those of the documents
 it added, so a small update reads from SQLite only the chunks that changed, not every live one.
 
-This holds only where the previous generation's rows are every live chunk (`complete` in live.json:
-no deduplication, no subset kept by a model switch); otherwise the rows are read whole (`of_tuples`).
+This holds where the previous generation's rows are every live chunk, or every one deduplication
+kept with the same setting (`complete` and `dedupe` in live.json; not a subset kept by a model
+switch): then `dupes.update` says which chunks are no longer kept and which are now. Otherwise the
+rows are read whole (`of_tuples`).
 """
 
 from __future__ import annotations
@@ -57,34 +59,45 @@ def of_tuples(rows: list, fields: dict) -> Rows:
                 _unit_keys([r[6] for r in rows], [r[7] for r in rows], [bool(r[8]) for r in rows]), fields)
 
 
-def write(gdir: str, rows: Rows, complete: bool) -> None:
-    """Write the per-row arrays and live.json (`complete`: the rows are every live chunk)."""
+def write(gdir: str, rows: Rows, complete: bool, dedupe: float | None) -> None:
+    """Write the per-row arrays and live.json (`complete`: the rows are every live chunk, or every
+    one deduplication with threshold `dedupe` kept)."""
     for name, arr in (("rows", rows.ids), ("keys", rows.keys), ("collection", rows.coll),
                       ("parent", rows.parent), ("unitkey", rows.unit_key)):
         np.save(os.path.join(gdir, f"{name}.npy"), arr)
     atomic_write_text(os.path.join(gdir, LIVE), json.dumps(
-        {"format": "llmkit-live", "version": 1, "complete": complete, "collections": rows.collections,
+        {"format": "llmkit-live", "version": 1, "complete": complete, "dedupe": dedupe, "collections": rows.collections,
          "fields": rows.fields}))
 
 
-def carried(directory: str, con, manifest: dict, gen: int) -> Rows | None:
-    """Generation `gen`'s rows from the previous generation's and the documents this run added and
-    removed, or None where the previous rows are not every live chunk (read them whole then)."""
+def carried(directory: str, con, manifest: dict, gen: int, gdir: str, dedupe: float | None, report) -> Rows | None:
+    """Generation `gen`'s rows (in `gdir`) from the previous generation's and the documents this run
+    added and removed, deduplicated with threshold `dedupe` (None: off), or None where the previous
+    rows do not allow it (read them whole then)."""
     prev = os.path.join(directory, f"gen-{manifest['generation']}")
     if gen != manifest["generation"] + 1:
         return None
     try:
         with open(os.path.join(prev, LIVE), encoding="utf-8") as f:
             state = json.load(f)
-        if state.get("version") != 1 or not state.get("complete"):
+        if state.get("version") != 1 or not state.get("complete") or state.get("dedupe") != dedupe:
             return None
         old = {name: np.load(os.path.join(prev, f"{name}.npy"))
                for name in ("rows", "keys", "collection", "parent", "unitkey")}
     except (OSError, ValueError):
         return None
-    gone = np.array([i for (i,) in con.execute(
-        "SELECT c.id FROM chunks c JOIN docs d ON d.id = c.doc_id WHERE d.gen_removed = ?", (gen,))], np.int64)
-    new = db.chunks_added(con, gen)
+    if dedupe is None:
+        gone = np.array([i for (i,) in con.execute(
+            "SELECT c.id FROM chunks c JOIN docs d ON d.id = c.doc_id WHERE d.gen_removed = ?", (gen,))], np.int64)
+        new = db.chunks_added(con, gen)
+    else:
+        from llmkit.rag.index import dupes
+
+        got = dupes.update(prev, gdir, con, gen, dedupe, old["rows"])
+        if got is None:
+            return None
+        gone, take, report.exact_duplicates, report.near_duplicates = got
+        new = db.chunk_rows(con, take)
     keep = np.ones(len(old["rows"]), bool)
     if len(gone):
         at = np.minimum(np.searchsorted(old["rows"], gone), len(keep) - 1)

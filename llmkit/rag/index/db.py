@@ -30,6 +30,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (id INTEGER PRIMARY KEY, collection TEXT NOT NULL, source TEXT NOT NULL,
     path TEXT NOT NULL, hash TEXT NOT NULL, meta TEXT NOT NULL, gen_added INTEGER NOT NULL, gen_removed INTEGER);
 CREATE INDEX IF NOT EXISTS docs_path ON docs(collection, path);
+CREATE INDEX IF NOT EXISTS docs_added ON docs(gen_added);
+CREATE INDEX IF NOT EXISTS docs_removed ON docs(gen_removed);
 CREATE TABLE IF NOT EXISTS parents (id INTEGER PRIMARY KEY, doc_id INTEGER NOT NULL, text TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS parents_doc ON parents(doc_id);
 CREATE TABLE IF NOT EXISTS chunks (id INTEGER PRIMARY KEY, doc_id INTEGER NOT NULL, parent_id INTEGER NOT NULL,
@@ -157,6 +159,16 @@ def live_chunks(con: sqlite3.Connection, gen: int):
 def chunks_added(con: sqlite3.Connection, gen: int):
     """The `live_chunks` rows of the documents generation `gen` added."""
     return con.execute(f"{_CHUNK_ROW} WHERE d.gen_added = ? ORDER BY c.id", (gen,)).fetchall()
+
+
+def chunk_rows(con: sqlite3.Connection, ids) -> list:
+    """The `live_chunks` rows of these chunk ids, in id order."""
+    out = []
+    ids = sorted(int(i) for i in ids)
+    for lo in range(0, len(ids), 500):
+        part = ids[lo:lo + 500]
+        out += con.execute(f"{_CHUNK_ROW} WHERE c.id IN ({','.join('?' * len(part))}) ORDER BY c.id", part).fetchall()
+    return out
 
 
 def texts_of(con: sqlite3.Connection, ids):

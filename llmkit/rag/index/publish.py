@@ -33,16 +33,18 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     directory of the searchable-first generation this run just published over the same rows: its
     deduplication and BM25 files are taken over (hard links) instead of being computed again."""
     manifest.pop("pending", None)  # chunks without a vector: set again below if this generation has some
-    rows = None  # a small update without deduplication: the previous generation's rows, changed (carry.py)
-    if keep_ids is None and same_as is None and not searchable_first and not opts.chunk.dedupe:
-        rows = carry.carried(directory, con, manifest, gen)
-    if rows is None:
-        rows = _rows_to_publish(con, gen, opts, report, keep_ids, same_as)
-    report.chunks_indexed = len(rows)
     gdir = os.path.join(directory, f"gen-{gen}")
     shutil.rmtree(gdir, ignore_errors=True)  # a half-built directory of a killed run
     os.makedirs(gdir)
-    carry.write(gdir, rows, complete=keep_ids is None and not opts.chunk.dedupe)
+    threshold = opts.chunk.near_threshold if opts.chunk.dedupe else None
+    rows = None  # a small update: the previous generation's rows, changed (carry.py, dupes.py)
+    if keep_ids is None and same_as is None and not searchable_first:
+        rows = carry.carried(directory, con, manifest, gen, gdir, threshold, report)
+    if rows is None:
+        shutil.rmtree(os.path.join(gdir, "dupes"), ignore_errors=True)  # a carry that gave up part-way
+        rows = _rows_to_publish(con, gen, gdir, opts, report, keep_ids, same_as)
+    report.chunks_indexed = len(rows)
+    carry.write(gdir, rows, complete=keep_ids is None, dedupe=threshold)
     ids, keys = rows.ids, rows.keys
     seg = None  # a small update: the previous base's BM25 and vectors plus a delta (segments.py)
     if len(rows) and keep_ids is None and same_as is None and not searchable_first:
@@ -77,7 +79,7 @@ def publish(directory, con, manifest, gen, opts, report, progress, keep_ids: set
     _retire_old(directory, con, manifest, gen)
 
 
-def _rows_to_publish(con, gen, opts, report, keep_ids: set | None, same_as: str | None) -> carry.Rows:
+def _rows_to_publish(con, gen, gdir, opts, report, keep_ids: set | None, same_as: str | None) -> carry.Rows:
     """The live chunk rows generation `gen` holds: `keep_ids` only, the rows of `same_as`, or deduplicated."""
     rows = db.live_chunks(con, gen)
     fields = db.live_field_counts(con, gen)
@@ -86,8 +88,10 @@ def _rows_to_publish(con, gen, opts, report, keep_ids: set | None, same_as: str 
     if same_as is not None:
         kept = set(np.load(os.path.join(same_as, "rows.npy")).tolist())
         rows = [r for r in rows if r[0] in kept]
+        if os.path.isdir(os.path.join(same_as, "dupes")):  # the same chunks: its deduplication state holds
+            shutil.copytree(os.path.join(same_as, "dupes"), os.path.join(gdir, "dupes"), copy_function=link)
     elif opts.chunk.dedupe and rows and keep_ids is None:
-        rows = _dedupe(con, rows, opts.chunk, report)
+        rows = _dedupe(con, rows, gdir, opts.chunk, report)
     return carry.of_tuples(rows, fields)
 
 
@@ -191,8 +195,11 @@ def _delete_remote(directory, manifest, retired, kept, oldest) -> bool:
     return True
 
 
-def _dedupe(con, rows, chunk, report):
-    """The rows without exact duplicates (same dup key) and near-duplicates (MinHash) of earlier ones."""
+def _dedupe(con, rows, gdir, chunk, report):
+    """The rows without exact duplicates (same dup key) and near-duplicates (MinHash) of earlier ones;
+    every row's key and signature are kept in gdir for the next small update (dupes.py)."""
+    from llmkit.rag.index import dupes
+
     keep = np.ones(len(rows), bool)
     first: dict[str, int] = {}
     for i, r in enumerate(rows):
@@ -200,8 +207,10 @@ def _dedupe(con, rows, chunk, report):
             keep[i] = False
     report.exact_duplicates = int((~keep).sum())
     idx = np.flatnonzero(keep)
-    sigs = db.minhashes_of(con, [rows[i][0] for i in idx], dedupe.N_PERM)
-    near = dedupe.near_duplicates(sigs, chunk.near_threshold) >= 0
+    every = db.minhashes_of(con, [r[0] for r in rows], dedupe.N_PERM)
+    dupes.write_base(gdir, np.array([r[0] for r in rows], np.int64), [r[3] for r in rows], every,
+                     chunk.near_threshold, len(idx))
+    near = dedupe.near_duplicates(every[idx], chunk.near_threshold) >= 0
     keep[idx[near]] = False
     report.near_duplicates = int(near.sum())
     return [r for r, k in zip(rows, keep) if k]
