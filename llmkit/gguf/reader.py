@@ -93,6 +93,31 @@ class _Cursor:
         except UnicodeDecodeError:
             return raw.decode("utf-8", "replace")
 
+    def strings(self, count: int, key: str) -> list[str]:
+        """A string array (a vocabulary: 10⁵ entries) read in one loop with the checks of `string`
+        inlined, since a call and two formatted messages per element cost more than the reading."""
+        buf, pos, size = self.buf, self.pos, self.size
+        length = struct.Struct("<Q").unpack_from
+        out = [""] * count
+        for i in range(count):
+            if pos + 8 > size:
+                self.pos = pos
+                self.need(8, f"element {i} of '{key}' length")
+            n = length(buf, pos)[0]
+            pos += 8
+            if n > MAX_STRING or pos + n > size:
+                self.pos = pos
+                self.fail(f"element {i} of '{key}' length {n} is absurd" if n > MAX_STRING else
+                          f"element {i} of '{key}' needs {n} bytes but the file ends")
+            raw = buf[pos:pos + n]
+            pos += n
+            try:
+                out[i] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                out[i] = raw.decode("utf-8", "replace")
+        self.pos = pos
+        return out
+
     def value(self, vtype: int, key: str):
         if vtype in SCALARS:
             code, n = SCALARS[vtype]
@@ -118,7 +143,7 @@ class _Cursor:
                 # each string takes at least its 8-byte length: a cheap bound before the loop
                 if count > (self.size - self.pos) // 8:
                     self.fail(f"string array '{key}' declares {count} elements, more than the file holds")
-                return [self.string(f"element of '{key}'") for _ in range(count)]
+                return self.strings(count, key)
             self.fail(f"array '{key}' has unknown element type {etype}")
         self.fail(f"metadata '{key}' has unknown value type {vtype}")
 
