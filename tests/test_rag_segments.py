@@ -133,6 +133,7 @@ def test_small_updates_publish_segments_equal_to_a_full_build(tmp_path, st32):
         texts = ix.texts(range(ix.n))
         assert not any(p in t for p in gone for t in texts)
         assert ix.bm25.n_docs == ix.n == r["chunks_indexed"]
+        assert "pump" in ix.bm25.vocab and "zebra" not in ix.bm25.vocab  # as BM25Index's vocabulary answers
     finally:
         ix.close()
     # a second and a third small update: the delta is rebuilt from its alive rows and the new ones

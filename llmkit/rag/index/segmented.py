@@ -77,6 +77,16 @@ class _Parts:
         return got[:k]
 
 
+class _Terms:
+    """The generation's vocabulary, for `term in bm25.vocab`: the terms some row of it has."""
+
+    def __init__(self, bm25: "SegmentedBM25"):
+        self.bm25 = bm25
+
+    def __contains__(self, term: str) -> bool:
+        return self.bm25.doc_freq(term) > 0
+
+
 class SegmentedBM25(_Parts):
     """BM25 over a segmented generation: the interface of `BM25Index` a query uses, in the
     generation's rows."""
@@ -88,6 +98,7 @@ class SegmentedBM25(_Parts):
         path = os.path.join(gdir, "delta", "bm25")
         self.delta = BM25Index.load(path) if os.path.isdir(path) else None
         self.k1, self.b, self.epsilon, self.avgdl = self.base.k1, self.base.b, self.base.epsilon, self.base.avgdl
+        self.vocab = _Terms(self)
 
     @property
     def n_docs(self) -> int:
