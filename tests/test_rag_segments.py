@@ -100,7 +100,10 @@ def _same_as_clean(idx, d, st32, tmp_path, ordered=False, extra=()):
         assert _hybrid(idx, QUERIES) == _hybrid(clean, QUERIES)
 
 
-def test_small_updates_publish_segments_equal_to_a_full_build(tmp_path, st32):
+def test_small_updates_publish_segments_equal_to_a_full_build(tmp_path, st32, monkeypatch):
+    from llmkit.rag.index import segments
+
+    monkeypatch.setattr(segments, "RECOUNT_ROWS", 0)  # the alive document frequencies always carried
     d = tmp_path / "d"
     _tree(d)
     idx = tmp_path / "idx"
@@ -213,7 +216,9 @@ def _rows_like(idx):
 
 
 def test_without_dedupe_a_small_update_carries_the_rows_and_reads_only_the_changed_chunks(tmp_path, st32, monkeypatch):
-    from llmkit.rag.index import db
+    from llmkit.rag.index import db, segments
+
+    monkeypatch.setattr(segments, "RECOUNT_ROWS", 0)
 
     d = tmp_path / "d"
     _tree(d)

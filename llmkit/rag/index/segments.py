@@ -9,8 +9,9 @@ journal's or embedded now. The per-row arrays of the generation (rows.npy, keys.
 written whole as before, so everything outside BM25 and the vector search sees plain rows.
 
 Scores stay exactly a full build's: N, the mean length, each term's document frequency (the base's
-alive postings counted under the dead mask, plus the delta's) and the idf with rank-bm25's epsilon
-rule over the merged vocabulary are computed here over arrays, with no text read again.
+over its alive rows, carried from the previous generation less the terms of the rows that died
+since, plus the delta's) and the idf with rank-bm25's epsilon rule over the merged vocabulary are
+computed here over arrays; only the new and the newly dead rows' texts are tokenized.
 
 When the delta or the dead rows pass DELTA_FRACTION of the base (at least DELTA_MIN rows), or the
 vector options change (the index type asked or chosen by size, a vector dtype asked), or the previous generation is not a plain base (vectors pending, an older
