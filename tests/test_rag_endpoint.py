@@ -135,7 +135,7 @@ class Stub:
 
     def __init__(self):
         self.mode, self.dim, self.tokenize, self.reply, self.redirect = "ok", 8, 404, "", None
-        self.chat = "ok"
+        self.chat, self.owner = "ok", None  # owner: /v1/models' owned_by (llama-server says llamacpp)
         self.requests, self.bodies = [], []
 
 
@@ -193,7 +193,8 @@ def stub(monkeypatch):
             if self._moved():
                 return
             if self.path == "/v1/models":
-                return self._send(200, b'{"object": "list", "data": [{"id": "stub"}]}')
+                model = {"id": "stub", **({"owned_by": state.owner} if state.owner else {})}
+                return self._send(200, json.dumps({"object": "list", "data": [model]}).encode())
             self._send(404, b'{"error": {"message": "not found"}}')
 
         def do_POST(self):
@@ -450,3 +451,16 @@ def test_a_chat_server_that_is_down_or_answers_without_a_message(tmp_path, docs,
         RemoteLLM(stub.url).complete("capital of France?")
     assert str(e.value) == (f"{stub.url}/v1/chat/completions answered without a chat message (\"{{'error': "
                             "{'message': 'model gone'}}\"). Check that the URL is an OpenAI-compatible chat server.")
+
+
+@pytest.mark.parametrize("owner, sent", [("llamacpp", {"repeat_penalty": 1.1}), ("vllm", {}), (None, {})])
+def test_the_local_repeat_penalty_goes_only_to_a_llama_server(stub, owner, sent):
+    """The local path decodes with a repeat penalty of 1.1 (small models loop without it); OpenAI's API
+    refuses a field it does not know, so only llama.cpp's server is sent it."""
+    from llmkit.rag.remote_llm import RemoteLLM
+
+    stub.owner, stub.reply = owner, "Paris."
+    llm = RemoteLLM(stub.url)
+    assert llm.complete("capital of France?") == llm.complete("capital of France?", on_text=lambda s: None) == "Paris."
+    assert [{k: v for k, v in b.items() if k == "repeat_penalty"} for b in stub.bodies] == [sent, sent]
+    assert stub.requests.count(("GET", "/v1/models", None)) == 2  # naming the model, then once for the server's kind

@@ -2,8 +2,9 @@
 of llama-server, vLLM, Ollama...), named by a spec `URL[#MODEL]` (`llmkit.rag.endpoint`).
 
 `RemoteLLM` answers what `LocalLLM` answers where the API can: completions (greedy, streamed when
-asked), lines, and yes/no relevance from the first token's `top_logprobs`. Token surprisal of a
-prompt, which compression needs, is not in the chat API, so compression is refused.
+asked; with the local path's repeat penalty where the server is a llama-server), lines, and yes/no
+relevance from the first token's `top_logprobs`. Token surprisal of a prompt, which compression
+needs, is not in the chat API, so compression is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from llmkit.errors import BadInput, OptionError
 from llmkit.rag.llm import LocalLLM
 
 TOP_LOGPROBS = 20  # the most OpenAI's API returns per token
+REPEAT_PENALTY = 1.1  # LocalLLM's: without it small models loop when decoding greedily
 
 
 class RemoteLLM:
@@ -29,6 +31,7 @@ class RemoteLLM:
         self.path = self.endpoint.spec
         self.url = self.endpoint.base + "/v1/chat/completions"
         self._tokenize_api = None  # llama-server's /tokenize, decided on first use
+        self._sampling = None  # fields beyond OpenAI's that the server takes, decided on first use
 
     def _body(self, user: str, system: str | None, n_predict: int, **extra) -> dict:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
@@ -45,6 +48,7 @@ class RemoteLLM:
         stop = tuple(s for s in stop if s)
         # OpenAI's API takes at most 4 stop strings: the rest are cut here, as are the 4 where a server ignores them
         extra = {"stop": list(stop)[:4]} if stop else {}
+        extra.update(self.sampling())
         if on_text is None:
             got = request(self.url, self._body(user, system, n_predict, **extra))
             return _cut(_message(got, self.url), stop)[0].strip()
@@ -78,6 +82,19 @@ class RemoteLLM:
         if len(text) > sent:
             on_text(text[sent:])
         return text.strip()
+
+    def sampling(self) -> dict:
+        """The local path's repeat penalty where the server is llama.cpp's (its /v1/models says
+        `owned_by: llamacpp`); nothing for others, since OpenAI's API refuses a field it does not know."""
+        from llmkit.rag.endpoint import NO_API, request
+
+        if self._sampling is None:
+            got = request(self.endpoint.base + "/v1/models", absent=NO_API)
+            data = got.get("data") if isinstance(got, dict) else None
+            llamacpp = isinstance(data, list) and any(isinstance(m, dict) and m.get("owned_by") == "llamacpp"
+                                                      for m in data)
+            self._sampling = {"repeat_penalty": REPEAT_PENALTY} if llamacpp else {}
+        return self._sampling
 
     lines = LocalLLM.lines  # the same parsing of a completion into lines
 
