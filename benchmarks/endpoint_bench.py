@@ -274,8 +274,9 @@ def rows(cfg):
              "; the packaged all-MiniLM-L6-v2 converted to an f32 GGUF; both indexes `--embed-precision fp32 --no-tune`",
              "embedding server: llama-server `--embedding --pooling mean -t 1`; chat server: the packaged "
              "SmolLM2-135M-Instruct Q4_1, `-c 4096 -np 1 -t 1`; both on free ports of 127.0.0.1 ($EMBED_URL, $CHAT_URL)",
-             "answers: both sides greedy; the in-process path adds a repeat penalty of 1.1, which the chat request "
-             "does not send (no such field in OpenAI's API), so the texts may differ",
+             "answers: both sides greedy with a repeat penalty of 1.1 (sent to the chat server as llama-server's "
+             "repeat_penalty); prompt evaluation in batches of different sizes may still make a Q4_1 model's texts "
+             "differ",
              "quality rows (cosine, nDCG, citations) do not depend on load; other processes may have shared the "
              "machine, which only the index-time row feels"]
     return "RAG through OpenAI-compatible endpoints against the in-process paths", setup, out

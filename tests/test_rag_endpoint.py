@@ -103,9 +103,9 @@ def test_answer_and_rerank_through_a_chat_endpoint(tmp_path, docs, minilm, chat,
     assert r.exit_code == 0, r.stderr
     answer, sources = r.stdout.split("\n\nSources:\n")
     assert sources.splitlines()[0] == f"[1] {docs}/modules.md § Kernel modules"
-    # the answer is written from the numbered sources, as the local path writes it
-    words = {w for w in answer.lower().replace(";", " ").replace(".", " ").split() if len(w) > 4}
-    assert len(words & set(" ".join(DOCS.values()).lower().replace(";", " ").replace(".", " ").split())) >= 5
+    # greedy with the local path's repeat penalty: the answer the same model writes in process
+    r_local = run_cli(["rag", "answer", str(idx), question, "-n", "40", "-k", "2"])
+    assert answer.strip() and r.stdout == r_local.stdout
     remote = json.loads(run_cli(["rag", "answer", str(idx), question, "--llm", chat, "-n", "8", "--json"]).stdout)
     local = json.loads(run_cli(["rag", "answer", str(idx), question, "-n", "8", "--json"]).stdout)
     assert remote["sources"] == local["sources"] and remote["answer"]
