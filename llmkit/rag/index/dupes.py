@@ -59,9 +59,10 @@ def write_base(gdir: str, ids: np.ndarray, dup_keys: list[str], sigs: np.ndarray
     order = np.argsort(keys[:, 0], kind="stable")
     h = band_hashes(sigs).T
     band_order = np.argsort(h, axis=1, kind="stable")
+    row = np.int32 if len(ids) < 2**31 else np.int64  # positions: half the bytes of chunk ids
     for name, arr in (("ids", ids), ("sigs", sigs), ("keys", keys), ("key_sorted", keys[order, 0]),
-                      ("key_order", order.astype(np.int64)), ("band_hash", np.take_along_axis(h, band_order, 1)),
-                      ("band_row", band_order.astype(np.int64))):
+                      ("key_order", order.astype(row)), ("band_hash", np.take_along_axis(h, band_order, 1)),
+                      ("band_row", band_order.astype(row))):
         np.save(os.path.join(out, f"{name}.npy"), arr)
     _write_state(out, np.ones(len(ids), bool), np.zeros(0, np.int64), np.zeros((0, N_PERM), np.uint32),
                  np.zeros((0, 2), np.uint64), threshold, len(ids), first)
