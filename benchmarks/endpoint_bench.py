@@ -194,7 +194,7 @@ def rows(cfg):
                     stdout=os.path.join(work, f"eval-{idx}.jsonl"))
             evals[label] = (c, _eval(c))
         chat, chat_url, chat_argv = serve(str(default_model_path()), os.path.join(work, "chat-server.log"),
-                                          "-c", "4096", "-np", "1", "-t", "1")
+                                          "-c", "4096", "-np", "1", "-t", "1", "-fa", "off")
         answers, answer_cmds = [], []
         for i, q in enumerate(questions, 1):
             got = {}
@@ -273,10 +273,11 @@ def rows(cfg):
                  f", first {n_docs} documents and {limit} queries" if n_docs else "") +
              "; the packaged all-MiniLM-L6-v2 converted to an f32 GGUF; both indexes `--embed-precision fp32 --no-tune`",
              "embedding server: llama-server `--embedding --pooling mean -t 1`; chat server: the packaged "
-             "SmolLM2-135M-Instruct Q4_1, `-c 4096 -np 1 -t 1`; both on free ports of 127.0.0.1 ($EMBED_URL, $CHAT_URL)",
+             "SmolLM2-135M-Instruct Q4_1, `-c 4096 -np 1 -t 1 -fa off`; both on free ports of 127.0.0.1 ($EMBED_URL, $CHAT_URL)",
              "answers: both sides greedy with a repeat penalty of 1.1 (sent to the chat server as llama-server's "
-             "repeat_penalty); prompt evaluation in batches of different sizes may still make a Q4_1 model's texts "
-             "differ",
+             "repeat_penalty); the chat server runs without flash attention as llama-cpp-python does (llama-server "
+             "turns it on by default, and its rounding flips near-ties of the Q4_1 model: texts then drift apart "
+             "after a few dozen tokens)",
              "quality rows (cosine, nDCG, citations) do not depend on load; other processes may have shared the "
              "machine, which only the index-time row feels"]
     return "RAG through OpenAI-compatible endpoints against the in-process paths", setup, out
