@@ -76,9 +76,9 @@ def test_generate_modes_that_became_commands_are_forwarded_with_a_note(tmp_path)
     b = run_cli(["generate", "-m", m, "-n", "3", "--temp", "0", "--prompt-cache", str(cache), "--json", "hello there"])
     assert a.exit_code == b.exit_code == 0 and "`llmkit generate --slot-dir` is now `--prompt-cache`" in a.stderr
     assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"] and len(list(cache.glob("*.slot"))) == 1
-    f = run_cli(["generate", "-m", m, "-n", "3", "--temp", "0", "--draft-model", m, "--fixed-draft", "--draft-max", "2",
+    f = run_cli(["generate", "-m", m, "-n", "8", "--temp", "0", "--draft-model", m, "--fixed-draft", "--draft-max", "2",
                  "--json", "hello"])
-    n = run_cli(["generate", "-m", m, "-n", "3", "--temp", "0", "--draft-model", m, "--draft-min", "2", "--draft-max", "2",
+    n = run_cli(["generate", "-m", m, "-n", "8", "--temp", "0", "--draft-model", m, "--draft-min", "2", "--draft-max", "2",
                  "--json", "hello"])
     assert f.exit_code == n.exit_code == 0 and "--draft-min 2 --draft-max 2" in f.stderr
     assert json.loads(f.stdout)["stats"]["drafted"] == json.loads(n.stdout)["stats"]["drafted"] > 0

@@ -127,8 +127,8 @@ def _drafting(draft_path, draft_max, draft_min, fixed_draft, lookup):
     if fixed_draft:
         click.echo(f"Note: `llmkit generate --fixed-draft` is now `--draft-min {draft_max} --draft-max {draft_max}`; "
                    f"the old spelling works until llmkit {REMOVED_IN}.", err=True)
-    return DraftOptions(path=draft_path, lookup=lookup, max=draft_max, min=draft_min,
-                        adaptive=not fixed_draft and draft_min != draft_max)
+    draft_min = draft_max if fixed_draft else draft_min  # what the note says the old flag now means
+    return DraftOptions(path=draft_path, lookup=lookup, max=draft_max, min=draft_min, adaptive=draft_min != draft_max)
 
 
 # --draft-model, --draft-max, --draft-min, --lookup (and the old --fixed-draft): the command receives
