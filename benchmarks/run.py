@@ -7,13 +7,13 @@
     python benchmarks/run.py --area scale --part query --work DIR  # one group of rows, inputs kept in DIR
 
 How each figure is measured is in harness.py: whole processes timed from outside, alternating,
-median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale
-endpoint (rag through llama-server's OpenAI-compatible API against the in-process paths),
-rag-quality (llmkit's retrieval quality against the naive baseline; about 40 minutes with an
+median of >= 3 runs (>= 5 under a second) with min and max. Areas: tokenize rag quant generate kv scale,
+endpoint (rag through llama-server's OpenAI-compatible API against the in-process paths; about 10
+minutes), rag-quality (llmkit's retrieval quality against the naive baseline; about 40 minutes with an
 empty vector cache), quant-quality (size budgets against llama.cpp's mixes on a real model,
 --quant-model/--quant-imatrix; about 45 minutes) and quant-gptq (GPTQ against llama.cpp's rounding,
 also --quant-calib; about 70 minutes) and setup (the README's install and test commands on a fresh
-clone of HEAD, about 20 minutes): --quick leaves those four out, `--area NAME` runs them. The long
+clone of HEAD, about 20 minutes): --quick leaves those five out (and long), `--area NAME` runs them. The long
 area (contexts to 128k, a 20k-token prompt and slot, speculation as whole processes) takes about 40
 minutes with the Qwen models of scripts/fetch_models.sh.
 quant_sections.py writes three more areas (quant-formats, quant-startup, quant-7b); this script
@@ -41,7 +41,7 @@ AREAS = {"tokenize": "tokenize_bench", "rag": "rag_bench", "quant": "quant_bench
          "quant-quality": "quant_quality_bench", "quant-gptq": "gptq_bench", "setup": "setup_bench",
          "endpoint": "endpoint_bench"}
 # long runs: only with --area (or a full run), not in --quick
-NOT_QUICK = {"rag-quality", "quant-quality", "quant-gptq", "setup", "long"}
+NOT_QUICK = {"rag-quality", "quant-quality", "quant-gptq", "setup", "long", "endpoint"}
 QUALITY = {"rag-quality"}  # areas of quality figures only (no clock)
 BEGIN, END = "<!-- area:{} -->", "<!-- /area:{} -->"
 

@@ -1,5 +1,5 @@
-"""`rag answer` and `rag ask-global`: answers with a local GGUF model, from retrieved sources or from
-summaries of the entity-graph communities a question touches."""
+"""`rag answer` and `rag ask-global`: answers with a GGUF model or an OpenAI-compatible endpoint, from
+retrieved sources or from summaries of the entity-graph communities a question touches."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def asking(k_help: str):
 @click.option("--global", "global_", is_flag=True, help="Deprecated: use `rag ask-global`.")
 @click.option("--json", "as_json", is_flag=True)
 def answer_cmd(index_dir, question, opts, n_predict, compress_to, global_, as_json):
-    """Retrieve sources for QUESTION and stream an answer citing them, with a local GGUF model.
+    """Retrieve sources for QUESTION and stream an answer citing them, with a local GGUF model or a
+    chat endpoint (--llm http://host:8080, e.g. a llama-server).
 
     \b
     llmkit rag answer idx "How are kernel modules loaded?" --llm qwen2.5-1.5b.gguf
