@@ -272,7 +272,8 @@ def model_json(path: str) -> dict:
     return {"merges": merges, "vocab": vocab if isinstance(vocab, dict) else None, "tokens": toks}
 
 
-def train_rows(cfg, corpus: str, jobs: list[str], tag: str = "", limit_alphabet: int | None = None) -> list[Row]:
+def train_rows(cfg, corpus: str, jobs: list[str], tag: str = "", limit_alphabet: int | None = None,
+               rounds: int = 3) -> list[Row]:
     """Training rows for `jobs` on `corpus`; `limit_alphabet` goes to both sides' WordPiece."""
     rows = []
     d = cfg.tmp("tokenize")
@@ -283,7 +284,7 @@ def train_rows(cfg, corpus: str, jobs: list[str], tag: str = "", limit_alphabet:
         hf = Cmd("HF tokenizers", [PY, ME, "train-hf", algo, vocab, corpus, hf_out] + ([limit] if limit else []))
         lk = Cmd("llmkit", [PY, "-m", "llmkit", "-q", "tokenize", "train", "--algo", algo, "--vocab-size", vocab,
                             *(["--limit-alphabet", limit] if limit else []), "-o", lk_out, corpus])
-        runs = compare([hf, lk], cfg, warmup=False)
+        runs = compare([hf, lk], cfg, warmup=False, min_runs=rounds)
         a, b = model_json(hf_out), model_json(lk_out)
         if algo == "bpe":
             check = "merges and vocabulary identical" if (a["merges"], a["vocab"]) == (b["merges"], b["vocab"]) else \
@@ -553,9 +554,11 @@ def scale_rows(cfg) -> tuple[list[Row], list[str]]:
     for mb in cfg.pick([10, 300, 1000], [10, 300], [0.3]):
         for kind in ("prose", "code"):
             corpus, desc = scale_corpus(cfg, kind, mb)
-            notes.append(f"-{kind}-{mb:g}mb rows: {desc}")
+            notes.append(f"-{kind}-{mb:g}mb rows: {desc}" + cfg.pick("", "; one run per side", ""))
             jobs = ["bpe8k", "wp8k"] + (["uni8k"] if mb <= 50 else [])
-            rows += train_rows(cfg, corpus, jobs, tag=f"-{kind}-{mb:g}mb", limit_alphabet=1000)
+            # one run per side per size in quick mode: a 300 MB run or a 10 MB Unigram takes minutes
+            rows += train_rows(cfg, corpus, jobs, tag=f"-{kind}-{mb:g}mb", limit_alphabet=1000,
+                               rounds=cfg.pick(3, 1, 1))
             os.remove(corpus)
     return rows, notes
 
