@@ -3,6 +3,7 @@ converted to GGUF (`--embedding --pooling mean`) and one chatting with the packa
 stub server on 127.0.0.1 for what a bad server does (down, busy, slow, wrong dimension, not JSON)."""
 
 import json
+import re
 import threading
 import time
 import zlib
@@ -103,9 +104,12 @@ def test_answer_and_rerank_through_a_chat_endpoint(tmp_path, docs, minilm, chat,
     assert r.exit_code == 0, r.stderr
     answer, sources = r.stdout.split("\n\nSources:\n")
     assert sources.splitlines()[0] == f"[1] {docs}/modules.md § Kernel modules"
-    # greedy with the local path's repeat penalty: the answer the same model writes in process
+    # greedy with the local path's repeat penalty: the same sources, and an answer that does not loop
+    # (its text equals the in-process one only where llama-server's kernels match the binding's)
     r_local = run_cli(["rag", "answer", str(idx), question, "-n", "40", "-k", "2"])
-    assert answer.strip() and r.stdout == r_local.stdout
+    assert r_local.stdout.split("\n\nSources:\n")[1] == sources
+    sentences = [x for x in re.split(r"(?<=[.!?])\s+", answer.strip()) if x]
+    assert sentences and len(sentences) == len(set(sentences)), answer
     remote = json.loads(run_cli(["rag", "answer", str(idx), question, "--llm", chat, "-n", "8", "--json"]).stdout)
     local = json.loads(run_cli(["rag", "answer", str(idx), question, "-n", "8", "--json"]).stdout)
     assert remote["sources"] == local["sources"] and remote["answer"]
