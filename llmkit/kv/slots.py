@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from llmkit.errors import BadFileFormat, BadInput, OptionError
-from llmkit.io import disk_error, load_json
+from llmkit.bounded import load_json
+from llmkit.io import disk_error
 
 MAGIC = b"LLMKSLOT"
 VERSION = 2

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from llmkit.errors import BadFileFormat, BadInput
-from llmkit.io import LimitExceeded, json_limits, load_json_line
+from llmkit.bounded import LimitExceeded, json_limits, load_json_line
 from llmkit.llama.server import RETRY_CODES, LlamaServer, RequestFailed, ServerDown
 
 REJOIN_S = 60.0  # how long a batch waits for a server to come back when all of them are down

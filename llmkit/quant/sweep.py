@@ -203,7 +203,7 @@ def _read_state(path: str, settings: dict) -> dict[str, SweepPoint]:
     """The finished points of an earlier run with the same settings (empty for a new folder)."""
     if not os.path.exists(path):
         return {}
-    from llmkit.io import load_json_line, read_bounded
+    from llmkit.bounded import load_json_line, read_bounded
 
     lines = read_bounded(path, "LLMKIT_MAX_JSON_BYTES").decode("utf-8", "replace").splitlines()
     try:

@@ -198,7 +198,7 @@ def open_url(url: str, body: dict | None = None, timeout: float | None = None, a
 def request(url: str, body: dict | None = None, timeout: float | None = None, absent: tuple[int, ...] = ()):
     """The JSON answer to a POST of `body` (a GET without one), as `open_url` asks; None as it says.
     The answer is held to LLMKIT_MAX_JSON_BYTES and LLMKIT_MAX_JSON_DEPTH, as a JSON file is."""
-    from llmkit.io import CountingStream, LimitExceeded, json_limits, load_json
+    from llmkit.bounded import CountingStream, LimitExceeded, json_limits, load_json
 
     t = timeout if timeout is not None else timeout_seconds()
     resp = open_url(url, body, t, absent)
@@ -226,7 +226,7 @@ def request(url: str, body: dict | None = None, timeout: float | None = None, ab
 def events(url: str, body: dict, timeout: float | None = None):
     """The JSON events of a streamed answer (server-sent `data:` lines, up to `[DONE]`), each line
     held to LLMKIT_MAX_LINE_BYTES."""
-    from llmkit.io import limit
+    from llmkit.bounded import limit
 
     t = timeout if timeout is not None else timeout_seconds()
     cap = limit("LLMKIT_MAX_LINE_BYTES")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from llmkit.commands._common import Output, progress_bar
-from llmkit.io import read_bounded
+from llmkit.bounded import read_bounded
 from llmkit.commands.deprecated import renamed
 from llmkit.commands.rag.options import (INDEX_RENAMES, chunk_options, embed_options, meta_option, read_options,
                                         store_options)

@@ -8,7 +8,7 @@ import os
 import re
 
 from llmkit.errors import BadInput
-from llmkit.io import load_json_line
+from llmkit.bounded import load_json_line
 
 
 def load_queries(path: str) -> list[tuple[str, str]]:

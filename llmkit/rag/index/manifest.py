@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Callable
 
 from llmkit.errors import BadFileFormat, BadInput
-from llmkit.io import load_json
+from llmkit.bounded import load_json
 from llmkit.errors import OptionError
 
 FORMAT, VERSION = "llmkit-rag", 2

@@ -262,7 +262,7 @@ class MilvusStore:
 
 def store_wait() -> float:
     """Seconds to wait for an embedded store another process has open (LLMKIT_STORE_WAIT_SECONDS)."""
-    from llmkit.io import limit
+    from llmkit.bounded import limit
 
     return float(limit("LLMKIT_STORE_WAIT_SECONDS"))
 

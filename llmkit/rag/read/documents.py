@@ -15,7 +15,7 @@ import os
 import re
 import time
 
-from llmkit.io import LimitExceeded, json_limits, limit, load_json_line, too_large
+from llmkit.bounded import LimitExceeded, json_limits, limit, load_json_line, too_large
 from llmkit.rag.read import formats
 from llmkit.rag.read.code import LANGUAGES, MAX_BYTES, minified
 from llmkit.rag.read.decode import NotText, decode_text

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from llmkit.errors import BadInput
 from llmkit.errors import OptionError
-from llmkit.io import too_large
+from llmkit.bounded import too_large
 from llmkit.rag.read.documents import SUFFIXES, size_cap
 from llmkit.rag.read.types import Skipped
 from llmkit.walk import TreeWalk, stat_file

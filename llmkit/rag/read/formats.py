@@ -16,7 +16,7 @@ import io
 import os
 import re
 
-from llmkit.io import check_archive, limit, load_json
+from llmkit.bounded import check_archive, limit, load_json
 
 from llmkit.rag.read.code import MAX_BYTES, chunk_code, language_of
 from llmkit.rag.read.markup import html_sections, markdown_sections

@@ -8,7 +8,7 @@ import re
 import time
 from bisect import bisect_right
 
-from llmkit.io import LimitExceeded, limit
+from llmkit.bounded import LimitExceeded, limit
 
 from llmkit.rag.read.types import Section
 

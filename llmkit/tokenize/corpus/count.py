@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from llmkit.errors import BadInput
-from llmkit.io import has_nul, too_large
+from llmkit.bounded import too_large
+from llmkit.io import has_nul
 
 BATCH_BYTES = 1 << 20
 BATCH_FILES = 512

@@ -6,7 +6,7 @@ import json
 import unicodedata
 
 from llmkit.errors import BadFileFormat, BadInput
-from llmkit.io import LimitExceeded, load_json, read_bounded
+from llmkit.bounded import LimitExceeded, load_json, read_bounded
 from llmkit.tokenize import pretok
 from llmkit.tokenize.bpe.bpe import BPE
 from llmkit.tokenize.formats.hf_write import SUPPORTED_VERSIONS
