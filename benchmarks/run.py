@@ -116,9 +116,13 @@ def merge_part(old: str, new: str, parts: list[str]) -> str:
         return new
     head, rest = new.split("\n| row |", 1)
     table_end = rest.index("\n\n")
-    earlier = re.search(r"\n\n(\w+ mode, \d{4}-\d\d-\d\d \d\d:\d\d UTC)", old)
-    note = (f"- this run made the rows of {', '.join(parts)} (`--part`); the other rows are kept from the earlier run"
-            + (f" ({earlier.group(1)})" if earlier else ""))
+    # the dates of every run whose rows stay: the old section's own and those its --part note named
+    earlier = re.search(r"\n\n\w+ mode, (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", old)
+    kept_note = re.search(r"^- this run made the rows of .*$", old, re.M)
+    dates = sorted(set(re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", kept_note.group(0) if kept_note else ""))
+                   | ({earlier.group(1)} if earlier else set()))
+    note = (f"- this run made the rows of {', '.join(parts)} (`--part`); the other rows are kept from earlier runs"
+            + (f" ({', '.join(dates)})" if dates else ""))
     lines = ["| row |" + rest[:table_end]] + [old_table[r] for r in kept]
     details = "\n".join([new_cmds[r] for r in new_table if r in new_cmds] + [old_cmds[r] for r in kept if r in old_cmds])
     tail = rest[table_end:].split("<summary>commands per row</summary>", 1)[0]
