@@ -157,3 +157,17 @@ class WordEncoder:
                     cache[piece] = ids
             out.extend(ids)
         return out
+
+
+def kept_alphabet(char_counts: dict[str, int], limit: int) -> set[str]:
+    """The `limit` characters with the highest counts (each occurrence weighted by its word's count),
+    as HF's `limit_alphabet` keeps them; ties at the cut go to the lower code point (HF's unstable
+    sort leaves them to chance).
+
+    >>> sorted(kept_alphabet({"a": 5, "b": 1, "c": 3, "d": 1}, 3))
+    ['a', 'b', 'c']
+    """
+    if limit < 1:
+        raise OptionError("limit alphabet must be positive, got {value}. Pass {limit_alphabet} N with N > 0.",
+                          value=limit)
+    return set(sorted(char_counts, key=lambda ch: (-char_counts[ch], ord(ch)))[:limit])

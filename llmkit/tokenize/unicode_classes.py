@@ -158,7 +158,7 @@ def _regex_sets() -> dict[str, str]:
 
     import regex
 
-    from llmkit.tokenize import native
+    from llmkit import native
 
     path = native.cache_dir() / f"tokenize-pinned-{regex.__version__}-{UNICODE_VERSION}.json"
     try:

@@ -13,9 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from llmkit.errors import BadInput, OptionError
+from llmkit.errors import BadInput
 from llmkit.tokenize import pretok
-from llmkit.tokenize.pieces import PairMerges, Progress, Trace, Vocab, WordEncoder, check_vocab_size, merge_pair
+from llmkit.tokenize.pieces import (PairMerges, Progress, Trace, Vocab, WordEncoder, check_vocab_size, kept_alphabet,
+                                    merge_pair)
 
 
 @dataclass
@@ -85,20 +86,6 @@ def train_wordpiece(
             return WordPieceTrainResult(vocab=tokens, special_tokens=specials)
     WordPieceMerges(vocab, words, counts, prefix, min_frequency, trace_top).run(vocab_size, progress, trace)
     return WordPieceTrainResult(vocab=vocab.tokens, special_tokens=specials)
-
-
-def kept_alphabet(char_counts: dict[str, int], limit: int) -> set[str]:
-    """The `limit` characters with the highest counts (each occurrence weighted by its word's count),
-    as HF's `limit_alphabet` keeps them; ties at the cut go to the lower code point (HF's unstable
-    sort leaves them to chance).
-
-    >>> sorted(kept_alphabet({"a": 5, "b": 1, "c": 3, "d": 1}, 3))
-    ['a', 'b', 'c']
-    """
-    if limit < 1:
-        raise OptionError("limit alphabet must be positive, got {value}. Pass {limit_alphabet} N with N > 0.",
-                          value=limit)
-    return set(sorted(char_counts, key=lambda ch: (-char_counts[ch], ord(ch)))[:limit])
 
 
 class WordPieceMerges(PairMerges):

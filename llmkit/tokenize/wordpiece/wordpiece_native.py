@@ -11,7 +11,7 @@ import array
 
 from llmkit.tokenize import native
 from llmkit.tokenize.bpe.bpe_train_native import Words, minus_ones, pow2, words_and_texts, words_from_lists, zeros
-from llmkit.tokenize.pieces import Progress, Vocab
+from llmkit.tokenize.pieces import Progress, Vocab, kept_alphabet
 
 I32, I64, F64 = "i", "q", "d"
 ST_VOCAB, ST_PAIRS, ST_WN, ST_ON, ST_HEAP, ST_MERGES, ST_TEXT = range(7)
@@ -105,7 +105,7 @@ def train(vocab: Vocab, words: list[list[int]], counts: list[int], vocab_size: i
 def words_from_table(table, specials: list[str], prefix: str, limit_alphabet: int | None = None) -> tuple[Vocab, Words]:
     """The initial vocabulary (specials, first characters, prefixed other characters, each sorted by
     code point) and the words as its ids, straight from the compiled counter's table (UTF-8 words);
-    with `limit_alphabet`, only the characters `wordpiece.kept_alphabet` keeps (see `_drop_rare_chars`)."""
+    with `limit_alphabet`, only the characters `pieces.kept_alphabet` keeps (see `_drop_rare_chars`)."""
     import numpy as np
 
     n = table.st[0]
@@ -152,7 +152,6 @@ def _drop_rare_chars(cps, first, coff, cnt, limit: int):
     """
     import numpy as np
 
-    from llmkit.tokenize.wordpiece.wordpiece import kept_alphabet
 
     lens = np.diff(coff)
     total = np.zeros(0x110000, dtype=np.int64)
