@@ -86,7 +86,7 @@ class DraftLengthChooser:
         return max(lo[1] + slope * (b - lo[0]), 1e-9)
 
     def could_pay(self) -> bool:
-        """Whether drafting could pay at all with the costs measured so far: the most it could ever give
+        """Whether drafting could pay at all with the costs timed so far: the most it could ever give
         (every draft accepted) beats plain decoding by 30 %."""
         td = self.t_draft if self.t_draft is not None else self.cost(1) * self.draft_cost_ratio
         return self._ideal_rate(td, self.k_max) * self.cost(1) > 1.3

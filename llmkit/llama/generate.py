@@ -194,7 +194,7 @@ class Generator:
         known = None
         if self.drafting and self.chooser.adaptive and self.chooser.may_skip and not reused:
             known = verify_cost.load(tgt, b)
-            if known is not None:  # measured by an earlier run: no timed batch, and no drafting if it cannot pay
+            if known is not None:  # timed by an earlier run: no timed batch, and no drafting if it cannot pay
                 self.chooser.observe_batch(1, known[0])
                 self.chooser.observe_batch(b, known[1])
                 self.drafting = self.chooser.could_pay()

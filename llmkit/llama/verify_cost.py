@@ -38,7 +38,7 @@ def _read() -> dict:
 
 
 def load(model, batch: int) -> tuple[float, float] | None:
-    """(T(1), T(batch)) in seconds measured for this model file and thread count, or None."""
+    """(T(1), T(batch)) in seconds, as timed for this model file and thread count, or None."""
     key = _key(model, batch)
     e = _read().get(key) if key else None
     try:
