@@ -140,6 +140,19 @@ def start_subprocess(args, env: dict | None = None, **popen) -> subprocess.Popen
     return subprocess.Popen(llmkit_argv(*args), env=llmkit_env(**(env or {})), **popen)
 
 
+@pytest.fixture(scope="module")
+def kernels():
+    """The compiled tokenizer kernels, compiled here if this cache has none yet (LLMKIT_JIT=1)."""
+    from llmkit.tokenize import native
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LLMKIT_JIT", "1")
+    k = native.kernels()
+    mp.undo()
+    assert k is not None, "numba is installed, so the kernels must compile"
+    return k
+
+
 @pytest.fixture(scope="session")
 def kernel_docs(tmp_path_factory) -> Path:
     """~2.2 MB of real English text (Linux kernel documentation, GPL-2.0), see fixtures/README.md."""

@@ -13,7 +13,6 @@ from conftest import run_cli
 from ggufmake import write_vocab_gguf
 from llmkit import tokenize
 from llmkit.io import iter_lines
-from llmkit.tokenize import native
 from llmkit.tokenize.corpus import count as count_mod
 from llmkit.tokenize.corpus.budget import split, truncate
 from llmkit.tokenize.training.train import train
@@ -189,16 +188,6 @@ def test_double_star_goes_where_the_directory_walk_goes(tmp_path, monkeypatch):
     assert expand_glob("src/**/m/*.py") == ([], 3)  # m is inside node_modules
     entries, ignored, _ = count_mod.plan(["src/**"])
     assert [e.path for e in entries] == ["src/a.py", "src/sub/b.py", "src/sub/c.txt"] and ignored == 4
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    mp = pytest.MonkeyPatch()
-    mp.setenv("LLMKIT_JIT", "1")
-    k = native.kernels()
-    mp.undo()
-    assert k is not None, "numba is installed, so the kernels must compile"
-    return k
 
 
 def test_compiled_and_python_counts_equal_hf(toks, kernels, monkeypatch):

@@ -12,24 +12,12 @@ import pytest
 from conftest import run_cli
 
 from llmkit import tokenize
-from llmkit.tokenize import native
 from llmkit.tokenize.formats.hf import from_hf_json
 
 hf = pytest.importorskip("tokenizers")
 
 LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 QWEN2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    """The compiled kernels, compiled here if this cache has none yet (LLMKIT_JIT=1)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("LLMKIT_JIT", "1")
-    k = native.kernels()
-    mp.undo()
-    assert k is not None, "numba is installed, so the kernels must compile"
-    return k
 
 
 def _category_samples() -> str:

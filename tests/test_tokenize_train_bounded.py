@@ -11,21 +11,10 @@ import pytest
 from conftest import llmkit_env, run_cli
 
 from llmkit.io import iter_lines
-from llmkit.tokenize import native
 from llmkit.tokenize.bpe import bpe_train_native
 from llmkit.tokenize.bpe.bpe import train_bpe
 from llmkit.tokenize.training.train import count_words, train
 from llmkit.tokenize.training.wordbound import Bound
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    mp = pytest.MonkeyPatch()
-    mp.setenv("LLMKIT_JIT", "1")
-    k = native.kernels()
-    mp.undo()
-    assert k is not None, "numba is installed, so the kernels must compile"
-    return k
 
 
 def _python_loop(monkeypatch):

@@ -24,16 +24,6 @@ LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    mp = pytest.MonkeyPatch()
-    mp.setenv("LLMKIT_JIT", "1")
-    k = native.kernels()
-    mp.undo()
-    assert k is not None, "numba is installed, so the kernels must compile"
-    return k
-
-
 def _hf_class(pt, ch: str) -> int:
     """HF's class bits of one character, read from how ByteLevel cuts it beside 'a', '1' and a tab."""
     one = lambda s: len(pt.pre_tokenize_str(s)) == 1  # noqa: E731
