@@ -50,7 +50,7 @@ def load(model, batch: int) -> tuple[float, float] | None:
 
 
 def save(model, batch: int, t1: float, tb: float) -> None:
-    """Keep the measured costs; a cache that cannot be written is only a lost shortcut."""
+    """Keep the timed costs; a cache that cannot be written is only a lost shortcut."""
     key = _key(model, batch)
     if not key:
         return
