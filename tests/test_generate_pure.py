@@ -149,5 +149,36 @@ def test_linear_batch_costs_never_probe_and_flat_ones_draft():
     flat = DraftLengthChooser(0, 8, adaptive=True, draft_cost_ratio=0.1)
     flat.observe_batch(1, 0.01)
     flat.observe_batch(9, 0.011)
+    flat.observe_round(0.01 * 2000, 2000, 0)  # a long run so far: a loss budget that covers a catch-up
     assert flat.choose(400) > 0
     assert flat.choose(400, behind=500) > 0 and flat.choose(2, behind=500) == 0
+
+
+def test_drafting_is_held_to_a_loss_budget_that_grows_with_the_run():
+    """On costs like a 2-core CPU's (T(2) = 1.72 T(1)) a run does not gamble its first tokens on a guessed
+    acceptance rate: it drafts once the plain steps so far make the worst case (every draft rejected)
+    a small share of them, and rounds that lost count against the budget until the run grows. Where a
+    batch costs about one step the budget allows drafting after a few tokens; --draft-min 1 always drafts."""
+    from llmkit.llama.draft import DraftLengthChooser
+
+    cpu = [1.00, 1.72, 2.09, 2.22, 2.86, 3.36, 3.78, 4.53, 5.0]
+
+    def chooser(costs, k_min=0):
+        c = DraftLengthChooser(k_min, 8, adaptive=True, draft_cost_known_zero=True)
+        for b, t in enumerate(costs, 1):
+            c.observe_batch(b, 0.1 * t)
+        return c
+
+    c = chooser(cpu)
+    c.observe_round(0.1, 1, 0)
+    assert c.choose(500) == 0  # one token in: no budget for a round that may lose 0.72 steps
+    c.observe_round(0.1 * 60, 60, 0)
+    k = c.choose(500)
+    assert k >= 1
+    c.observe_round(0.1 * cpu[k], 1, k)  # every draft rejected
+    assert c.loss == pytest.approx(0.1 * (cpu[k] - 1))
+    assert c.choose(500) == 0  # the budget is spent until the run grows
+    assert chooser(cpu, k_min=1).choose(500) >= 1
+    cheap = chooser([1 + 0.02 * i for i in range(9)])
+    cheap.observe_round(0.1 * 8, 8, 0)
+    assert cheap.choose(500) >= 1

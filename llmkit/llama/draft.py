@@ -40,7 +40,13 @@ class DraftLengthChooser:
     and the running acceptance rate: maximise E[tokens](alpha, K) / (K * t_draft + T(K + 1)).
 
     K stays within [k_min, k_max]; with k_min = 0 the chooser may also not draft at all (K = 0) where
-    drafting does not pay, with k_min >= 1 it always drafts at least k_min (llama.cpp's --draft-min)."""
+    drafting does not pay, with k_min >= 1 it always drafts at least k_min (llama.cpp's --draft-min).
+
+    With k_min = 0 drafting is also held to a loss budget: what the drafting rounds so far cost beyond
+    plain decoding of the tokens they gave, plus the most the next round could lose (every draft
+    rejected), may not pass `risk` times the plain decoding time of the tokens generated so far. The
+    acceptance rate is a guess until rounds are seen, and a guess that is wrong early in a short run
+    costs a large share of it; the budget grows with the run, and drafting that pays earns its own."""
 
     def __init__(self, k_min: int, k_max: int, adaptive: bool, draft_cost_known_zero: bool = False,
                  draft_cost_ratio: float = 0.2):
@@ -54,6 +60,9 @@ class DraftLengthChooser:
         self.alpha = 0.7
         self.rounds_without_draft = 0
         self.probe_every = 32
+        self.risk = 0.02
+        self.generated = 0  # tokens produced so far, by every round
+        self.loss = 0.0  # seconds the drafting rounds took beyond plain decoding of the tokens they gave
         self.measuring = False  # the K last chosen only times a verification (no batch timed yet)
 
     def observe_batch(self, b: int, seconds: float) -> None:
@@ -68,6 +77,18 @@ class DraftLengthChooser:
             rate = accepted / drafted
             w = min(0.3, drafted / (drafted + 4.0))
             self.alpha = (1 - w) * self.alpha + w * rate
+
+    def observe_round(self, seconds: float, produced: int, drafted: int) -> None:
+        """A round took `seconds` (drafting and verification) and gave `produced` tokens."""
+        self.generated += produced
+        if drafted:
+            self.loss += seconds - produced * self.cost(1)
+
+    def _affordable(self, k: int, td: float) -> bool:
+        """Whether a round of k drafts stays within the loss budget even if every draft is rejected (a
+        draft model's catch-up is left out: it serves every later round, and once paid it is in the loss)."""
+        worst = k * td + self.cost(k + 1) - self.cost(1)
+        return self.loss + worst <= self.risk * self.cost(1) * self.generated
 
     def cost(self, b: int) -> float:
         if b in self.t_batch:
@@ -112,6 +133,8 @@ class DraftLengthChooser:
         catch_up = behind * td * 0.5 if self.t_draft != 0.0 else 0.0  # batched catch-up, ~half a step each
         best_k, best_rate = (0, 1.0 / self.cost(1)) if self.may_skip else (self.k_min, 0.0)
         for k in range(self.k_min, k_max + 1):
+            if self.may_skip and not self._affordable(k, td):
+                break  # a longer round could lose more still
             e = expected_tokens(self.alpha, k)
             # the catch-up is paid once and then serves every round to the end: each round's share
             rate = e / (k * td + self.cost(k + 1) + catch_up * e / max(available, 1))
@@ -119,10 +142,14 @@ class DraftLengthChooser:
                 best_k, best_rate = k, rate
         # the most drafting could ever give (every draft accepted): probes re-sync the draft model,
         # which costs real time, so only probe when a changed acceptance rate could pay well
-        if best_k == 0 and self.may_skip and self.rounds_without_draft >= self.probe_every and self._ideal_rate(td, k_max) * self.cost(1) > 1.3:
-            # occasional probe so a changed acceptance rate is noticed; back off while it keeps failing
+        probe = (best_k == 0 and self.may_skip and self.rounds_without_draft >= self.probe_every
+                 and self._ideal_rate(td, k_max) * self.cost(1) > 1.3)
+        if probe:  # occasional probe so a changed acceptance rate is noticed
             best_k = self.k_min
-            self.probe_every *= 2
+        if best_k and self.may_skip and not self._affordable(best_k, td):
+            return 0
+        if probe:
+            self.probe_every *= 2  # back off while probes keep failing
         elif best_k > 0:
             self.probe_every = 32
         return best_k
@@ -139,10 +166,15 @@ class DraftModel:
             raise BadInput(f"draft model '{path}' does not exist. Check the path given to --draft-model.")
         self.path, self.opener, self.model = path, opener, None
         self.check: Callable[[object], None] | None = None  # run on the model once opened (vocabulary)
+        self.load_s = 0.0  # what opening it took (a one-off, not a drafting round's cost)
 
     def get(self):
         if self.model is None:
+            import time
+
+            t0 = time.perf_counter()
             model = self.opener(self.path)
+            self.load_s = time.perf_counter() - t0
             if self.check is not None:
                 self.check(model)
             self.model = model

@@ -135,7 +135,7 @@ class Generator:
         n_ctx = min(self.target.n_ctx(), len(self.target.input_ids))
         prompt = self._fit_prompt(list(prompt), n_ctx)
         st = GenerateStats(prompt_tokens=len(prompt))
-        self._timed_max_batch = False  # this run timed a verification of k_max drafts
+        self._timed: set[int] = set()  # the batch sizes this run timed itself
         t0 = time.perf_counter()
         st.prefill_reused = self._reuse_cache(prompt, cache_reuse, st) if reuse_cache and self.target.n_tokens else 0
         self._prefill(prompt, st.prefill_reused)
@@ -160,10 +160,9 @@ class Generator:
                     break
         st.decode_s = time.perf_counter() - t_start
         self.generated = gen_ids
-        b = self.chooser.k_max + 1
-        # only a run that timed a k_max batch itself saves: re-saving the figures it read would keep them forever
-        if self.drafting and self.chooser.adaptive and self._timed_max_batch and 1 in self.chooser.t_batch:
-            verify_cost.save(self.target, b, self.chooser.t_batch[1], self.chooser.t_batch[b])
+        # only sizes this run timed are saved: re-dating figures it only read would keep them forever
+        if self.drafting and self.chooser.adaptive and self._timed:
+            verify_cost.save(self.target, self.chooser.k_max + 1, {b: self.chooser.t_batch[b] for b in self._timed})
         return out.finish(), st
 
     # -- the steps of run -------------------------------------------------------------------------
@@ -194,9 +193,9 @@ class Generator:
         known = None
         if self.drafting and self.chooser.adaptive and self.chooser.may_skip and not reused:
             known = verify_cost.load(tgt, b)
-            if known is not None:  # timed by an earlier run: no timed batch, and no drafting if it cannot pay
-                self.chooser.observe_batch(1, known[0])
-                self.chooser.observe_batch(b, known[1])
+            if known is not None:  # timed by earlier runs: no timed batch, and no drafting if it cannot pay
+                for size, seconds in known.items():
+                    self.chooser.observe_batch(size, seconds)
                 self.drafting = self.chooser.could_pay()
         if not reused:
             tgt.reset()
@@ -219,7 +218,7 @@ class Generator:
         t1 = time.perf_counter()
         logits = eval_logits(self.target, prompt[-b:], b)
         self.chooser.observe_batch(b, time.perf_counter() - t1)
-        self._timed_max_batch = True
+        self._timed.add(b)
         return logits[-1]
 
     def _make_room(self, ctx: list[int], n_ctx: int, st: GenerateStats) -> int | None:
@@ -243,12 +242,14 @@ class Generator:
         tgt = self.target
         if self._primed is not None:  # the prompt's evaluation gave the first token's logits
             logits, self._primed = self._primed, None
+            self.chooser.observe_round(0.0, 1, 0)
             if self.argmax_only:
                 return [int(np.argmax(logits))]
             return [sample(distribution(logits, self.params, History(ctx, [])), self.rng)]
         behind = self.drafter.behind(ctx) if self.drafter is not None else 0
         k = self.chooser.choose(available, behind) if self.drafting else 0
         timing_only = k > 0 and self._timing_only()
+        t0 = time.perf_counter()
         drafts, qs = self._draft(ctx, k, st) if k > 0 else ([], [])
         n0 = tgt.n_tokens
         t1 = time.perf_counter()
@@ -257,7 +258,7 @@ class Generator:
         st.verify_s += dt
         st.target_steps += 1
         self.chooser.observe_batch(1 + len(drafts), dt)
-        self._timed_max_batch |= len(drafts) == self.chooser.k_max
+        self._timed.add(1 + len(drafts))
         if self.argmax_only:  # both acceptance rules reduce to argmax matching
             n_acc, nxt = verify_greedy(drafts, logits)
         else:
@@ -280,6 +281,8 @@ class Generator:
         else:
             self.chooser.rounds_without_draft += 1
         tgt.n_tokens = n0 + 1 + n_acc  # roll back past the first rejection
+        took = time.perf_counter() - t0 - self._load_s()
+        self.chooser.observe_round(took, n_acc + 1, 0 if timing_only else len(drafts))
         return drafts[:n_acc] + [nxt]
 
     def _stop_reason(self, tok: int, out: "_TextStream", generated: int, n_predict: int) -> str:
@@ -307,6 +310,14 @@ class Generator:
         st.draft_s += dt
         self.chooser.observe_draft(dt / max(k, 1))
         return drafts, qs
+
+    def _load_s(self) -> float:
+        """The draft model's opening time, the first time it is asked for (then 0)."""
+        src = self.drafter.source if self.drafter is not None else None
+        if not isinstance(src, DraftModel) or not src.load_s:
+            return 0.0
+        s, src.load_s = src.load_s, 0.0
+        return s
 
     def _timing_only(self) -> bool:
         """This round measures a verification's cost for a draft model that is not loaded yet."""

@@ -1,9 +1,10 @@
 """What verifying a batch costs a target model on this machine, kept across runs.
 
-The adaptive draft length needs T(1) and T(k_max + 1); measuring them takes a timed batch in every
-prefill. Where they rule drafting out (a batch costs about as much as its tokens one by one), a later
-run of the same model with the same threads decodes plainly from the start and never loads a draft
-model. Figures older than a week are measured again (a machine's load and builds change).
+The adaptive draft length needs T(b) for the batch sizes it may verify; measuring them takes timed
+batches. Every run keeps the sizes it timed itself, so a later run of the same model with the same
+threads knows T(2), T(3), … as well as T(1) and T(k_max + 1), and where they rule drafting out (a
+batch costs about as much as its tokens one by one) decodes plainly from the start and never loads a
+draft model. Figures older than a week are measured again (a machine's load and builds change).
 """
 
 from __future__ import annotations
@@ -37,27 +38,43 @@ def _read() -> dict:
         return {}
 
 
-def load(model, batch: int) -> tuple[float, float] | None:
-    """(T(1), T(batch)) in seconds, as timed for this model file and thread count, or None."""
-    key = _key(model, batch)
-    e = _read().get(key) if key else None
-    try:
-        if e and time.time() - float(e["when"]) < MAX_AGE_S and e["t1"] > 0 and e["tb"] > 0:
-            return float(e["t1"]), float(e["tb"])
-    except (KeyError, TypeError, ValueError):
-        pass
-    return None
+def _fresh(entry) -> dict[int, tuple[float, float]]:
+    """{b: (seconds, when timed)} of one entry, without figures too old or malformed."""
+    out: dict[int, tuple[float, float]] = {}
+    if not isinstance(entry, dict) or not isinstance(entry.get("t"), dict):
+        return out
+    now = time.time()
+    for b, v in entry["t"].items():
+        try:
+            seconds, when = float(v[0]), float(v[1])
+            if seconds > 0 and now - when < MAX_AGE_S:
+                out[int(b)] = (seconds, when)
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue
+    return out
 
 
-def save(model, batch: int, t1: float, tb: float) -> None:
-    """Keep the timed costs; a cache that cannot be written is only a lost shortcut."""
+def load(model, batch: int) -> dict[int, float] | None:
+    """{b: T(b) in seconds} as timed for this model file and thread count, or None without T(1) and
+    T(batch) (the two a drafting decision needs)."""
     key = _key(model, batch)
-    if not key:
+    got = {b: s for b, (s, _) in _fresh(_read().get(key) if key else None).items()}
+    return got if 1 in got and batch in got else None
+
+
+def save(model, batch: int, timed: dict[int, float]) -> None:
+    """Keep the costs this run timed itself (others keep their own dates, so figures only read are not
+    made new); a cache that cannot be written is only a lost shortcut."""
+    key = _key(model, batch)
+    if not key or not timed:
         return
     from llmkit.io import atomic_write_text
 
     d = _read()
-    d[key] = {"t1": t1, "tb": tb, "when": time.time()}
+    kept = _fresh(d.get(key))
+    now = time.time()
+    kept.update({b: (s, now) for b, s in timed.items()})
+    d[key] = {"t": {str(b): [s, w] for b, (s, w) in sorted(kept.items())}}
     try:
         _path().parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(_path(), json.dumps(d, indent=0))
