@@ -78,6 +78,30 @@ def test_pruned_counts_keep_the_stated_error_bound(path, kernels, monkeypatch):
     assert bound.cost(len(got), sum(len(w.encode()) for w in got)) <= r.limit
 
 
+def test_unigram_bound_counts_each_words_substrings(monkeypatch):
+    """Unigram's seed and lattice hold an entry per substring of up to 16 characters, so its estimate
+    grows with a word's length squared up to 16, then linearly: one 16-letter word costs more than
+    four 4-letter ones. A corpus pruned under it keeps the stated error and ends within the bound."""
+    import numpy as np
+
+    b = Bound("unigram", 1 << 40)
+    pieces = lambda L: b.word_costs(np.array([float(L)]))[0] - b.per_word
+    assert pieces(16) > 4 * pieces(4) and pieces(16) == 136 * b.per_position
+    assert pieces(32) - pieces(31) == 16 * b.per_position  # past 16 characters, 16 more per character
+    monkeypatch.setattr("llmkit.tokenize.training.wordbound.BoundedCounter.CHECK_EVERY", 64)
+    vocab = _random_words(20000, 8)
+    rng = random.Random(9)
+    lines = [" ".join(vocab[min(int(rng.paretovariate(0.7)) - 1, len(vocab) - 1)] for _ in range(12)) + "\n"
+             for _ in range(6000)]
+    truth = count_words(lines, "unigram")
+    cost = lambda words: b.word_costs(np.array([float(len(w)) for w in words])).sum()
+    b.report.limit = int(cost(truth) / 8)
+    got = count_words(lines, "unigram", bound=b)
+    r = b.report
+    assert r.prunes >= 1 and len(got) < len(truth) and cost(got) <= r.limit
+    assert all(truth[w] - r.error_bound <= c <= truth[w] for w, c in got.items())
+
+
 def test_unpruned_run_is_unchanged_and_reports_nothing(kernels, kernel_small, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     r1 = run_cli(["tokenize", "train", "--vocab-size", "600", "-o", str(a), str(kernel_small)])

@@ -72,7 +72,7 @@ class WordTable:
         woff = np.frombuffer(self.woff, dtype=np.int64)[:nw + 1]
         lens = np.diff(woff)
         cnt = np.frombuffer(self.wcount, dtype=np.int64)[:nw]
-        t = self.bound.threshold(cnt, lens.astype(np.float64))
+        t = self.bound.threshold(cnt, self.bound.word_costs(lens.astype(np.float64)))
         keep = cnt > t
         self.bound.note(t, int(nw - keep.sum()), int(cnt[~keep].sum()))
         arena = np.frombuffer(self.arena, dtype=np.uint8)[:int(woff[-1])][np.repeat(keep, lens)].tobytes()

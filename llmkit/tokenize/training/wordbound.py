@@ -2,8 +2,10 @@
 the count table outgrows it (lossy counting, as SentencePiece and HF bound their inputs).
 
 Training memory follows the distinct words, not the bytes read: each trainer's structures cost
-about `per_word` bytes per distinct word plus `per_byte` per byte of them (`COST`, from peak RSS
-measured on prose and code, docs/design/tokenizers.md). While counting, when the estimate for the
+about `per_word` bytes per distinct word plus `per_byte` per byte of them, and Unigram `per_position`
+per substring of at most MAX_PIECE characters of each word (its seed counts them all and its lattice
+has an edge for each one kept), which grows faster than the bytes for long words such as code's
+identifiers (`COST`, from peak RSS measured on prose and code, docs/design/tokenizers.md). While counting, when the estimate for the
 words held passes the bound, every word whose count is at most t is dropped, with the smallest t
 that brings the estimate under `REFILL` of the bound; a dropped word seen again starts from zero.
 
@@ -20,8 +22,9 @@ from dataclasses import asdict, dataclass
 
 from llmkit.errors import OptionError
 
-# bytes per distinct word and per byte of the distinct words, by what trains on them
-COST = {"bpe": (100, 20), "wordpiece": (120, 30), "unigram": (200, 400)}
+# bytes per distinct word, per byte of the distinct words and per substring position, by what trains on them
+COST = {"bpe": (100, 20, 0), "wordpiece": (120, 30, 0), "unigram": (700, 0, 40)}
+MAX_PIECE = 16  # Unigram's longest piece: a word's substrings of up to this many characters are its positions
 BASE_BYTES = 100 << 20  # the interpreter, the libraries, the kernels and the blocks being read
 REFILL = 0.6  # a prune leaves the words at most this share of the bound
 AUTO_SHARE = 0.75  # without --max-memory: this share of the machine's memory
@@ -74,7 +77,7 @@ class Bound:
         if auto:
             total = machine_memory()
             max_memory = int(total * AUTO_SHARE) if total else 1 << 62
-        self.per_word, self.per_byte = COST[algorithm]
+        self.per_word, self.per_byte, self.per_position = COST[algorithm]
         limit = max_memory - BASE_BYTES
         if limit < (8 << 20):
             if auto:
@@ -87,23 +90,33 @@ class Bound:
         self.report = Pruning(max_memory=max_memory, limit=limit)
 
     def cost(self, words: int, nbytes: int) -> int:
+        """The estimate from totals, for the trainers whose cost is linear in a word's length."""
         return self.per_word * words + self.per_byte * nbytes
 
     def over(self, words: int, nbytes: int) -> bool:
         return self.cost(words, nbytes) > self.report.limit
 
-    def threshold(self, counts, lengths) -> int:
+    def word_costs(self, lengths):
+        """Each word's estimated bytes from its length (a numpy array: characters for Unigram, whose
+        positions are characters, else bytes)."""
+        import numpy as np
+
+        c = self.per_word + self.per_byte * lengths
+        if self.per_position:
+            m = np.minimum(lengths, MAX_PIECE)
+            c = c + self.per_position * (m * (lengths + 1) - m * (m + 1) / 2)
+        return c
+
+    def threshold(self, counts, costs) -> int:
         """The smallest t such that the words seen more than t times fit in REFILL of the limit
-        (numpy arrays of the words' counts and byte lengths)."""
+        (numpy arrays of the words' counts and estimated costs, `word_costs`)."""
         import numpy as np
 
         top = 1 << 16
         c = np.minimum(counts, top)
-        n_at = np.bincount(c, minlength=top + 1)
-        b_at = np.bincount(c, weights=lengths, minlength=top + 1)
-        kept_n = len(counts) - np.cumsum(n_at)  # words with count > t, for each t
-        kept_b = lengths.sum() - np.cumsum(b_at)
-        fits = np.flatnonzero(self.per_word * kept_n + self.per_byte * kept_b <= REFILL * self.report.limit)
+        c_at = np.bincount(c, weights=costs, minlength=top + 1)
+        kept = costs.sum() - np.cumsum(c_at)  # the cost of the words with count > t, for each t
+        fits = np.flatnonzero(kept <= REFILL * self.report.limit)
         fits = fits[fits >= 1]
         return int(fits[0]) if len(fits) else top
 
@@ -130,7 +143,7 @@ class BoundedCounter:
         self.counts: Counter = Counter()
         self.bound = bound
         self._lines = 0
-        self._avg = 8.0  # average word length, measured at each exact check
+        self._avg = None  # average estimated bytes per word, measured at each exact check
 
     def update(self, words) -> None:
         self.counts.update(words)
@@ -140,28 +153,36 @@ class BoundedCounter:
         if self.bound is None or self._lines % self.CHECK_EVERY:
             return
         n = len(self.counts)
-        if not self.bound.over(n, int(n * self._avg)):
+        if n * (self._avg or float(self.bound.word_costs(8.0))) <= self.bound.report.limit:
             return
-        nbytes = sum(len(w.encode("utf-8", "surrogatepass")) for w in self.counts)
-        self._avg = nbytes / max(1, n)
-        if self.bound.over(n, nbytes):
+        costs = self._costs(list(self.counts))
+        self._avg = float(costs.sum()) / max(1, n)
+        if costs.sum() > self.bound.report.limit:
             self.prune()
+
+    def _costs(self, words):
+        import numpy as np
+
+        if self.bound.per_position:  # Unigram's positions are characters
+            lengths = np.fromiter((len(w) for w in words), dtype=np.float64, count=len(words))
+        else:
+            lengths = np.fromiter((len(w.encode("utf-8", "surrogatepass")) for w in words), dtype=np.float64,
+                                  count=len(words))
+        return self.bound.word_costs(lengths)
 
     def prune(self) -> None:
         import numpy as np
 
         words = list(self.counts)
         counts = np.fromiter(self.counts.values(), dtype=np.int64, count=len(words))
-        lengths = np.fromiter((len(w.encode("utf-8", "surrogatepass")) for w in words), dtype=np.float64, count=len(words))
-        t = self.bound.threshold(counts, lengths)
+        t = self.bound.threshold(counts, self._costs(words))
         drop = counts <= t
         self.bound.note(t, int(drop.sum()), int(counts[drop].sum()))
         self.counts = Counter({w: int(c) for w, c, d in zip(words, counts.tolist(), drop.tolist()) if not d})
 
     def result(self) -> Counter:
         if self.bound is not None:
-            n = len(self.counts)
-            if n and self.bound.over(n, sum(len(w.encode("utf-8", "surrogatepass")) for w in self.counts)):
+            if self.counts and self._costs(list(self.counts)).sum() > self.bound.report.limit:
                 self.prune()
             self.bound.finish(len(self.counts), sum(self.counts.values()))
         return self.counts
