@@ -82,14 +82,19 @@ class SweepPoint:
 
 
 def size_name(n: int) -> str:
-    """A budget's name: its bytes in the largest binary unit that divides them.
+    """A budget's name: its bytes in the largest binary unit that gives them back with at most three
+    decimals as `--target-size` reads them (so `1.1G` stays `1.1G`), else the bytes.
 
-    >>> size_name(900 << 20), size_name(3 << 30), size_name(1000)
-    ('900M', '3G', '1000')
+    >>> size_name(900 << 20), size_name(3 << 30), size_name(int(1.1 * (1 << 30))), size_name(1000)
+    ('900M', '3G', '1.1G', '1000')
     """
     for unit, shift in (("T", 40), ("G", 30), ("M", 20), ("K", 10)):
-        if n % (1 << shift) == 0:
-            return f"{n >> shift}{unit}"
+        if n < 1 << shift:
+            continue
+        for places in range(4 if n < 1024 << shift else 1):
+            text = f"{n / (1 << shift):.{places}f}"
+            if int(float(text) * (1 << shift)) == n:
+                return f"{text}{unit}"
     return str(n)
 
 
