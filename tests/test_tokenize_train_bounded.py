@@ -53,6 +53,14 @@ def test_min_frequency_stops_both_loops_at_the_same_merge(kernels, kernel_small,
     assert len(fast.vocab) < 5000
 
 
+def _zipf_lines(word_seed: int, seed: int) -> list[str]:
+    """6,000 lines of 12 words drawn Zipf-like from 20,000 random words."""
+    vocab = _random_words(20000, word_seed)
+    rng = random.Random(seed)
+    return [" ".join(vocab[min(int(rng.paretovariate(0.7)) - 1, len(vocab) - 1)] for _ in range(12)) + "\n"
+            for _ in range(6000)]
+
+
 @pytest.mark.parametrize("path", ["compiled", "python"])
 def test_pruned_counts_keep_the_stated_error_bound(path, kernels, monkeypatch):
     """A Zipf-like corpus counted under a bound far too small: every kept count is exact or at most E
@@ -61,10 +69,7 @@ def test_pruned_counts_keep_the_stated_error_bound(path, kernels, monkeypatch):
         monkeypatch.setenv("LLMKIT_NO_JIT", "1")
         monkeypatch.setattr("llmkit.tokenize.training.wordbound.BoundedCounter.CHECK_EVERY", 64)
     monkeypatch.setattr("llmkit.tokenize.training.counting.BLOCK_CHARS", 4096)
-    vocab = _random_words(20000, 5)
-    rng = random.Random(6)
-    lines = [" ".join(vocab[min(int(rng.paretovariate(0.7)) - 1, len(vocab) - 1)] for _ in range(12)) + "\n"
-             for _ in range(6000)]
+    lines = _zipf_lines(5, 6)
     truth = count_words(lines, "wordpiece")
     bound = Bound("wordpiece", 1 << 40)
     bound.report.limit = bound.cost(len(truth) // 8, sum(map(len, truth)) // 8)
@@ -89,10 +94,7 @@ def test_unigram_bound_counts_each_words_substrings(monkeypatch):
     assert pieces(16) > 4 * pieces(4) and pieces(16) == 136 * b.per_position
     assert pieces(32) - pieces(31) == 16 * b.per_position  # past 16 characters, 16 more per character
     monkeypatch.setattr("llmkit.tokenize.training.wordbound.BoundedCounter.CHECK_EVERY", 64)
-    vocab = _random_words(20000, 8)
-    rng = random.Random(9)
-    lines = [" ".join(vocab[min(int(rng.paretovariate(0.7)) - 1, len(vocab) - 1)] for _ in range(12)) + "\n"
-             for _ in range(6000)]
+    lines = _zipf_lines(8, 9)
     truth = count_words(lines, "unigram")
     cost = lambda words: b.word_costs(np.array([float(len(w)) for w in words])).sum()
     b.report.limit = int(cost(truth) / 8)

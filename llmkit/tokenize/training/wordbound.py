@@ -143,7 +143,7 @@ class BoundedCounter:
         self.counts: Counter = Counter()
         self.bound = bound
         self._lines = 0
-        self._avg = None  # average estimated bytes per word, measured at each exact check
+        self._avg = None  # average estimated bytes per word, recomputed at each exact check
 
     def update(self, words) -> None:
         self.counts.update(words)
