@@ -7,6 +7,7 @@ with the target is `generate.Generator`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -142,13 +143,13 @@ class DraftLengthChooser:
                 best_k, best_rate = k, rate
         # the most drafting could ever give (every draft accepted): probes re-sync the draft model,
         # which costs real time, so only probe when a changed acceptance rate could pay well
-        probe = (best_k == 0 and self.may_skip and self.rounds_without_draft >= self.probe_every
-                 and self._ideal_rate(td, k_max) * self.cost(1) > 1.3)
-        if probe:  # occasional probe so a changed acceptance rate is noticed
+        if (best_k == 0 and self.may_skip and self.rounds_without_draft >= self.probe_every
+                and self._ideal_rate(td, k_max) * self.cost(1) > 1.3):
+            # occasional probe so a changed acceptance rate is noticed (the loop above checked the
+            # budget of every K it chose; a probe's is checked here)
+            if not self._affordable(self.k_min, td):
+                return 0
             best_k = self.k_min
-        if best_k and self.may_skip and not self._affordable(best_k, td):
-            return 0
-        if probe:
             self.probe_every *= 2  # back off while probes keep failing
         elif best_k > 0:
             self.probe_every = 32
@@ -170,8 +171,6 @@ class DraftModel:
 
     def get(self):
         if self.model is None:
-            import time
-
             t0 = time.perf_counter()
             model = self.opener(self.path)
             self.load_s = time.perf_counter() - t0

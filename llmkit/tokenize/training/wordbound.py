@@ -5,9 +5,10 @@ Training memory follows the distinct words, not the bytes read: each trainer's s
 about `per_word` bytes per distinct word plus `per_byte` per byte of them, and Unigram `per_position`
 per substring of at most MAX_PIECE characters of each word (its seed counts them all and its lattice
 has an edge for each one kept), which grows faster than the bytes for long words such as code's
-identifiers (`COST`, from peak RSS measured on prose and code, docs/design/tokenizers.md). While counting, when the estimate for the
-words held passes the bound, every word whose count is at most t is dropped, with the smallest t
-that brings the estimate under `REFILL` of the bound; a dropped word seen again starts from zero.
+identifiers (`COST`, from peak RSS on prose and code, docs/design/tokenizers.md). While counting, when
+the estimate for the words held passes the bound, every word whose count is at most t is dropped, with
+the smallest t that brings the estimate under `REFILL` of the bound; a dropped word seen again starts
+from zero.
 
 The error is stated, not guessed: with E the sum of the thresholds used, every kept count is exact
 or at most E too low, and a word that is missing occurred at most E times. A corpus that fits is
@@ -158,7 +159,7 @@ class BoundedCounter:
         costs = self._costs(list(self.counts))
         self._avg = float(costs.sum()) / max(1, n)
         if costs.sum() > self.bound.report.limit:
-            self.prune()
+            self.prune(costs)
 
     def _costs(self, words):
         import numpy as np
@@ -170,19 +171,22 @@ class BoundedCounter:
                                   count=len(words))
         return self.bound.word_costs(lengths)
 
-    def prune(self) -> None:
+    def prune(self, costs=None) -> None:
+        """Drop the words seen at most t times; `costs` are the words' estimates in the Counter's order
+        when the caller has them."""
         import numpy as np
 
         words = list(self.counts)
         counts = np.fromiter(self.counts.values(), dtype=np.int64, count=len(words))
-        t = self.bound.threshold(counts, self._costs(words))
+        t = self.bound.threshold(counts, self._costs(words) if costs is None else costs)
         drop = counts <= t
         self.bound.note(t, int(drop.sum()), int(counts[drop].sum()))
         self.counts = Counter({w: int(c) for w, c, d in zip(words, counts.tolist(), drop.tolist()) if not d})
 
     def result(self) -> Counter:
         if self.bound is not None:
-            if self.counts and self._costs(list(self.counts)).sum() > self.bound.report.limit:
-                self.prune()
+            costs = self._costs(list(self.counts)) if self.counts else None
+            if costs is not None and costs.sum() > self.bound.report.limit:
+                self.prune(costs)
             self.bound.finish(len(self.counts), sum(self.counts.values()))
         return self.counts
