@@ -77,15 +77,16 @@ INSTALL_VARIABLES = {
 }
 
 LIMITS = [name for name in VARIABLES if name.startswith("LLMKIT_MAX_") or name == "LLMKIT_STORE_WAIT_SECONDS"]
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def parse_size(text: str) -> int:
-    """A positive count such as `1000`, `512M` or `2G` (powers of 1024); ValueError otherwise."""
-    m = re.fullmatch(r"(\d+)\s*([KMG]?)I?B?", text.strip().upper())
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a positive number (e.g. 1000 or 512M)")
-    return int(m.group(1)) * _UNITS[m.group(2)]
+    """A positive count such as `1000`, `512M`, `2G` or `1.5GiB` (powers of 1024); ValueError otherwise."""
+    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)I?B?", text.strip().upper())
+    value = int(float(m.group(1)) * _UNITS[m.group(2)]) if m else 0
+    if value <= 0:
+        raise ValueError(f"{text!r} is not a positive number (e.g. 1000, 512M or 1.5G)")
+    return value
 
 
 def _raw(name: str) -> str:

@@ -147,6 +147,21 @@ def test_bound_too_small_and_bad_sizes_are_refused(kernel_small):
     assert r.exit_code == 2 and "'lots' is not a positive number" in r.stderr
 
 
+def test_every_size_option_reads_one_grammar():
+    import click
+
+    from llmkit.commands.quant.options import parse_size as target_size
+    from llmkit.config import parse_size
+
+    for text, value in [("1000", 1000), ("512M", 512 << 20), ("1.5G", 3 << 29), ("2GiB", 2 << 30), ("1T", 1 << 40)]:
+        assert parse_size(text) == target_size(text) == value
+    for text in ("0", "-1", "lots", "1.5X", "0.0001"):
+        with pytest.raises(ValueError):
+            parse_size(text)
+        with pytest.raises(click.BadParameter):
+            target_size(text)
+
+
 @pytest.mark.parametrize("content", [b"", b"\n \n\t\n", bytes(range(256)) * 40])
 def test_empty_or_binary_input_is_one_line(content, tmp_path):
     p = tmp_path / "in.txt"

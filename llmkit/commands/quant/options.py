@@ -18,16 +18,13 @@ def spelling() -> dict[str, str]:
 
 
 def parse_size(text: str) -> int:
-    """'3.5G' -> bytes (K/M/G/T, base 1024); a plain number is bytes."""
-    t = text.strip().upper().rstrip("B").rstrip("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    """--target-size's bytes, in the one size grammar of `llmkit.config.parse_size` (K/M/G/T, base 1024)."""
+    from llmkit.config import parse_size as parse
+
     try:
-        value = float(t[:-1] if mult > 1 else t)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a size; write bytes or e.g. 900M, 1.5G.", param_hint="--target-size")
-    if value <= 0:
-        raise click.BadParameter(f"{text!r} must be positive.", param_hint="--target-size")
-    return int(value * mult)
+        return parse(text)
+    except ValueError as e:
+        raise click.BadParameter(f"{e}; write bytes or e.g. 900M, 1.5G.", param_hint="--target-size") from None
 
 
 def _overrides(output_type, embd_type, specs):
