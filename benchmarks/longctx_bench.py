@@ -33,6 +33,8 @@ from harness import PY, ROOT, Cmd, Row, Stat, cmds_of, compare, field_stat, rati
 ME = os.path.abspath(__file__)
 KERNEL = os.path.join(ROOT, "tests", "fixtures", "kernel-docs.txt.gz")
 
+PARTS = ("contexts", "prompt", "speculation")  # groups of rows that stand alone (run.py --part)
+
 
 def real_text(n_chars: int) -> str:
     """The first n_chars of the kernel documentation fixture (real prose, shipped with the tests)."""

@@ -14,8 +14,9 @@ empty vector cache), quant-quality (size budgets against llama.cpp's mixes on a 
 --quant-model/--quant-imatrix; about 45 minutes) and quant-gptq (GPTQ against llama.cpp's rounding,
 also --quant-calib; about 70 minutes) and setup (the README's install and test commands on a fresh
 clone of HEAD, about 20 minutes): --quick leaves those five out (and long), `--area NAME` runs them. The long
-area (contexts to 128k, a 20k-token prompt and slot, speculation as whole processes) takes about 40
-minutes with the Qwen models of scripts/fetch_models.sh.
+area (contexts to 128k, a 20k-token prompt and slot, speculation as whole processes) takes about 70
+minutes with the Qwen models of scripts/fetch_models.sh. Areas whose groups of rows stand alone (their
+script's PARTS) write RESULTS.md after each group, so a killed run keeps the groups it finished.
 quant_sections.py writes three more areas (quant-formats, quant-startup, quant-7b); this script
 keeps their sections when it rewrites the file.
 """
@@ -23,6 +24,7 @@ keeps their sections when it rewrites the file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib
 import os
@@ -130,19 +132,25 @@ def merge_part(old: str, new: str, parts: list[str]) -> str:
             + details + "\n\n</details>\n" + new.rstrip("\n").rsplit("\n", 1)[-1] + "\n")
 
 
-def merge(path: str, head: str, sections: dict[str, str], smoke: bool) -> str:
-    """Replace the sections just run; keep the others (unless the old file was a smoke run and this is not)."""
+def _sections_of(text: str) -> dict[str, str]:
+    return {m.group(1): m.group(0).rstrip("\n") + "\n"
+            for m in re.finditer(r"<!-- area:([\w.-]+) -->.*?<!-- /area:\1 -->\n?", text, re.S)}
+
+
+def merge(path: str, head: str, sections: dict[str, str], smoke: bool, before: str | None = None) -> str:
+    """Replace the sections just run; keep the others (unless the old file was a smoke run and this is not).
+    A section written in groups merges onto `before` (the file as this run found it), not onto its own
+    earlier writes."""
     old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
     if ("SMOKE RUN" in old) != smoke:
         old = ""
-    kept = {}
+    base = old if before is None or ("SMOKE RUN" in before) != smoke else before
     # every section of the old file, this script's areas and those other scripts write (quant_sections.py)
-    for m in re.finditer(r"<!-- area:([\w.-]+) -->.*?<!-- /area:\1 -->\n?", old, re.S):
-        kept[m.group(1)] = m.group(0).rstrip("\n") + "\n"
+    kept, found = _sections_of(old), _sections_of(base)
     for area, text in sections.items():
         parts = re.search(r"<!-- parts:([\w,.-]+) -->", text)
         if parts:
-            text = merge_part(kept.get(area, ""), text.replace(parts.group(0) + "\n", ""), parts.group(1).split(","))
+            text = merge_part(found.get(area, ""), text.replace(parts.group(0) + "\n", ""), parts.group(1).split(","))
         kept[area] = text
     order = [a for a in AREAS if a in kept] + [a for a in kept if a not in AREAS]
     return head + "\n" + "\n".join(kept[a] for a in order)
@@ -174,27 +182,37 @@ def main() -> None:
     cfg = harness.Config(quick=a.quick or a.smoke, smoke=a.smoke, work=work, quant_model=a.quant_model,
                          quant_imatrix=a.quant_imatrix, quant_calib=a.quant_calib, parts=frozenset(a.part))
     sections, failed = {}, []
+    before = open(a.output, encoding="utf-8").read() if os.path.exists(a.output) else ""
     t_all = time.perf_counter()
     try:
         for area in a.area or [x for x in AREAS if not (cfg.quick and x in NOT_QUICK)]:
             mod = importlib.import_module(AREAS[area])
             print(f"[{area}] running ({cfg.mode})", file=sys.stderr, flush=True)
-            t0, l0 = time.perf_counter(), harness.load()
-            try:
-                title, setup, rows = mod.rows(cfg)
-            except Exception as e:  # one broken area must not lose the others' figures
-                failed.append(area)
-                traceback.print_exc()
-                title, setup, rows = "failed", [f"the area raised {type(e).__name__}: {str(e)[:300]}"], []
-            took = time.perf_counter() - t0
-            sections[area] = section(area, title, setup, rows, took, (l0, harness.load()), cfg)
-            if a.part:
-                sections[area] = f"<!-- parts:{','.join(a.part)} -->\n" + sections[area]
+            # an area whose groups of rows stand alone (PARTS) runs them one by one and writes after each,
+            # so a run killed in its last hour keeps the rows of the groups it finished
+            steps = [p for p in getattr(mod, "PARTS", ()) if cfg.wants(p)] or [""]
+            t0, l0, rows, done, errors, title, setup = time.perf_counter(), harness.load(), [], [], [], "failed", []
+            for step in steps:
+                try:
+                    title, setup, got = mod.rows(dataclasses.replace(cfg, parts=frozenset([step])) if step else cfg)
+                    rows += got
+                except Exception as e:  # one broken group or area must not lose the others' figures
+                    failed.append(area)
+                    traceback.print_exc()
+                    errors.append(f"{'the group ' + step if step else 'the area'} raised {type(e).__name__}: "
+                                  f"{str(e)[:300]}")
+                done.append(step)
+                took = time.perf_counter() - t0
+                sections[area] = section(area, title, setup + errors, rows, took, (l0, harness.load()), cfg)
+                if step and not (done == steps and not a.part):  # all groups ran: replace the section whole
+                    sections[area] = f"<!-- parts:{','.join(done)} -->\n" + sections[area]
+                elif a.part:
+                    sections[area] = f"<!-- parts:{','.join(a.part)} -->\n" + sections[area]
+                tmp = a.output + ".tmp"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(merge(a.output, header(cfg), sections, cfg.smoke, before))
+                os.replace(tmp, a.output)
             print(f"[{area}] {len(rows)} rows in {took:.0f} s", file=sys.stderr, flush=True)
-            tmp = a.output + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(merge(a.output, header(cfg), sections, cfg.smoke))
-            os.replace(tmp, a.output)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -43,6 +43,8 @@ from harness import BASE_ENV, PY, ROOT, Cmd, Row, cmds_of, compare, field_stat, 
 
 ME = os.path.abspath(__file__)
 
+PARTS = ("build", "query", "store", "ray", "batch")  # groups of rows that stand alone (run.py --part)
+
 
 def paragraphs(n: int) -> list[str]:
     with open(os.path.join(ROOT, "tests/fixtures/kernel-docs.txt.gz"), "rb") as f:
