@@ -24,7 +24,7 @@ def parse_size(text: str) -> int:
     try:
         return parse(text)
     except ValueError as e:
-        raise click.BadParameter(f"{e}; write bytes or e.g. 900M, 1.5G.", param_hint="--target-size") from None
+        raise click.BadParameter(f"{e}.", param_hint="--target-size") from None
 
 
 def _overrides(output_type, embd_type, specs):
