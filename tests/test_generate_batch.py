@@ -98,8 +98,10 @@ def test_malformed_lines_are_reported_with_line_numbers(pool, tmp_path):
 
 def test_unreachable_servers_and_usage(tmp_path):
     batch = _batch_file(tmp_path, [{"id": 1, "prompt": "x"}])
-    r = run_cli(["server", "batch", "--server", f"http://127.0.0.1:{free_port()}", batch])
+    out = tmp_path / "out.jsonl"
+    r = run_cli(["server", "batch", "--server", f"http://127.0.0.1:{free_port()}", batch, "-o", str(out)])
     assert r.exit_code == 1 and "no llama-server answers" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()  # a failed run leaves no empty output behind
     assert run_cli(["server", "batch", batch]).exit_code == 2  # --server is required
     assert run_cli(["server", "batch", "--server", "ftp://x", batch]).exit_code == 1
     # options of the in-process model are not options of the server commands: usage errors, not dropped

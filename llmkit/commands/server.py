@@ -76,7 +76,7 @@ def batch_cmd(batch_path, urls, output_path, on_error, retries, sampling):
     if retries < 1:
         raise OptionError("{retries} must be a positive number, got {value}.", value=retries)
     items = _parse_batch(batch_path, on_error, out)
-    fd = None
+    fd, ok, existed = None, False, bool(output_path) and os.path.exists(output_path)
     if output_path:
         fd, items, n_done = batch.resume(items, output_path)
         if n_done:
@@ -87,6 +87,7 @@ def batch_cmd(batch_path, urls, output_path, on_error, retries, sampling):
         with progress_bar("generating") as prog:
             report = batch.run_batch(items, servers, defaults, emit, on_error=on_error, max_tries=retries,
                                      progress=lambda d, n: prog(d, n))
+        ok = True
     except batch.NoServerAnswers as e:
         raise BadInput(f"no llama-server answers at {', '.join(e.urls)}. Start one (llama-server -m MODEL --port 8080 "
                        "-np 4), or check --server.") from None
@@ -97,6 +98,9 @@ def batch_cmd(batch_path, urls, output_path, on_error, retries, sampling):
     finally:
         if fd is not None:
             os.close(fd)
+            # a failed run leaves no file it created without a result in it
+            if not ok and not existed and os.path.getsize(output_path) == 0:
+                os.remove(output_path)
     _summary(out, report)
 
 
