@@ -174,6 +174,19 @@ def test_cli_stop_string_and_grammar(models):
     assert text and text.isdigit()
 
 
+def test_stop_reads_backslash_escapes_as_llama_cpp_does():
+    """`--stop "\\n\\n"` typed in a shell stops at a blank line (the packaged model writes one after its
+    first sentence here)."""
+    from llmkit.llama.runtime import default_model_path
+
+    args = ["generate", "-m", default_model_path(), "--temp", "0", "-n", "24", "--ignore-eos", "--json",
+            "The capital of France is"]
+    full = json.loads(run_cli(args).stdout)["text"]
+    assert "\n\n" in full
+    cut = json.loads(run_cli([*args[:-1], "--stop", r"\n\n", args[-1]]).stdout)
+    assert cut["text"] == full[: full.index("\n\n")] and cut["stats"]["stop_reason"] == "stop"
+
+
 def test_cli_repeat_penalty_reaches_the_sampler(models):
     """--repeat-penalty: the CLI's greedy text equals the library's with the same penalty, and the
     penalty changes what a looping tiny model says."""

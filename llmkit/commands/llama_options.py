@@ -61,7 +61,9 @@ _SAMPLING = [
     click.option("--min-p", default=0.05, show_default=True, type=float),
     click.option("--repeat-penalty", default=1.0, show_default=True, type=float),
     click.option("--seed", type=int, default=None, help="Random seed (default: random)."),
-    click.option("--stop", multiple=True, help="Stop when this text appears (repeatable)."),
+    click.option("--stop", multiple=True,
+                 help="Stop when this text appears (repeatable; \\n, \\t, \\r and \\\\ are read as escapes, as llama.cpp "
+                      "reads them)."),
     click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-sequence tokens."),
 ]
 
@@ -83,6 +85,17 @@ class Sampling:
                 **({"stop": list(self.stop)} if self.stop else {}), **({"ignore_eos": True} if self.ignore_eos else {})}
 
 
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", "'": "'", '"': '"'}
+
+
+def unescape(text: str) -> str:
+    """`--stop "\\n\\n"` as two newlines: a shell passes the backslashes through, and llama.cpp reads them as
+    escapes; any other backslash stays as written."""
+    import re
+
+    return re.sub(r"\\([nrt\\'\"])", lambda m: _ESCAPES[m.group(1)], text)
+
+
 def sampling_options(n_predict: int = 128, eos: bool = True):
     """-n, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed, --stop and (with `eos`) --ignore-eos,
     llama.cpp's meanings; the command receives `sampling`, a validated Sampling."""
@@ -100,7 +113,7 @@ def sampling_options(n_predict: int = 128, eos: bool = True):
             params.validate()
             if n_predict <= 0:
                 raise OptionError("{n_predict} must be a positive number of tokens, got {value}.", value=n_predict)
-            return f(*args, sampling=Sampling(params, n_predict, tuple(stop), ignore_eos), **kwargs)
+            return f(*args, sampling=Sampling(params, n_predict, tuple(map(unescape, stop)), ignore_eos), **kwargs)
 
         for opt in reversed(options):
             run = opt(run)
