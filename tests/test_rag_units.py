@@ -122,7 +122,8 @@ def test_filters_and_required_terms():
     assert parse_filter("source=notes/*") == ("source", "=", "notes/*")
     with pytest.raises(BadInput):
         parse_filter("no operator here")
-    assert detect_required('errors in "page cache" from kmalloc() under CONFIG_SLUB') == ["page cache", "kmalloc()", "CONFIG_SLUB"]
+    assert detect_required('errors in "page cache" from kmalloc() under CONFIG_SLUB') == ["page cache", "kmalloc", "CONFIG_SLUB"]
+    assert detect_required("who calls kv_cache_seq_rm()") == ["kv_cache_seq_rm"]  # calls have arguments
 
 
 def test_near_duplicates():

@@ -23,17 +23,18 @@ def parse_filter(expr: str) -> tuple[str, str, str]:
     return m.group(1), m.group(2), m.group(3).strip().strip("'\"")
 
 
-_IDENT = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'|(\b\w+\(\))|(\b[A-Za-z]+_\w+\b)|(\b[a-z]+[A-Z]\w*\b)"
+_IDENT = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'|(\b\w+)\(\)|(\b[A-Za-z]+_\w+\b)|(\b[a-z]+[A-Z]\w*\b)"
                     r"|(\b[A-Z][A-Z0-9]{1,}\b)|(\b(?=\w*\d)(?=\w*[A-Za-z])[\w.-]+\w\b)")
 _STOP_CAPS = {"I", "A", "AN", "THE", "OR", "AND", "OF", "IN", "ON", "TO", "IS"}
 
 
 def detect_required(query: str) -> list[str]:
     """Quoted phrases, identifiers (snake_case, camelCase, f(), ALLCAPS, words with digits) and
-    capitalised names after the first word: the terms an answer must contain.
+    capitalised names after the first word: the terms an answer must contain. `f()` requires the name `f`,
+    so a call with arguments or a mention without parentheses counts.
 
     >>> detect_required('How does "page cache" work with kmalloc() and CONFIG_SLUB in ext4 for Linus Torvalds?')
-    ['page cache', 'kmalloc()', 'CONFIG_SLUB', 'ext4', 'Linus', 'Torvalds']
+    ['page cache', 'kmalloc', 'CONFIG_SLUB', 'ext4', 'Linus', 'Torvalds']
     """
     found = []
     for m in _IDENT.finditer(query):
