@@ -53,6 +53,10 @@ def test_globs_and_meta(tmp_path, st32):
     assert all(h["meta"]["team"] == "kernel" and str(h["meta"]["year"]) == "2024" for h in got)
     assert len(hits(tmp_path / "idx", "kernel memory", "--filter", "team=kernel")) == 2
     assert hits(tmp_path / "idx", "kernel memory", "--filter", "team=other") == []
+    # a glob that matches no file would empty the collection: refused, the index untouched
+    r = run_cli(["rag", "index", str(tmp_path / "idx"), str(d), "--model", st32, "--glob", "*.rst"])
+    assert r.exit_code == 1 and "--glob '*.rst' matches none of the 4 files under" in r.stderr
+    assert len(hits(tmp_path / "idx", "kernel memory")) == 2
 
 
 def test_text_field_and_id_field(tmp_path, st32):

@@ -161,7 +161,7 @@ def watch(directory: str, inputs: list[str], opts: IndexOptions, on_event: Calla
 def _snapshot(watched: _Inputs, opts: IndexOptions) -> dict[str, tuple[int, int]]:
     """Absolute path -> (mtime in ns, size) of every file a pass would read now."""
     out = {}
-    for path in collect_files(watched.present(), opts.read)[0]:
+    for path in collect_files(watched.present(), opts.read, empty_glob=True)[0]:
         try:
             st = os.stat(path)
         except OSError:

@@ -22,7 +22,7 @@ FLAGS = {"parent_size": "--parent-size", "csv_meta": "--csv-meta", "model": "--m
          "analysis": "--analysis", "method": "--fusion", "norm": "--norm", "expand": "--expand",
          "rerank_depth": "--rerank-depth", "dedupe": "--dedupe", "ray_workers": "--ray workers=",
          "ray_batch": "--ray batch=", "graph_llm": "--graph-llm",
-         "embed_precision": "--embed-precision"}
+         "embed_precision": "--embed-precision", "include": "--glob"}
 RUNTIMES = ("onnx", "torch")
 
 

@@ -143,7 +143,7 @@ def build(directory: str, inputs: list[str], opts: IndexOptions, stdin_data: byt
         from llmkit.rag.index.milvus import parse_store
 
         parse_store(opts.store.store, directory)  # a bad URI is refused before the directory exists
-    files, unsupported, ignored = collect_files(inputs, opts.read)
+    files, unsupported, ignored = collect_files(inputs, opts.read, empty_glob=changed is not None)
     if opts.read.csv_meta:
         check_csv_meta(files, opts.read.csv_meta)
     try:

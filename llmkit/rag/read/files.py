@@ -33,12 +33,14 @@ class ReadOptions:
     csv_meta: tuple[str, ...] = ()  # CSV/TSV columns kept as metadata (one row per chunk then)
 
 
-def collect_files(inputs: list[str], opts: ReadOptions) -> tuple[list[str], list[Skipped], int]:
+def collect_files(inputs: list[str], opts: ReadOptions, empty_glob: bool = False
+                  ) -> tuple[list[str], list[Skipped], int]:
     """(files to read, files skipped for their type, files ignored by .gitignore/junk directories);
-    explicitly named files are always read."""
+    explicitly named files are always read. An include glob that matches none of the directories' files
+    is refused unless `empty_glob` (a watch pass, where the last matching file may just have gone)."""
     files: list[str] = []
     skipped: list[Skipped] = []
-    ignored = 0
+    ignored = walked = included = 0
     for item in inputs:
         if item == "-":
             files.append(item)
@@ -46,8 +48,10 @@ def collect_files(inputs: list[str], opts: ReadOptions) -> tuple[list[str], list
             walk = TreeWalk(item, opts.gitignore)
             for p in walk:
                 name = os.path.basename(p)
+                walked += 1
                 if opts.include and not any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.include):
                     continue
+                included += 1
                 if any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(p, g) for g in opts.exclude):
                     continue
                 if os.path.splitext(name)[1].lower() not in SUFFIXES:
@@ -63,6 +67,12 @@ def collect_files(inputs: list[str], opts: ReadOptions) -> tuple[list[str], list
             files.append(item)
         else:
             raise BadInput(f"input '{item}' does not exist. Check the path.")
+    if opts.include and walked and not included and not empty_glob:
+        # indexing nothing would remove every document the collection holds from these directories
+        raise OptionError("{include} {globs} matches none of the {n} files under {dirs}; nothing was changed. "
+                          "A pattern matches a file's name or its path (e.g. '*.md').",
+                          globs=" ".join(repr(g) for g in opts.include), n=walked,
+                          dirs=", ".join(repr(i) for i in inputs if os.path.isdir(i)))
     return files, skipped, ignored
 
 
