@@ -60,6 +60,13 @@ def test_gguf_without_vocabulary_is_refused(tmp_path):
         tokenize.load(str(p))
 
 
+def test_a_gguf_name_that_is_not_gguf_is_called_that(tmp_path):
+    p = tmp_path / "model.gguf"
+    p.write_text("hello\n")
+    with pytest.raises(BadFileFormat, match="is not a GGUF file"):
+        tokenize.load(str(p))
+
+
 def test_crafted_huge_array_fails_fast(tmp_path):
     """A 49-byte file declaring an array of 2^63 elements: refused at once, no allocation."""
     import struct

@@ -31,7 +31,8 @@ def load(path: str):
         raise BadFileFormat(f"'{path}' is a directory. Pass a tokenizer.json or a .gguf file.") from None
     except OSError as e:
         raise BadFileFormat(f"cannot read tokenizer '{path}': {e.strerror}. Check the path.") from None
-    if head == b"GGUF":
+    # a file named .gguf goes to the GGUF reader whatever it holds, so its error says "not a GGUF file"
+    if head == b"GGUF" or path.lower().endswith(".gguf"):
         from llmkit.tokenize.formats.gguf_vocab import load_gguf_tokenizer
 
         return load_gguf_tokenizer(path)
