@@ -145,3 +145,13 @@ def test_limit_alphabet_is_named_when_the_alphabet_does_not_fit_and_refused_outs
                      str(out), str(corpus)])
         assert r.exit_code == 2 and "--limit-alphabet" in r.stderr and "WordPiece only" in r.stderr, r.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("algo", ["bpe", "wordpiece", "unigram"])
+def test_a_vocabulary_smaller_than_asked_is_said(algo, tmp_path):
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("hello world\nthe quick brown fox\n")
+    r = run_cli(["tokenize", "train", "--algo", algo, "--vocab-size", "8000", "-o", str(tmp_path / "t.json"), str(corpus)])
+    assert r.exit_code == 0, r.stderr
+    size = len(json.loads((tmp_path / "t.json").read_text())["model"]["vocab"])
+    assert size < 8000 and "fewer than --vocab-size 8000" in r.stderr

@@ -82,6 +82,9 @@ def train_cmd(inputs, algo, vocab_size, min_frequency, specials, lowercase, limi
         out.info(f"{algo}: {tok.vocab_size} tokens -> {output}")
     else:
         out.data(json.dumps(tok.to_hf(), ensure_ascii=False))
+    if tok.vocab_size < vocab_size:
+        out.info(f"Note: {tok.vocab_size} tokens, fewer than --vocab-size {vocab_size}: the corpus has nothing more "
+                 "to add (HF stops there too); a larger corpus gives more.")
 
 
 def _tracer(out: Output, algo: str, jsonl: bool, to_stdout: bool):
