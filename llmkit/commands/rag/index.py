@@ -92,7 +92,8 @@ def _warnings(out, report, tuned, collection) -> None:
 def _summary(index_dir, r) -> str:
     return (f"{index_dir}: generation {r.generation}, {r.files} file(s): {r.docs_added} document(s) added/changed, "
             f"{r.docs_unchanged} unchanged, {r.docs_removed} removed; {r.chunks_added} new chunk(s), "
-            f"{r.chunks_indexed} indexed ({r.index_type}); duplicates dropped: {r.exact_duplicates} exact, "
+            f"{r.chunks_indexed} indexed" + (f" ({r.index_type})" if r.index_type else "")
+            + f"; duplicates dropped: {r.exact_duplicates} exact, "
             f"{r.near_duplicates} near; boilerplate lines: {r.boilerplate_lines}; embedded {r.embedded} "
             f"in {r.embed_s:.1f} s, reused {r.vectors_reused}; "
             + (f"ignored by .gitignore: {r.ignored}; " if r.ignored else "")
