@@ -34,6 +34,8 @@ def test_generate_on_server_reuses_cached_prompt(server):
     r2 = run_cli(["server", "generate", "--server", server["url"], "--slot", "0", "-n", "8", "--temp", "0", "--json", PROMPT + "Q2"])
     s1, s2 = json.loads(r1.stdout)["stats"], json.loads(r2.stdout)["stats"]
     assert s2["prompt_tokens"] < s1["prompt_tokens"]  # the shared prefix came from the slot's cache
+    # cached_tokens counts the prompt's tokens taken from the cache (llama-server's cache_n), as in `server batch`
+    assert s2["cached_tokens"] + s2["prompt_tokens"] == s1["cached_tokens"] + s1["prompt_tokens"]
 
 
 def test_server_slot_verbs(server):

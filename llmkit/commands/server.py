@@ -41,14 +41,14 @@ def generate_cmd(prompt, url, slot_id, sampling, grammar, as_json):
     with server_errors():
         r = LlamaServer(url).completion(prompt, sampling.n_predict, slot_id, on_text=stream, **fields)
     t = r.get("timings", {})
-    stats = {"prompt_tokens": t.get("prompt_n"), "cached_tokens": r.get("tokens_cached"), "prefill_ms": t.get("prompt_ms"),
+    stats = {"prompt_tokens": t.get("prompt_n"), "cached_tokens": t.get("cache_n"), "prefill_ms": t.get("prompt_ms"),
              "generated_tokens": t.get("predicted_n"), "tokens_per_s": t.get("predicted_per_second"), "slot": r.get("id_slot")}
     if as_json:
         out.json({"server": url, "text": r["content"], "stats": stats})
         return
     sys.stdout.write("\n")
     out.info(f"server slot {stats['slot']}: evaluated {stats['prompt_tokens']} prompt tokens "
-             f"({stats['cached_tokens']} cached in total), {stats['generated_tokens']} generated")
+             f"({stats['cached_tokens']} reused from its cache), {stats['generated_tokens']} generated")
 
 
 @group.command("batch")
