@@ -88,13 +88,15 @@ def size_name(n: int) -> str:
     >>> size_name(900 << 20), size_name(3 << 30), size_name(int(1.1 * (1 << 30))), size_name(1000)
     ('900M', '3G', '1.1G', '1000')
     """
+    from llmkit.config import parse_size
+
     for unit, shift in (("T", 40), ("G", 30), ("M", 20), ("K", 10)):
         if n < 1 << shift:
             continue
         for places in range(4 if n < 1024 << shift else 1):
-            text = f"{n / (1 << shift):.{places}f}"
-            if int(float(text) * (1 << shift)) == n:
-                return f"{text}{unit}"
+            text = f"{n / (1 << shift):.{places}f}{unit}"
+            if parse_size(text) == n:
+                return text
     return str(n)
 
 
