@@ -179,6 +179,17 @@ def progress_bar(description: str) -> Iterator[Callable[[int, int, str], None]]:
         yield update
 
 
+def size_value(text: str, param_hint: str | None = None) -> int:
+    """A size option's bytes in the one grammar of `llmkit.config.parse_size` (512M, 1.5G); a bad one is a
+    usage error."""
+    from llmkit.config import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise click.BadParameter(f"{e}.", param_hint=param_hint) from None
+
+
 def flag_spelling(command: click.Command, extra: dict | None = None) -> dict[str, str]:
     """Library parameter name -> this command's flag (the long form where there is one)."""
     names = {}

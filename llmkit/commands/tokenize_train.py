@@ -6,19 +6,12 @@ import json
 
 import click
 
-from llmkit.commands._common import Output, progress_bar, resolve_inputs
+from llmkit.commands._common import Output, progress_bar, resolve_inputs, size_value
 
 
 def _size(ctx, param, value):
     """--max-memory as bytes (512M, 2G, ...)."""
-    if value is None:
-        return None
-    from llmkit.config import parse_size
-
-    try:
-        return parse_size(value)
-    except ValueError as e:
-        raise click.BadParameter(f"{e}.") from None
+    return None if value is None else size_value(value)
 
 
 @click.command("train")

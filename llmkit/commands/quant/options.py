@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from llmkit.commands._common import bundle, flag_spelling
+from llmkit.commands._common import bundle, flag_spelling, size_value
 from llmkit.quant.options import METHODS, QuantOptions  # light: the defaults live in the dataclass
 
 OWN = ("dst", "report", "as_json")  # declared here to keep --help's order, used by the command itself
@@ -18,13 +18,8 @@ def spelling() -> dict[str, str]:
 
 
 def parse_size(text: str) -> int:
-    """--target-size's bytes, in the one size grammar of `llmkit.config.parse_size` (K/M/G/T, base 1024)."""
-    from llmkit.config import parse_size as parse
-
-    try:
-        return parse(text)
-    except ValueError as e:
-        raise click.BadParameter(f"{e}.", param_hint="--target-size") from None
+    """--target-size's bytes (`size_value`: K/M/G/T, base 1024, decimals)."""
+    return size_value(text, "--target-size")
 
 
 def _overrides(output_type, embd_type, specs):
