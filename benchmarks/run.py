@@ -204,10 +204,8 @@ def main() -> None:
                 done.append(step)
                 took = time.perf_counter() - t0
                 sections[area] = section(area, title, setup + errors, rows, took, (l0, harness.load()), cfg)
-                if step and not (done == steps and not a.part):  # all groups ran: replace the section whole
-                    sections[area] = f"<!-- parts:{','.join(done)} -->\n" + sections[area]
-                elif a.part:
-                    sections[area] = f"<!-- parts:{','.join(a.part)} -->\n" + sections[area]
+                if a.part or done != steps:  # only some groups ran: merged with the section's other rows
+                    sections[area] = f"<!-- parts:{','.join(done if step else a.part)} -->\n" + sections[area]
                 tmp = a.output + ".tmp"
                 with open(tmp, "w", encoding="utf-8") as f:
                     f.write(merge(a.output, header(cfg), sections, cfg.smoke, before))
